@@ -1,0 +1,255 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// acquire is the one acquisition loop behind Lock, TryLock and Do.
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lock, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.checkKey(key); err != nil {
+		return nil, err
+	}
+	cfg, err := c.lockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	info := c.cfg.info
+	if cfg.info != nil {
+		info = *cfg.info
+	}
+	req := driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: driver.Exclusive, Info: info}
+	begin := time.Now()
+	l, err := c.acquireLoop(ctx, req, cfg, wait)
+	if err != nil {
+		c.observe(Event{Kind: EventNotAcquired, Key: key, Wait: time.Since(begin), Err: err})
+		return nil, err
+	}
+	c.observe(Event{Kind: EventAcquired, Key: key, Token: l.token, Wait: time.Since(begin)})
+	return l, nil
+}
+
+func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockConfig, wait bool) (_ *Lock, err error) {
+	// Waiters of this Client for the same key queue here first, so that one
+	// remote wait per key and process serves them all.
+	var leave func()
+	if wait {
+		if leave, err = c.gates.enter(ctx, req.Key); err != nil {
+			return nil, notAcquired(req.Key, err)
+		}
+	} else if leave = c.gates.tryEnter(req.Key); leave == nil {
+		return nil, fmt.Errorf("%w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
+	}
+	defer func() {
+		if err != nil {
+			leave()
+		}
+	}()
+
+	var sub driver.Subscription
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+	subscribe := wait && c.notifier != nil
+	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
+	for {
+		if err := c.check(ctx); err != nil {
+			return nil, err
+		}
+		sent := time.Now()
+		res, err := c.drv.Acquire(ctx, req)
+		if err != nil {
+			// The outcome is unknown: make sure nothing stays behind.
+			c.cleanup(req)
+			if ctx.Err() != nil {
+				return nil, notAcquired(req.Key, ctx.Err())
+			}
+			return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
+		}
+		if res.Acquired {
+			ttl := req.TTL
+			if res.TTL > 0 && res.TTL < ttl {
+				ttl = res.TTL
+			}
+			validUntil := sent.Add(ttl - driftMargin(ttl))
+			if time.Now().Before(validUntil) {
+				l := newLock(c, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
+				if l == nil {
+					c.cleanup(req)
+					return nil, ErrClosed
+				}
+				return l, nil
+			}
+			// The reply came too late to leave any validity: never hand
+			// that lock out.
+			c.cleanup(req)
+			if !wait {
+				return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
+			}
+			c.cfg.logger.Warn("dlock: acquired lock had no validity left; retrying", "key", req.Key, "ttl", ttl)
+			continue
+		}
+		if !wait {
+			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, req.Key)
+		}
+		if subscribe {
+			subscribe = false
+			s, err := c.notifier.Subscribe(ctx, req)
+			if err == nil {
+				// Try again at once: a release between the attempt and
+				// the subscription would otherwise go unnoticed.
+				sub = s
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil, notAcquired(req.Key, ctx.Err())
+			}
+			c.cfg.logger.Warn("dlock: cannot subscribe to releases; polling instead", "key", req.Key, "err", err)
+		}
+		delay := bo.next()
+		if sub != nil {
+			// Notifications do the work; poll only to cover a lost
+			// message.
+			delay = cfg.maxBackoff
+		}
+		if res.RetryAfter > 0 && res.RetryAfter < delay {
+			delay = res.RetryAfter
+		}
+		if req.Queue && delay > req.TTL/3 {
+			delay = req.TTL / 3 // keep the queue entry alive
+		}
+		if err := sleep(ctx, delay, sub); err != nil {
+			c.cleanup(req)
+			return nil, notAcquired(req.Key, err)
+		}
+	}
+}
+
+// cleanup releases whatever req's owner may hold after an unknown outcome or
+// an abandoned wait, without blocking on the caller's (possibly done)
+// context.
+func (c *Client) cleanup(req driver.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := c.drv.Release(ctx, req); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
+	}
+}
+
+func notAcquired(key string, cause error) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, cause)
+}
+
+// sleep waits for d, a notification on sub (if any) or the end of ctx.
+func sleep(ctx context.Context, d time.Duration, sub driver.Subscription) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if sub != nil {
+		notify = sub.C()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	case <-notify:
+	}
+	return nil
+}
+
+// backoff yields jittered, exponentially growing delays between min and max
+// ("equal jitter": each delay is uniform in [d/2, d]).
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else if b.cur *= 2; b.cur > b.max {
+		b.cur = b.max
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+// gates queues the goroutines of one Client that want the same key, so that at
+// most one of them acquires or holds it at a time.
+type gates struct {
+	mu sync.Mutex
+	m  map[string]*gate
+}
+
+type gate struct {
+	ch   chan struct{} // capacity 1: full while some goroutine is inside
+	refs int
+}
+
+func (g *gates) get(key string) *gate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]*gate{}
+	}
+	gt := g.m[key]
+	if gt == nil {
+		gt = &gate{ch: make(chan struct{}, 1)}
+		g.m[key] = gt
+	}
+	gt.refs++
+	return gt
+}
+
+func (g *gates) put(key string, gt *gate) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt.refs--; gt.refs == 0 {
+		delete(g.m, key)
+	}
+}
+
+// enter waits until the caller is alone inside the key's gate and returns the
+// function that leaves it.
+func (g *gates) enter(ctx context.Context, key string) (func(), error) {
+	gt := g.get(key)
+	select {
+	case gt.ch <- struct{}{}:
+		return g.leaver(key, gt), nil
+	case <-ctx.Done():
+		g.put(key, gt)
+		return nil, ctx.Err()
+	}
+}
+
+// tryEnter is enter without waiting; it returns nil if the gate is taken.
+func (g *gates) tryEnter(key string) func() {
+	gt := g.get(key)
+	select {
+	case gt.ch <- struct{}{}:
+		return g.leaver(key, gt)
+	default:
+		g.put(key, gt)
+		return nil
+	}
+}
+
+func (g *gates) leaver(key string, gt *gate) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-gt.ch
+			g.put(key, gt)
+		})
+	}
+}

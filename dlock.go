@@ -1,0 +1,400 @@
+// Package dlock provides distributed locks with leases, fencing tokens,
+// automatic renewal and a lost-lock signal, over the stores teams already run.
+//
+// A Client wraps one backend (a driver.Driver): SQLite, PostgreSQL and
+// MySQL/MariaDB through package sqldlock, an in-process store through memdlock,
+// and the other backends in their own packages. Choose one in code with
+// dlock.New(driver) or by URL with dlock.Open(ctx, "postgres://...") after
+// importing the backend package, which registers its URL schemes.
+//
+// Every lock is a lease: the store forgets it after its TTL unless it is
+// renewed, so a crashed holder cannot block others forever. A Lock renews
+// itself in the background at a third of its TTL until released. Each Lock
+// knows a conservative deadline, computed from the local monotonic clock read
+// before the acquire request was sent, minus a drift margin; if renewal fails
+// until that deadline, or the store reports another owner, the lock's Context
+// is cancelled with ErrLost as its cause, before the store can hand the lock
+// to anyone else. Work protected by a lock should watch that context.
+//
+// Every Lock carries a fencing token (Token) that strictly increases per key
+// across all holders. A lease cannot stop a holder that was paused (a long GC
+// pause, a stopped VM) from waking up after its lease ended; passing the token
+// to the protected resource, which rejects tokens older than the newest it has
+// seen, can. Package sqldlock's helpers and the backend table in the README say
+// which stores keep tokens durable.
+//
+// # Errors
+//
+// Every error wraps one of the sentinel errors (ErrNotAcquired, ErrNotHeld,
+// ErrLost, ErrInvalidArgument, ErrClosed, ErrUnsupported), a context error, or
+// an error from the store. Bad input is rejected before anything reaches the
+// store, with an *ArgError naming the bad value:
+//
+//   - a nil context;
+//   - an empty key, a key longer than the backend's limit, a key that is not
+//     valid UTF-8 or contains a NUL byte;
+//   - a TTL that is zero, negative, below the backend's minimum or above its
+//     maximum;
+//   - backoff bounds that are not positive or out of order;
+//   - a URL that does not parse or names an unknown scheme.
+//
+// Misuse is reported with sentinels and changes nothing on the store:
+// Release or Refresh of a released lock gives ErrNotHeld; Release or Refresh
+// of a lost lock gives ErrLost; any use of a closed Client (and of its locks)
+// gives ErrClosed. A foreign owner cannot release a lock at all: the owner is a
+// 128-bit random value that never leaves the handle.
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// Holder describes one holder of a lock, as returned by Client.List.
+type Holder = driver.Holder
+
+// Capabilities describe what a backend does natively.
+type Capabilities = driver.Capabilities
+
+// Client acquires locks from one backend. It is safe for concurrent use.
+// Close it to release its locks and the backend's resources.
+type Client struct {
+	drv      driver.Driver
+	caps     driver.Capabilities
+	notifier driver.Notifier
+	cfg      clientConfig
+	gates    gates
+
+	mu     sync.Mutex
+	closed bool
+	locks  map[*Lock]struct{}
+}
+
+// New returns a Client over d. The Client owns d: Close closes it.
+func New(d driver.Driver, opts ...Option) (*Client, error) {
+	if d == nil {
+		return nil, argError("driver", nil, "must not be nil")
+	}
+	cfg := clientConfig{defaultTTL: DefaultTTL}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.info == "" {
+		host, _ := os.Hostname()
+		cfg.info = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}}
+	c.notifier, _ = d.(driver.Notifier)
+	if err := c.checkTTL(cfg.defaultTTL); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func normalize(caps driver.Capabilities) driver.Capabilities {
+	caps.Modes |= driver.Modes(driver.Exclusive)
+	if caps.MaxKeyLen == 0 {
+		caps.MaxKeyLen = 1024
+	}
+	if caps.MinTTL == 0 {
+		caps.MinTTL = 10 * time.Millisecond
+	}
+	return caps
+}
+
+// OpenFunc opens a driver for a URL whose scheme it was registered for.
+type OpenFunc func(ctx context.Context, u *url.URL) (driver.Driver, error)
+
+var registry struct {
+	sync.RWMutex
+	m map[string]OpenFunc
+}
+
+// Register makes a backend available to Open under a URL scheme. Backend
+// packages call it from init. It panics if open is nil or the scheme is
+// already registered, as database/sql.Register does.
+func Register(scheme string, open OpenFunc) {
+	registry.Lock()
+	defer registry.Unlock()
+	if open == nil {
+		panic("dlock: Register open func is nil")
+	}
+	if _, dup := registry.m[scheme]; dup {
+		panic("dlock: Register called twice for scheme " + scheme)
+	}
+	if registry.m == nil {
+		registry.m = map[string]OpenFunc{}
+	}
+	registry.m[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	s := make([]string, 0, len(registry.m))
+	for k := range registry.m {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Open returns a Client for the backend named by rawURL's scheme, which must
+// have been registered (import the backend package, e.g.
+// `import _ "github.com/dlockhq/dlock/sqldlock"`).
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, argError("url", redact(rawURL), "does not parse: %v", err)
+	}
+	if u.Scheme == "" {
+		return nil, argError("url", redact(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
+	}
+	registry.RLock()
+	open := registry.m[u.Scheme]
+	registry.RUnlock()
+	if open == nil {
+		return nil, argError("url", u.Redacted(), "unknown scheme %q (known schemes: %s)", u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	d, err := open(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: open %s: %w", u.Redacted(), err)
+	}
+	c, err := New(d, opts...)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		return "xxxxx" + raw[i:]
+	}
+	return raw
+}
+
+// Capabilities reports what the backend does natively.
+func (c *Client) Capabilities() Capabilities { return c.caps }
+
+// Driver returns the backend driver, for backend-specific operations.
+func (c *Client) Driver() driver.Driver { return c.drv }
+
+// Lock acquires the lock named key, waiting until it is free. The context
+// bounds the wait only: the lock itself lives until it is released or lost,
+// see Lock.Context. When ctx ends first, the error wraps both ErrNotAcquired
+// and ctx.Err(), and nothing is left behind on the store.
+//
+// Goroutines of one Client waiting for the same key queue locally, so that
+// only one of them at a time waits on the store.
+func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, key, true, opts)
+}
+
+// TryLock makes one attempt to acquire the lock named key. If the lock is
+// held, it returns an error wrapping ErrNotAcquired at once.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, key, false, opts)
+}
+
+// Do acquires the lock named key (waiting as Lock does), runs fn while holding
+// it, and releases it. The context fn receives is cancelled when ctx is or
+// when the lock is lost; fn should stop its work then. Do returns fn's error;
+// if fn succeeded but the lock was lost while it ran, Do returns an error
+// wrapping ErrLost, because the work may have overlapped another holder's.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	if fn == nil {
+		return argError("fn", nil, "must not be nil")
+	}
+	l, err := c.Lock(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(fctx, l)
+	stop()
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+	defer rcancel()
+	rerr := l.Release(rctx)
+	if ferr != nil {
+		return ferr
+	}
+	return rerr
+}
+
+// List returns the live holders of keys that start with prefix. It returns an
+// error wrapping ErrUnsupported if the backend cannot list.
+func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	l, ok := c.drv.(driver.Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: listing holders", ErrUnsupported)
+	}
+	return l.List(ctx, prefix)
+}
+
+// ForceRelease removes every holder of key, whoever owns it, and reports how
+// many holds it removed. It is meant for operators clearing a stuck lock; the
+// holders see their locks as lost at their next renewal. It returns an error
+// wrapping ErrUnsupported if the backend cannot do it.
+func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := c.check(ctx); err != nil {
+		return 0, err
+	}
+	if err := c.checkKey(key); err != nil {
+		return 0, err
+	}
+	f, ok := c.drv.(driver.ForceReleaser)
+	if !ok {
+		return 0, fmt.Errorf("%w: forced release", ErrUnsupported)
+	}
+	return f.ForceRelease(ctx, key)
+}
+
+// Close releases every lock the Client holds (their contexts end with cause
+// ErrClosed) and closes the backend. Later calls on the Client or its locks
+// return ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	locks := make([]*Lock, 0, len(c.locks))
+	for l := range c.locks {
+		locks = append(locks, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range locks {
+		if err := l.closeLock(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.drv.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) check(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *Client) checkKey(key string) error {
+	switch {
+	case key == "":
+		return argError("key", key, "must not be empty")
+	case len(key) > c.caps.MaxKeyLen:
+		return argError("key", key, "is %d bytes, longer than this backend's limit of %d", len(key), c.caps.MaxKeyLen)
+	case !utf8.ValidString(key):
+		return argError("key", key, "is not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return argError("key", key, "contains a NUL byte")
+	}
+	return nil
+}
+
+func (c *Client) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return argError("ttl", ttl, "must be positive")
+	case ttl < c.caps.MinTTL:
+		return argError("ttl", ttl, "is below this backend's minimum of %v", c.caps.MinTTL)
+	case c.caps.MaxTTL > 0 && ttl > c.caps.MaxTTL:
+		return argError("ttl", ttl, "is above this backend's maximum of %v", c.caps.MaxTTL)
+	}
+	return nil
+}
+
+func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
+	cfg := lockConfig{ttl: c.cfg.defaultTTL, renew: true, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := c.checkTTL(cfg.ttl); err != nil {
+		return cfg, err
+	}
+	if cfg.minBackoff <= 0 {
+		return cfg, argError("backoff min", cfg.minBackoff, "must be positive")
+	}
+	if cfg.maxBackoff < cfg.minBackoff {
+		return cfg, argError("backoff max", cfg.maxBackoff, "is below the minimum %v", cfg.minBackoff)
+	}
+	return cfg, nil
+}
+
+func (c *Client) track(l *Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.locks[l] = struct{}{}
+	return true
+}
+
+func (c *Client) forget(l *Lock) {
+	c.mu.Lock()
+	delete(c.locks, l)
+	c.mu.Unlock()
+}
+
+func (c *Client) observe(e Event) {
+	if c.cfg.observer != nil {
+		c.cfg.observer.Observe(e)
+	}
+}
+
+// newOwner returns a fresh owner token: 26 base32 characters of crypto/rand
+// (130 bits).
+func newOwner() string { return rand.Text() }
+
+// driftMargin is subtracted from a lease to get the holder's own validity: 1%
+// of the lease for clock-rate differences plus 2ms for timer and scheduling
+// delays (the Redlock margin).
+func driftMargin(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// cleanupTimeout bounds the best-effort releases dlock makes on its own
+// (after a failed acquire, on Close).
+const cleanupTimeout = 5 * time.Second

@@ -1,0 +1,278 @@
+// Package driver defines the interface a dlock backend implements.
+//
+// Most programs never import this package: they use the portable API in
+// package dlock, which turns a Driver into locks with leases, renewal, waiting,
+// fencing tokens and a lost-lock signal. A driver performs single atomic steps
+// on its store and nothing else; everything that can be written once (retries,
+// waiting, backoff, renewal, deadlines, validation, observability) lives in
+// package dlock. This is the same split as database/sql and database/sql/driver.
+//
+// # The contract
+//
+// A lock is identified by a key. Each acquisition is made by an owner: an
+// opaque, unguessable string (at least 128 random bits) chosen by package dlock
+// for that acquisition. A driver must obey these rules; package drivertest
+// checks them.
+//
+//   - Atomicity. Acquire, Refresh and Release are each one atomic step on the
+//     store: a compare-and-set that checks the current holder and changes it in
+//     one indivisible operation (a Lua script, a transaction, a conditional
+//     UPDATE, a CAS). A check followed by a separate write is not atomic.
+//   - Ownership. Refresh and Release change the store only if req.Owner holds
+//     the key. A foreign owner gets ErrNotHeld and the store is unchanged.
+//   - Leases. Every hold expires after the TTL it was last given unless it is
+//     refreshed. Where the store has a clock (a database, Redis, a consensus
+//     service), expiry is measured on that clock, never on the client's.
+//   - Fencing tokens. Each successful Acquire returns a token greater than every
+//     token previously returned for the same key by any client, including tokens
+//     of holders that released or expired. Tokens need not be dense.
+//   - No retries. A driver makes exactly one attempt per call and returns. It
+//     never sleeps to wait for a lock, never retries a failed request and never
+//     renews leases on its own; package dlock decides all of that. (Reconnecting
+//     a broken connection inside the client library is fine.)
+//   - No lost state. A driver never leaves state behind for an owner after
+//     Release, after the owner's lease expired and the key was taken over, or
+//     after Acquire returned an error. The only state that may outlive a lock
+//     is what fencing needs (for example a per-key counter).
+//   - Contexts. Every call honours ctx: when it is done the call returns
+//     promptly with an error wrapping ctx.Err().
+//   - Concurrency. All methods are safe for concurrent use.
+//
+// # Modes
+//
+// Request.Mode says which kind of hold is asked for. This version of dlock asks
+// drivers for Exclusive holds only; Shared (the read side of a read-write lock)
+// and Semaphore (at most Request.Limit holders) are reserved and declared in
+// Capabilities.Modes by drivers that implement them natively. A driver given a
+// mode it does not declare must return ErrUnsupported: it must never silently
+// hand out a weaker lock.
+//
+// # Optional interfaces
+//
+// A driver may also implement Notifier (wake waiters when a key is released),
+// Lister (enumerate holders, for `dlock ls`) and ForceReleaser (remove every
+// holder of a key, for operators). Package dlock discovers them by type
+// assertion.
+package driver
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Errors a driver returns. Drivers wrap them with detail (fmt.Errorf with %w);
+// callers test with errors.Is.
+var (
+	// ErrNotHeld means the owner in the request does not hold the key: it
+	// never did, it released it, or its lease expired (and perhaps another
+	// owner took the key).
+	ErrNotHeld = errors.New("dlock/driver: lock not held by this owner")
+
+	// ErrUnsupported means the driver cannot perform the request as asked
+	// (a mode or option it does not implement).
+	ErrUnsupported = errors.New("dlock/driver: not supported")
+)
+
+// Mode is the kind of hold a request asks for.
+type Mode uint8
+
+const (
+	// Exclusive is a mutual-exclusion lock: at most one holder per key.
+	Exclusive Mode = iota
+	// Shared is the read side of a read-write lock: any number of Shared
+	// holders, but none while an Exclusive holder exists.
+	Shared
+	// Semaphore allows at most Request.Limit concurrent holders per key, each
+	// with a lease of its own.
+	Semaphore
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Semaphore:
+		return "semaphore"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ModeSet is a set of modes.
+type ModeSet uint32
+
+// Has reports whether m is in the set.
+func (s ModeSet) Has(m Mode) bool { return s&(1<<m) != 0 }
+
+// Modes returns a set holding the given modes.
+func Modes(ms ...Mode) ModeSet {
+	var s ModeSet
+	for _, m := range ms {
+		s |= 1 << m
+	}
+	return s
+}
+
+// Request describes one acquisition. Package dlock has validated every field
+// against the driver's Capabilities before a driver sees it. The same Request
+// (same Key and Owner) is passed to Acquire, Refresh, Release and Subscribe for
+// the lifetime of one hold; only TTL may differ between calls.
+type Request struct {
+	// Key names the lock. It is non-empty valid UTF-8 without NUL bytes and no
+	// longer than Capabilities.MaxKeyLen bytes.
+	Key string
+	// Owner identifies this acquisition: an unguessable string, unique per
+	// acquisition, compared by the driver on Refresh and Release.
+	Owner string
+	// TTL is the lease: the hold expires TTL after the store applied the
+	// request, unless refreshed. It is at least Capabilities.MinTTL.
+	TTL time.Duration
+	// Mode is the kind of hold.
+	Mode Mode
+	// Limit is the number of holders a Semaphore admits; zero for other modes.
+	Limit int
+	// Queue asks a driver that declares Capabilities.FIFO to keep the owner
+	// in the key's wait queue when Acquire does not succeed, so that owners
+	// acquire in the order they first asked. The queue entry has a lease of
+	// TTL of its own, renewed by each further Acquire for the same owner, and
+	// is removed by a successful Acquire or by Release. Drivers without FIFO
+	// ignore it.
+	Queue bool
+	// Info is free-form text about the holder (host, process) shown by
+	// Lister. It may be empty.
+	Info string
+}
+
+// Result is the outcome of an Acquire call that reached the store.
+type Result struct {
+	// Acquired reports whether the owner now holds the key.
+	Acquired bool
+	// Token is the fencing token of this hold when Acquired is true.
+	Token uint64
+	// TTL is the lease the store granted, when it differs from the request
+	// (for example rounded to whole seconds). Zero means exactly Request.TTL.
+	// It must never exceed Request.TTL.
+	TTL time.Duration
+	// RetryAfter, when Acquired is false, estimates how long until the
+	// current holder's lease ends, as the store's clock sees it. Zero means
+	// unknown. Package dlock uses it to time its next attempt.
+	RetryAfter time.Duration
+}
+
+// Capabilities describe what a driver does natively. They are constant for the
+// lifetime of a driver.
+type Capabilities struct {
+	// Modes are the modes the driver implements. It always includes
+	// Exclusive.
+	Modes ModeSet
+	// FIFO reports that waiters who Acquire with Request.Queue set acquire in
+	// the order they first asked.
+	FIFO bool
+	// DurableTokens reports that fencing tokens keep increasing across a
+	// restart of the store (they are persisted with the store's own
+	// durability). False means a restart may reuse tokens: use such a store
+	// for efficiency locks only.
+	DurableTokens bool
+	// ServerClock reports that leases expire on the store's clock. False
+	// means expiry depends on client clocks.
+	ServerClock bool
+	// Consensus reports that the store replicates through a consensus
+	// protocol, so a hold survives the failure of a minority of servers.
+	Consensus bool
+	// MaxKeyLen is the longest key in bytes (after any prefix the driver
+	// adds has been accounted for). Zero means 1024.
+	MaxKeyLen int
+	// MinTTL is the shortest lease the driver accepts. Zero means 10ms.
+	MinTTL time.Duration
+	// MaxTTL is the longest lease the driver accepts. Zero means no limit.
+	MaxTTL time.Duration
+}
+
+// Driver is the interface every backend implements.
+type Driver interface {
+	// Acquire makes one atomic attempt to give req.Owner a hold of req.Mode
+	// on req.Key with a lease of req.TTL. If the key is free (or its holders'
+	// leases have expired, or the mode admits another holder) it takes the
+	// hold and returns Result{Acquired: true, Token: ...}. Otherwise it
+	// changes nothing (except a queue entry, see Request.Queue) and returns
+	// Result{Acquired: false}. An error means the outcome is unknown to the
+	// caller, who will call Release to clean up: the driver must make sure a
+	// failed call leaves no hold it could not report.
+	//
+	// If req.Owner already holds the key, Acquire behaves like Refresh and
+	// returns the existing token.
+	Acquire(ctx context.Context, req Request) (Result, error)
+
+	// Refresh resets the lease of req.Owner's hold on req.Key to req.TTL from
+	// now, atomically checking that req.Owner still holds it. It returns an
+	// error wrapping ErrNotHeld if it does not (the store is unchanged).
+	Refresh(ctx context.Context, req Request) error
+
+	// Release removes req.Owner's hold on req.Key, and any queue entry of
+	// req.Owner, atomically checking ownership. It returns an error wrapping
+	// ErrNotHeld if req.Owner held nothing live on the key (it never did, had
+	// already released it, or its lease had expired); any expired remains of
+	// req.Owner's hold are removed all the same.
+	Release(ctx context.Context, req Request) error
+
+	// Capabilities reports what the driver does natively.
+	Capabilities() Capabilities
+
+	// Close releases the resources the driver created (connections it
+	// opened, goroutines it started). A driver built around a client the
+	// caller passed in does not close that client. Holds are not released:
+	// package dlock releases its locks before it calls Close. After Close,
+	// every method returns an error.
+	Close() error
+}
+
+// Notifier is implemented by drivers that can wake a waiter when a key may
+// have become available (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, watches).
+type Notifier interface {
+	// Subscribe starts watching for a change that may let req.Owner acquire
+	// req.Key: a release of the key, or, for FIFO drivers, of the owner's
+	// predecessor in the queue. Every such change that happens after
+	// Subscribe returns must be signalled on the subscription's channel.
+	// Lease expiry need not be signalled (package dlock polls using
+	// Result.RetryAfter), and spurious signals are allowed.
+	Subscribe(ctx context.Context, req Request) (Subscription, error)
+}
+
+// Subscription is a live watch returned by Notifier.Subscribe.
+type Subscription interface {
+	// C returns a channel that receives a value after each change. Signals
+	// may be coalesced: a full channel is not written to again.
+	C() <-chan struct{}
+	// Close ends the watch and frees its resources. It is idempotent.
+	Close() error
+}
+
+// Holder describes one holder of a key, as listed by a Lister.
+type Holder struct {
+	Key   string
+	Owner string
+	Mode  Mode
+	Token uint64
+	Info  string
+	// TTL is the time left on the holder's lease, as the store sees it.
+	TTL time.Duration
+}
+
+// Lister is implemented by drivers that can enumerate live holders.
+type Lister interface {
+	// List returns the live holders of keys that start with prefix, sorted
+	// by key and then token. Expired holders are not listed.
+	List(ctx context.Context, prefix string) ([]Holder, error)
+}
+
+// ForceReleaser is implemented by drivers that let an operator remove every
+// holder of a key, whoever owns it.
+type ForceReleaser interface {
+	// ForceRelease removes all holds and queue entries on key and reports
+	// how many holds it removed. It is not an error if there were none.
+	ForceRelease(ctx context.Context, key string) (int, error)
+}

@@ -1,0 +1,72 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error dlock returns wraps one of them (or a context
+// error, or an error from the store); test with errors.Is.
+var (
+	// ErrNotAcquired means the lock could not be acquired: TryLock found it
+	// held, or a wait in Lock ended. When a wait ends because its context is
+	// done, the error also wraps the context's error, so both
+	// errors.Is(err, ErrNotAcquired) and errors.Is(err, context.DeadlineExceeded)
+	// (or context.Canceled) hold.
+	ErrNotAcquired = errors.New("dlock: lock not acquired")
+
+	// ErrNotHeld means the lock handle no longer holds the lock because it
+	// was released through this handle (for example Release called twice).
+	// It is also the cause of a lock context that ended by Release.
+	ErrNotHeld = errors.New("dlock: lock not held")
+
+	// ErrLost means the lock was held but can no longer be trusted: a
+	// renewal failed, the lease ran out, or the store reports another owner.
+	// The protected work must stop; another holder may already exist.
+	ErrLost = errors.New("dlock: lock lost")
+
+	// ErrInvalidArgument means an argument was rejected before anything was
+	// sent to the store. The error is an *ArgError naming the argument.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrUnsupported means the backend does not support what was asked
+	// (a lock mode, a listing, a forced release).
+	ErrUnsupported = errors.New("dlock: not supported by this backend")
+)
+
+// ArgError reports a rejected argument. It matches ErrInvalidArgument with
+// errors.Is.
+type ArgError struct {
+	Name   string // the argument: "key", "ttl", "ctx", ...
+	Value  any    // the rejected value
+	Reason string // why it was rejected
+}
+
+// Error implements error.
+func (e *ArgError) Error() string {
+	return fmt.Sprintf("dlock: invalid argument %s=%s: %s", e.Name, formatValue(e.Value), e.Reason)
+}
+
+// Is reports whether target is ErrInvalidArgument.
+func (e *ArgError) Is(target error) bool { return target == ErrInvalidArgument }
+
+func formatValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nil"
+	case string:
+		if len(v) > 64 {
+			return fmt.Sprintf("%q... (%d bytes)", v[:64], len(v))
+		}
+		return fmt.Sprintf("%q", v)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+func argError(name string, value any, format string, args ...any) error {
+	return &ArgError{Name: name, Value: value, Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,328 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+type lockState int
+
+const (
+	held lockState = iota
+	released
+	lost
+	closed
+)
+
+// Lock is a held lock: a lease on a key with an owner and a fencing token.
+// It renews itself in the background (unless WithoutRenewal was given) until
+// Release is called or the lock is lost. Its methods are safe for concurrent
+// use.
+type Lock struct {
+	c          *Client
+	req        driver.Request
+	token      uint64
+	ttl        time.Duration
+	acquiredAt time.Time
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	leave      func() // leaves the Client's gate for the key
+
+	stopRenew context.CancelFunc // nil without renewal
+	renewDone chan struct{}
+
+	mu         sync.Mutex
+	state      lockState
+	cause      error // why the lock ended; nil while held
+	validUntil time.Time
+	expiry     *time.Timer
+}
+
+func newLock(c *Client, req driver.Request, token uint64, ttl time.Duration, renew bool, sent, validUntil time.Time, leave func()) *Lock {
+	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
+	l.mu.Unlock()
+	var rctx context.Context
+	if renew {
+		rctx, l.stopRenew = context.WithCancel(context.Background())
+		l.renewDone = make(chan struct{})
+	}
+	if !c.track(l) {
+		l.expiry.Stop()
+		l.cancel(ErrClosed)
+		if renew {
+			l.stopRenew()
+		}
+		return nil
+	}
+	if renew {
+		go l.renewLoop(rctx)
+	}
+	return l
+}
+
+// Key returns the lock's key.
+func (l *Lock) Key() string { return l.req.Key }
+
+// Token returns the fencing token: a number that is greater than the token of
+// every earlier holder of the same key. Pass it to the resource the lock
+// protects and have the resource reject writes with a token lower than the
+// highest it has seen.
+func (l *Lock) Token() uint64 { return l.token }
+
+// TTL returns the lease the store granted.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// Context returns a context that is cancelled when the lock is released,
+// lost or its Client closed. context.Cause tells which: ErrNotHeld after
+// Release, an error wrapping ErrLost after a loss, ErrClosed after Close.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done is shorthand for Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lock is held, and then the reason it ended (see
+// Context).
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
+
+// ValidUntil returns the time until which this process can trust that it
+// holds the lock, absent a renewal: the time the last successful acquire or
+// refresh request was sent, plus the lease, minus a drift margin. It carries a
+// monotonic clock reading; compare it with time.Now, not with other hosts'
+// clocks.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Refresh renews the lease now, to the lock's TTL from now. Automatic renewal
+// makes calling it unnecessary unless WithoutRenewal was given. It returns an
+// error wrapping ErrLost if the lock was lost (and marks it lost if the store
+// reports another owner), ErrNotHeld if it was released, ErrClosed if the
+// Client was closed. Any other error is a failure to reach the store: the
+// lock is kept until its validity ends.
+func (l *Lock) Refresh(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	return l.refresh(ctx)
+}
+
+func (l *Lock) refresh(ctx context.Context) error {
+	if err := l.ended(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	err := l.c.drv.Refresh(ctx, l.req)
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		if v := sent.Add(l.ttl - driftMargin(l.ttl)); l.state == held && v.After(l.validUntil) {
+			l.validUntil = v
+			l.expiry.Reset(time.Until(v))
+		}
+		l.mu.Unlock()
+		return l.ended()
+	case errors.Is(err, driver.ErrNotHeld):
+		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's lease: %w", ErrLost, l.req.Key, err))
+		return l.ended()
+	default:
+		l.c.observe(Event{Kind: EventRenewFailed, Key: l.req.Key, Token: l.token, Err: err})
+		if err := l.ended(); err != nil {
+			return err
+		}
+		return fmt.Errorf("dlock: refresh %q: %w", l.req.Key, err)
+	}
+}
+
+// Release releases the lock. It returns nil if the lock was still held, an
+// error wrapping ErrLost if it had been lost (the protected work may have
+// overlapped another holder's), ErrNotHeld if it was already released, and
+// ErrClosed after the Client was closed. On any other error (the store could
+// not be reached) the lock's context is cancelled all the same and the store
+// frees the lock when its lease ends.
+func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	l.stopRenewal()
+	l.mu.Lock()
+	state, cause := l.state, l.cause
+	l.mu.Unlock()
+	switch state {
+	case released, closed:
+		return cause
+	case lost:
+		// Clear whatever may remain of the lease; the loss stands.
+		l.c.cleanup(l.req)
+		return cause
+	}
+	err := l.c.drv.Release(ctx, l.req)
+	switch {
+	case err == nil:
+		l.end(released, fmt.Errorf("%w: %q was released", ErrNotHeld, l.req.Key))
+		return nil
+	case errors.Is(err, driver.ErrNotHeld):
+		l.end(lost, fmt.Errorf("%w: %q: the lease had ended before release: %w", ErrLost, l.req.Key, err))
+		return l.ended()
+	default:
+		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, l.req.Key))
+		return fmt.Errorf("dlock: release %q: %w", l.req.Key, err)
+	}
+}
+
+// closeLock releases the lock on Client.Close.
+func (l *Lock) closeLock() error {
+	l.stopRenewal()
+	l.mu.Lock()
+	state := l.state
+	l.mu.Unlock()
+	if state != held {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	err := l.c.drv.Release(ctx, l.req)
+	l.end(closed, ErrClosed)
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		return fmt.Errorf("dlock: release %q on close: %w", l.req.Key, err)
+	}
+	return nil
+}
+
+// ended returns nil while the lock is held, else the reason it ended.
+func (l *Lock) ended() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
+
+// end moves a held lock to state s with the given cause: it cancels the
+// lock's context, stops its timers and lets the next local waiter in.
+func (l *Lock) end(s lockState, cause error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.state, l.cause = s, cause
+	l.expiry.Stop()
+	l.mu.Unlock()
+
+	l.cancel(cause)
+	if l.stopRenew != nil {
+		l.stopRenew()
+	}
+	l.leave()
+	l.c.forget(l)
+	held := time.Since(l.acquiredAt)
+	switch s {
+	case lost:
+		l.c.cfg.logger.Warn("dlock: lock lost", "key", l.req.Key, "token", l.token, "err", cause)
+		l.c.observe(Event{Kind: EventLost, Key: l.req.Key, Token: l.token, Held: held, Err: cause})
+	default:
+		l.c.observe(Event{Kind: EventReleased, Key: l.req.Key, Token: l.token, Held: held})
+	}
+}
+
+// checkExpiry runs when the validity deadline may have passed.
+func (l *Lock) checkExpiry() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.validUntil); left > 0 {
+		l.expiry.Reset(left) // a refresh moved the deadline meanwhile
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.end(lost, fmt.Errorf("%w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))
+}
+
+// renewLoop refreshes the lease every third of the TTL. After a failed
+// attempt it retries sooner, until the lock ends.
+func (l *Lock) renewLoop(ctx context.Context) {
+	defer close(l.renewDone)
+	interval := l.ttl / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithDeadline(ctx, l.ValidUntil())
+		err := l.refresh(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			t.Reset(interval)
+		case l.ended() != nil:
+			return
+		default:
+			l.c.cfg.logger.Warn("dlock: renewal failed; retrying", "key", l.req.Key, "err", err)
+			t.Reset(max(interval/4, time.Millisecond))
+		}
+	}
+}
+
+// stopRenewal stops the renewal goroutine and waits for it to finish.
+func (l *Lock) stopRenewal() {
+	if l.stopRenew == nil {
+		return
+	}
+	l.stopRenew()
+	<-l.renewDone
+}
+
+// ReleaseAfter hands the lock over to its lease: it stops renewal and sets the
+// lease to end d from now, so the store keeps the lock for d more and then
+// frees it, even if this process exits. The handle is done at once (its
+// context ends with ErrNotHeld as the cause). Use it to hold a lock for a
+// minimum time after the work finished, so that a scheduled job that ran
+// quickly is not run again by a host whose clock is slightly behind. If d is
+// not positive, it releases at once.
+func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	if d <= 0 {
+		return l.Release(ctx)
+	}
+	if err := l.c.checkTTL(d); err != nil {
+		return err
+	}
+	l.stopRenewal()
+	if err := l.ended(); err != nil {
+		return err
+	}
+	req := l.req
+	req.TTL = d
+	err := l.c.drv.Refresh(ctx, req)
+	switch {
+	case err == nil:
+		l.end(released, fmt.Errorf("%w: %q is held by its lease for %v more", ErrNotHeld, l.req.Key, d))
+		return nil
+	case errors.Is(err, driver.ErrNotHeld):
+		l.end(lost, fmt.Errorf("%w: %q: the lease had ended: %w", ErrLost, l.req.Key, err))
+		return l.ended()
+	default:
+		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, l.req.Key))
+		return fmt.Errorf("dlock: release %q after %v: %w", l.req.Key, d, err)
+	}
+}

@@ -1,0 +1,145 @@
+package dlock
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults used when no option says otherwise.
+const (
+	// DefaultTTL is the lease of a lock when neither WithTTL nor
+	// WithDefaultTTL is given.
+	DefaultTTL = 15 * time.Second
+	// DefaultMinBackoff and DefaultMaxBackoff bound the jittered exponential
+	// backoff between attempts when a backend cannot notify waiters.
+	DefaultMinBackoff = 2 * time.Millisecond
+	DefaultMaxBackoff = 500 * time.Millisecond
+)
+
+// Option configures a Client.
+type Option func(*clientConfig)
+
+type clientConfig struct {
+	logger     *slog.Logger
+	observer   Observer
+	defaultTTL time.Duration
+	info       string
+}
+
+// WithLogger sets the logger for renewal failures, lost locks and fallbacks.
+// The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *clientConfig) { c.logger = l }
+}
+
+// WithObserver sets a hook that sees every acquisition, release and loss; use
+// it to feed metrics or traces. It is called synchronously and must be fast.
+func WithObserver(o Observer) Option {
+	return func(c *clientConfig) { c.observer = o }
+}
+
+// WithDefaultTTL sets the lease used by locks that do not pass WithTTL.
+func WithDefaultTTL(d time.Duration) Option {
+	return func(c *clientConfig) { c.defaultTTL = d }
+}
+
+// WithOwnerInfo sets the text stored with each hold and shown by listings
+// (`dlock ls`). The default is "host:pid".
+func WithOwnerInfo(info string) Option {
+	return func(c *clientConfig) { c.info = info }
+}
+
+// LockOption configures one acquisition.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl        time.Duration
+	renew      bool
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	info       *string
+}
+
+// WithTTL sets the lease of the lock: how long the store keeps it after the
+// last successful renewal. A holder that crashes blocks others for at most this
+// long. It must be at least the backend's minimum (10ms unless the backend
+// says otherwise).
+func WithTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.ttl = d }
+}
+
+// WithoutRenewal turns automatic renewal off: the lock is lost when its lease
+// ends unless Refresh is called in time.
+func WithoutRenewal() LockOption {
+	return func(c *lockConfig) { c.renew = false }
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff between
+// attempts while Lock waits. Backends that notify waiters use it only as a
+// fallback.
+func WithBackoff(min, max time.Duration) LockOption {
+	return func(c *lockConfig) { c.minBackoff, c.maxBackoff = min, max }
+}
+
+// WithInfo overrides the Client's owner info for this lock.
+func WithInfo(info string) LockOption {
+	return func(c *lockConfig) { c.info = &info }
+}
+
+// EventKind tells what an Event reports.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventAcquired: a lock was acquired. Event.Wait is the time spent.
+	EventAcquired EventKind = iota
+	// EventNotAcquired: Lock or TryLock gave up. Event.Err says why.
+	EventNotAcquired
+	// EventReleased: a lock was released. Event.Held is how long it was held.
+	EventReleased
+	// EventLost: a held lock was lost. Event.Err says why.
+	EventLost
+	// EventRenewFailed: one renewal attempt failed; the lock is kept until
+	// its validity runs out. Event.Err says why.
+	EventRenewFailed
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventNotAcquired:
+		return "not_acquired"
+	case EventReleased:
+		return "released"
+	case EventLost:
+		return "lost"
+	case EventRenewFailed:
+		return "renew_failed"
+	}
+	return "unknown"
+}
+
+// Event is what an Observer sees.
+type Event struct {
+	Kind  EventKind
+	Key   string
+	Token uint64        // the lock's fencing token, when it was acquired
+	Wait  time.Duration // EventAcquired, EventNotAcquired: time spent acquiring
+	Held  time.Duration // EventReleased, EventLost: time the lock was held
+	Err   error         // EventNotAcquired, EventLost, EventRenewFailed
+}
+
+// Observer receives events about locks. Adapters for Prometheus or
+// OpenTelemetry implement it outside the core package, so that the core does
+// not depend on them.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to the Observer interface.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
