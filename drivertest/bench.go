@@ -1,0 +1,103 @@
+package drivertest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
+)
+
+// RunBenchmarks runs the standard workloads on the driver as sub-benchmarks
+// of b:
+//
+//   - Uncontended/G=1 and G=64: goroutines lock and release keys of their
+//     own;
+//   - HotKey/G=8 and G=64, CS=0 and CS=1ms: goroutines contend for one key
+//     and hold it for the critical section CS.
+//
+// Goroutines are spread over up to four Clients, each with its own driver,
+// as separate processes would be. Besides ns/op each reports acquisitions per
+// second (acq/s) and the median and 99th percentile of the time spent
+// acquiring (wait-p50-µs, wait-p99-µs).
+func RunBenchmarks(b *testing.B, cfg Config) {
+	for _, g := range []int{1, 64} {
+		b.Run(fmt.Sprintf("Uncontended/G=%d", g), func(b *testing.B) { runBench(b, cfg, g, false, 0) })
+	}
+	for _, g := range []int{8, 64} {
+		for _, cs := range []time.Duration{0, time.Millisecond} {
+			b.Run(fmt.Sprintf("HotKey/G=%d/CS=%v", g, cs), func(b *testing.B) { runBench(b, cfg, g, true, cs) })
+		}
+	}
+}
+
+func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Duration) {
+	clients := make([]*dlock.Client, min(goroutines, 4))
+	for i := range clients {
+		c, err := dlock.New(cfg.NewDriver(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	base := prefix(b)
+	ctx := context.Background()
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		waits = make([]time.Duration, 0, b.N)
+		wg    sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for g := range goroutines {
+		wg.Go(func() {
+			c := clients[g%len(clients)]
+			key := base + "hot"
+			if !hot {
+				key = base + strconv.Itoa(g)
+			}
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				waits = append(waits, mine...)
+				mu.Unlock()
+			}()
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				l, err := c.Lock(ctx, key, dlock.WithTTL(30*time.Second))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				if cs > 0 {
+					time.Sleep(cs)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(waits) == 0 {
+		return
+	}
+	slices.Sort(waits)
+	pct := func(p float64) float64 {
+		return float64(waits[int(p*float64(len(waits)-1))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(float64(len(waits))/elapsed.Seconds(), "acq/s")
+	b.ReportMetric(pct(0.50), "wait-p50-µs")
+	b.ReportMetric(pct(0.99), "wait-p99-µs")
+}

@@ -1,0 +1,663 @@
+package drivertest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// longTTL is the lease of locks that must not expire during a test.
+const longTTL = 5 * time.Minute
+
+func (s *suite) testMutualExclusion(t *testing.T) {
+	key := prefix(t) + "k"
+	const clients, goroutines, rounds = 3, 4, 8
+	var (
+		mu         sync.Mutex
+		inside     int
+		lastToken  uint64
+		count      int
+		violations []string
+		wg         sync.WaitGroup
+	)
+	for range clients {
+		c := s.client(t)
+		for range goroutines {
+			wg.Go(func() {
+				for range rounds {
+					l, err := c.Lock(ctx(t), key, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Millisecond, 20*time.Millisecond))
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					mu.Lock()
+					inside++
+					if inside != 1 {
+						violations = append(violations, fmt.Sprintf("%d holders at once", inside))
+					}
+					if l.Token() <= lastToken {
+						violations = append(violations, fmt.Sprintf("token %d after token %d", l.Token(), lastToken))
+					}
+					lastToken = l.Token()
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // widen the critical section
+					mu.Lock()
+					inside--
+					count++
+					mu.Unlock()
+					if err := l.Release(ctx(t)); err != nil {
+						t.Errorf("Release: %v", err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if want := clients * goroutines * rounds; count != want {
+		t.Errorf("%d critical sections ran; want %d", count, want)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testTryLockHeld(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	l, err := a.TryLock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("TryLock on a free key: %v", err)
+	}
+	for name, c := range map[string]*dlock.Client{"other client": b, "same client": a} {
+		_, err := c.TryLock(ctx(t), key, dlock.WithTTL(longTTL))
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock on a held key (%s) = %v; want ErrNotAcquired", name, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			t.Errorf("TryLock on a held key (%s) = %v; want no context error", name, err)
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	l2, err := b.TryLock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("TryLock after release: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after token %d; want it greater", l2.Token(), l.Token())
+	}
+	if err := l2.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testExpiryAndTakeover(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	la, err := a.Lock(ctx(t), key, dlock.WithTTL(s.shortTTL()), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	lb, err := b.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock waiting for an expired lease: %v", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("takeover token %d <= expired holder's %d", lb.Token(), la.Token())
+	}
+	if cause := waitDone(t, la, "expired holder"); !errors.Is(cause, dlock.ErrLost) {
+		t.Errorf("expired holder's cause = %v; want ErrLost", cause)
+	}
+	if err := la.Release(ctx(t)); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release by the expired holder = %v; want ErrLost", err)
+	}
+	if err := lb.Refresh(ctx(t)); err != nil {
+		t.Errorf("new holder's Refresh after the old holder's Release = %v; want nil", err)
+	}
+	if err := lb.Release(ctx(t)); err != nil {
+		t.Errorf("Release by the new holder: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testRefreshExtends(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	ttl := max(s.shortTTL(), time.Second)
+	l, err := a.Lock(ctx(t), key, dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	// Refresh by hand for twice the lease; the lock must survive it.
+	for range 8 {
+		time.Sleep(ttl / 4)
+		before := l.ValidUntil()
+		if err := l.Refresh(ctx(t)); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if !l.ValidUntil().After(before) {
+			t.Errorf("ValidUntil %v did not move past %v on Refresh", l.ValidUntil(), before)
+		}
+	}
+	if _, err := b.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock on a lock refreshed past its first lease = %v; want ErrNotAcquired", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("refreshed lock Err = %v; want nil", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+
+	// Automatic renewal keeps a lock for many leases.
+	l, err = a.Lock(ctx(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	time.Sleep(2 * ttl)
+	if _, err := b.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock on an auto-renewed lock = %v; want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Errorf("Release of an auto-renewed lock: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testAfterLoss(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	la, err := a.Lock(ctx(t), key, dlock.WithTTL(s.shortTTL()), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if cause := waitDone(t, la, "lock without renewal"); !errors.Is(cause, dlock.ErrLost) {
+		t.Fatalf("cause = %v; want ErrLost", cause)
+	}
+	if err := la.Refresh(ctx(t)); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh after loss = %v; want ErrLost", err)
+	}
+	if err := la.Err(); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Err after loss = %v; want ErrLost", err)
+	}
+	lb, err := b.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock after the holder's loss: %v", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after lost token %d; want it greater", lb.Token(), la.Token())
+	}
+	// The lost handle cannot disturb the new holder.
+	if err := la.Release(ctx(t)); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release after loss = %v; want ErrLost", err)
+	}
+	if err := la.Refresh(ctx(t)); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh after loss = %v; want ErrLost", err)
+	}
+	if _, err := a.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock while the new holder holds = %v; want ErrNotAcquired", err)
+	}
+	if err := lb.Release(ctx(t)); err != nil {
+		t.Errorf("new holder's Release = %v; want nil", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) request(key string) driver.Request {
+	return driver.Request{Key: key, Owner: rand.Text(), TTL: longTTL, Mode: driver.Exclusive, Info: "drivertest"}
+}
+
+func (s *suite) testForeignOwner(t *testing.T) {
+	key := prefix(t) + "k"
+	d, d2 := s.driver(t), s.driver(t)
+	req := s.request(key)
+	res, err := d.Acquire(ctx(t), req)
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire on a free key = %+v, %v", res, err)
+	}
+	foreign := req
+	foreign.Owner = rand.Text()
+	for _, dd := range []driver.Driver{d, d2} {
+		if err := dd.Release(ctx(t), foreign); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Release by a foreign owner = %v; want ErrNotHeld", err)
+		}
+		if err := dd.Refresh(ctx(t), foreign); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Refresh by a foreign owner = %v; want ErrNotHeld", err)
+		}
+		fres, err := dd.Acquire(ctx(t), foreign)
+		if err != nil || fres.Acquired {
+			t.Errorf("Acquire by a foreign owner = %+v, %v; want not acquired", fres, err)
+		}
+		if fres.RetryAfter < 0 || fres.RetryAfter > req.TTL {
+			t.Errorf("RetryAfter = %v; want within [0, %v]", fres.RetryAfter, req.TTL)
+		}
+	}
+	// The owner still holds the lock, with the same token.
+	if err := d2.Refresh(ctx(t), req); err != nil {
+		t.Errorf("owner's Refresh after foreign attempts = %v; want nil", err)
+	}
+	again, err := d.Acquire(ctx(t), req)
+	if err != nil || !again.Acquired || again.Token != res.Token {
+		t.Errorf("owner's repeated Acquire = %+v, %v; want acquired with token %d", again, err, res.Token)
+	}
+	if err := d.Release(ctx(t), req); err != nil {
+		t.Errorf("owner's Release = %v", err)
+	}
+	if err := d.Release(ctx(t), req); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("second Release = %v; want ErrNotHeld", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testSameOwnerAcquire(t *testing.T) {
+	key := prefix(t) + "k"
+	d := s.driver(t)
+	req := s.request(key)
+	first, err := d.Acquire(ctx(t), req)
+	if err != nil || !first.Acquired {
+		t.Fatalf("Acquire = %+v, %v", first, err)
+	}
+	second, err := s.driver(t).Acquire(ctx(t), req)
+	if err != nil || !second.Acquired || second.Token != first.Token {
+		t.Errorf("repeated Acquire by the owner = %+v, %v; want acquired with token %d", second, err, first.Token)
+	}
+	if err := d.Release(ctx(t), req); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testFencingTokens(t *testing.T) {
+	key := prefix(t) + "k"
+	clients := []*dlock.Client{s.client(t), s.client(t), s.client(t)}
+	var last uint64
+	check := func(l *dlock.Lock, how string) {
+		t.Helper()
+		if l.Token() <= last {
+			t.Errorf("%s: token %d after %d; want strictly greater", how, l.Token(), last)
+		}
+		last = l.Token()
+	}
+	for i := range 6 {
+		l, err := clients[i%3].Lock(ctx(t), key, dlock.WithTTL(longTTL))
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		check(l, "after release")
+		if err := l.Release(ctx(t)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	for i := range 2 {
+		l, err := clients[i].Lock(ctx(t), key, dlock.WithTTL(s.shortTTL()), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		check(l, "after expiry")
+		waitDone(t, l, "lock left to expire")
+	}
+	l, err := clients[2].Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	check(l, "after expiry")
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testLostSignal(t *testing.T) {
+	key := prefix(t) + "k"
+	c := s.client(t)
+	// Do's context ends when the lock is lost, and Do reports the loss.
+	var fnCause error
+	err := c.Do(ctx(t), key, func(ctx context.Context, l *dlock.Lock) error {
+		<-ctx.Done()
+		fnCause = context.Cause(ctx)
+		return nil
+	}, dlock.WithTTL(s.shortTTL()), dlock.WithoutRenewal())
+	if !errors.Is(fnCause, dlock.ErrLost) {
+		t.Errorf("Do's context cause = %v; want ErrLost", fnCause)
+	}
+	if !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Do = %v; want ErrLost", err)
+	}
+
+	// Renewal notices when the store no longer has the lease.
+	f, ok := s.driver(t).(driver.ForceReleaser)
+	if !ok {
+		return
+	}
+	key = prefix(t) + "k2"
+	l, err := c.Lock(ctx(t), key, dlock.WithTTL(s.shortTTL()))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if n, err := f.ForceRelease(ctx(t), key); err != nil || n != 1 {
+		t.Fatalf("ForceRelease = %d, %v; want 1", n, err)
+	}
+	if cause := waitDone(t, l, "force-released lock with renewal"); !errors.Is(cause, dlock.ErrLost) {
+		t.Errorf("cause = %v; want ErrLost", cause)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testCancelledWait(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	l, err := a.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	for name, c := range map[string]*dlock.Client{"other client": b, "same client": a} {
+		wctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, err := c.Lock(wctx, key)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock with a deadline on a held key (%s) = %v; want ErrNotAcquired and DeadlineExceeded", name, err)
+		}
+		wctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		_, err = c.Lock(wctx, key)
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Errorf("Lock with a cancelled context on a held key (%s) = %v; want ErrNotAcquired and Canceled", name, err)
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, key)
+	// The abandoned waits left nothing that blocks the key.
+	l, err = b.TryLock(ctx(t), key)
+	if err != nil {
+		t.Fatalf("TryLock after abandoned waits: %v", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func (s *suite) testNotification(t *testing.T) {
+	inner := s.driver(t)
+	if _, ok := inner.(driver.Notifier); !ok {
+		t.Skip("driver does not implement driver.Notifier")
+	}
+	key := prefix(t) + "k"
+	a := s.client(t)
+	sp := &spy{Driver: s.cfg.NewDriver(t), waiting: make(chan struct{})}
+	b, err := dlock.New(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := a.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		// Polling would take minutes: only a notification can wake
+		// this waiter before its deadline.
+		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		lb, err := b.Lock(wctx, key, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Hour, time.Hour))
+		if err == nil {
+			err = lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	<-sp.waiting
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiter not woken by the release: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+// spy forwards to a driver and closes waiting once an Acquire has failed
+// after a subscription was made: the waiter is then asleep on its
+// subscription.
+type spy struct {
+	driver.Driver
+	waiting    chan struct{} // closed once the waiter sleeps
+	mu         sync.Mutex
+	subscribed bool
+	signalled  bool
+}
+
+func (s *spy) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	res, err := s.Driver.Acquire(ctx, req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && !res.Acquired && s.subscribed && !s.signalled {
+		close(s.waiting)
+		s.signalled = true
+	}
+	return res, err
+}
+
+func (s *spy) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	sub, err := s.Driver.(driver.Notifier).Subscribe(ctx, req)
+	s.mu.Lock()
+	s.subscribed = err == nil
+	s.mu.Unlock()
+	return sub, err
+}
+
+func (s *suite) testReleaseAndClose(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	l, err := a.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := l.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release = %v; want ErrNotHeld", err)
+	}
+	if err := l.Refresh(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after Release = %v; want ErrNotHeld", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrNotHeld) {
+		t.Errorf("context cause after Release = %v; want ErrNotHeld", cause)
+	}
+
+	// Close releases held locks and ends their contexts.
+	l, err = a.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrClosed) {
+		t.Errorf("context cause after Close = %v; want ErrClosed", cause)
+	}
+	lb, err := b.TryLock(ctx(t), key)
+	if err != nil {
+		t.Fatalf("TryLock after the holder's client closed: %v", err)
+	}
+	if err := lb.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// Every use after Close reports ErrClosed.
+	uses := map[string]error{
+		"Lock":    func() error { _, err := a.Lock(ctx(t), key); return err }(),
+		"TryLock": func() error { _, err := a.TryLock(ctx(t), key); return err }(),
+		"Do": a.Do(ctx(t), key, func(context.Context, *dlock.Lock) error {
+			t.Error("Do ran fn on a closed client")
+			return nil
+		}),
+		"List":         func() error { _, err := a.List(ctx(t), key); return err }(),
+		"ForceRelease": func() error { _, err := a.ForceRelease(ctx(t), key); return err }(),
+		"Lock.Release": l.Release(ctx(t)),
+		"Lock.Refresh": l.Refresh(ctx(t)),
+	}
+	for name, err := range uses {
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("%s after Close = %v; want ErrClosed", name, err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close = %v; want nil", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testListAndForceRelease(t *testing.T) {
+	key := prefix(t) + "k"
+	a, b := s.client(t), s.client(t)
+	l, err := a.Lock(ctx(t), key, dlock.WithTTL(longTTL), dlock.WithInfo("drivertest-holder"))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	hs, err := b.List(ctx(t), key[:len(key)-1])
+	switch {
+	case errors.Is(err, dlock.ErrUnsupported):
+		if _, ok := s.driver(t).(driver.Lister); ok {
+			t.Errorf("List = %v, but the driver implements driver.Lister", err)
+		}
+	case err != nil:
+		t.Errorf("List: %v", err)
+	case len(hs) != 1:
+		t.Errorf("List = %+v; want exactly the one holder", hs)
+	default:
+		h := hs[0]
+		if h.Key != key || h.Token != l.Token() || h.Info != "drivertest-holder" || h.Mode != driver.Exclusive || h.Owner == "" {
+			t.Errorf("List = %+v; want key %q, token %d, info %q, exclusive, an owner", h, key, l.Token(), "drivertest-holder")
+		}
+		if h.TTL <= 0 || h.TTL > longTTL {
+			t.Errorf("listed TTL = %v; want within (0, %v]", h.TTL, longTTL)
+		}
+	}
+
+	n, err := b.ForceRelease(ctx(t), key)
+	if errors.Is(err, dlock.ErrUnsupported) {
+		if _, ok := s.driver(t).(driver.ForceReleaser); ok {
+			t.Errorf("ForceRelease = %v, but the driver implements driver.ForceReleaser", err)
+		}
+		if err := l.Release(ctx(t)); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+		s.assertNoResidue(t, key)
+		return
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("ForceRelease = %d, %v; want 1", n, err)
+	}
+	lb, err := b.TryLock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("TryLock after ForceRelease: %v", err)
+	}
+	if lb.Token() <= l.Token() {
+		t.Errorf("token %d after force-released token %d", lb.Token(), l.Token())
+	}
+	if err := l.Refresh(ctx(t)); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh by the force-released holder = %v; want ErrLost", err)
+	}
+	if err := lb.Release(ctx(t)); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if n, err := b.ForceRelease(ctx(t), key); err != nil || n != 0 {
+		t.Errorf("ForceRelease of a free key = %d, %v; want 0, nil", n, err)
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testUnsupportedModes(t *testing.T) {
+	key := prefix(t) + "k"
+	d := s.driver(t)
+	for _, m := range []driver.Mode{driver.Shared, driver.Semaphore} {
+		if s.caps.Modes.Has(m) {
+			continue
+		}
+		req := s.request(key)
+		req.Mode, req.Limit = m, 2
+		if res, err := d.Acquire(ctx(t), req); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("Acquire in undeclared mode %v = %+v, %v; want ErrUnsupported", m, res, err)
+		}
+	}
+	s.assertNoResidue(t, key)
+}
+
+func (s *suite) testBadInput(t *testing.T) {
+	p := prefix(t)
+	c := s.client(t)
+	caps := c.Capabilities()
+	var nilCtx context.Context
+	lockErr := func(key string, opts ...dlock.LockOption) error {
+		_, err := c.TryLock(ctx(t), key, opts...)
+		return err
+	}
+	type badCase struct {
+		name, arg string
+		err       error
+	}
+	cases := []badCase{
+		{"empty key", "key", lockErr("")},
+		{"key over the limit", "key", lockErr(p + strings.Repeat("k", caps.MaxKeyLen))},
+		{"key not UTF-8", "key", lockErr(p + "\xff")},
+		{"key with NUL", "key", lockErr(p + "a\x00b")},
+		{"zero TTL", "ttl", lockErr(p+"k", dlock.WithTTL(0))},
+		{"negative TTL", "ttl", lockErr(p+"k", dlock.WithTTL(-time.Second))},
+		{"TTL below minimum", "ttl", lockErr(p+"k", dlock.WithTTL(caps.MinTTL-1))},
+		{"zero backoff", "backoff min", lockErr(p+"k", dlock.WithBackoff(0, time.Second))},
+		{"backoff out of order", "backoff max", lockErr(p+"k", dlock.WithBackoff(time.Second, time.Millisecond))},
+		{"nil ctx Lock", "ctx", func() error { _, err := c.Lock(nilCtx, p+"k"); return err }()},
+		{"nil ctx TryLock", "ctx", func() error { _, err := c.TryLock(nilCtx, p+"k"); return err }()},
+		{"nil ctx List", "ctx", func() error { _, err := c.List(nilCtx, p); return err }()},
+		{"nil ctx ForceRelease", "ctx", func() error { _, err := c.ForceRelease(nilCtx, p+"k"); return err }()},
+		{"nil fn Do", "fn", c.Do(ctx(t), p+"k", nil)},
+	}
+	if caps.MaxTTL > 0 {
+		cases = append(cases, badCase{"TTL above maximum", "ttl", lockErr(p+"k", dlock.WithTTL(caps.MaxTTL+time.Second))})
+	}
+	l, err := c.Lock(ctx(t), p+"held", dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	cases = append(cases,
+		badCase{"nil ctx Release", "ctx", l.Release(nilCtx)},
+		badCase{"nil ctx Refresh", "ctx", l.Refresh(nilCtx)},
+		badCase{"nil ctx ReleaseAfter", "ctx", l.ReleaseAfter(nilCtx, time.Second)},
+	)
+	for _, tc := range cases {
+		var ae *dlock.ArgError
+		switch {
+		case !errors.Is(tc.err, dlock.ErrInvalidArgument):
+			t.Errorf("%s: err = %v; want ErrInvalidArgument", tc.name, tc.err)
+		case !errors.As(tc.err, &ae) || ae.Name != tc.arg:
+			t.Errorf("%s: err = %v; want an *ArgError naming %q", tc.name, tc.err, tc.arg)
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release after rejected calls: %v", err)
+	}
+
+	// A key of exactly the declared limit works.
+	long := p + strings.Repeat("k", caps.MaxKeyLen-len(p))
+	l, err = c.TryLock(ctx(t), long, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("TryLock with a key of %d bytes (the declared limit): %v", len(long), err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, p)
+}
