@@ -1,0 +1,192 @@
+package testsrv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StartPostgres initialises a PostgreSQL cluster in a new temporary
+// directory, starts it on a free port on 127.0.0.1 (trust authentication,
+// superuser "postgres", fsync off), waits until it accepts connections, and
+// creates the database "dlock". When the test process runs as root, initdb
+// and postgres run as the "postgres" system user. The error wraps ErrMissing
+// if initdb or postgres cannot be found.
+func StartPostgres(ctx context.Context) (_ *Server, err error) {
+	initdb, postgres, err := findPostgres()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := postgresCredential()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := makeTempDir(Postgres, cred)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: Postgres, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGINT}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			err = fmt.Errorf("testsrv: starting postgres: %w", err)
+		}
+	}()
+
+	data := filepath.Join(dir, "data")
+	if err := runTool(ctx, initdb, []string{
+		"-D", data, "-U", "postgres", "--auth=trust", "--no-locale", "--encoding=UTF8", "--no-sync",
+	}, dir, cred, s.logPath); err != nil {
+		return nil, err
+	}
+
+	start := func(port int, log *os.File) (*exec.Cmd, error) {
+		return startProcess(postgres, []string{
+			"-D", data,
+			"-p", strconv.Itoa(port),
+			"-c", "listen_addresses=127.0.0.1",
+			"-c", "unix_socket_directories=" + dir,
+			"-c", "fsync=off",
+			"-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off",
+			"-c", "shared_buffers=16MB",
+			"-c", "max_connections=200",
+			"-c", "huge_pages=off",
+			"-c", "logging_collector=off",
+			"-c", "log_min_messages=warning",
+		}, dir, cred, log)
+	}
+	ready := func(ctx context.Context, port int) error {
+		conn, err := pgx.Connect(ctx, pgURL(port, "postgres"))
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	}
+	if err := s.launch(ctx, start, ready); err != nil {
+		return nil, err
+	}
+
+	port := s.port
+	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	s.dbURL = func(db string) (string, string) {
+		u := pgURL(port, db)
+		return u, u
+	}
+	s.newDB = func(ctx context.Context, db string) error {
+		conn, err := pgx.Connect(ctx, pgURL(port, "postgres"))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		ident := pgx.Identifier{db}.Sanitize()
+		drop := "DROP DATABASE IF EXISTS " + ident
+		var version int
+		if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+			return err
+		}
+		if version >= 130000 {
+			drop += " WITH (FORCE)" // also drop a previous test's leftover connections
+		}
+		if _, err := conn.Exec(ctx, drop); err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+ident)
+		return err
+	}
+	if err := s.newDB(ctx, DefaultDatabase); err != nil {
+		return nil, fmt.Errorf("creating database %s: %w%s", DefaultDatabase, err, s.logTail())
+	}
+	s.URL, s.DSN = s.dbURL(DefaultDatabase)
+	return s, nil
+}
+
+func pgURL(port int, db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, db)
+}
+
+// postgresCredential returns the credential to run PostgreSQL programs
+// with: nil normally, the "postgres" system user when running as root
+// (PostgreSQL refuses to run as root).
+func postgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("testsrv: running as root, and PostgreSQL refuses to run as root, but there is no \"postgres\" system user to run it as (%v); install the postgresql package (scripts/install-servers.sh) or run the tests as a normal user", err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("testsrv: bad uid/gid for user postgres: %q/%q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// postgresGlobs are the distribution directories searched for PostgreSQL.
+var postgresGlobs = []string{"/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin"}
+
+// findPostgres finds initdb and postgres: the newest version in the
+// distribution directories (/usr/lib/postgresql/*/bin on Debian,
+// /usr/pgsql-*/bin on RHEL), else in PATH, else next to pg_config --bindir.
+func findPostgres() (initdb, postgres string, err error) {
+	var dirs []string
+	for _, pattern := range postgresGlobs {
+		m, _ := filepath.Glob(pattern)
+		sort.Slice(m, func(i, j int) bool { return versionLess(m[j], m[i]) })
+		dirs = append(dirs, m...)
+	}
+	for _, d := range dirs {
+		i, p := firstExisting(filepath.Join(d, "initdb")), firstExisting(filepath.Join(d, "postgres"))
+		if i != "" && p != "" {
+			return i, p, nil
+		}
+	}
+	i, p := lookPath([]string{"initdb"}), lookPath([]string{"postgres"})
+	if (i == "" || p == "") && lookPath([]string{"pg_config"}) != "" {
+		if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+			d := strings.TrimSpace(string(out))
+			if i == "" {
+				i = firstExisting(filepath.Join(d, "initdb"))
+			}
+			if p == "" {
+				p = firstExisting(filepath.Join(d, "postgres"))
+			}
+		}
+	}
+	if i == "" || p == "" {
+		return "", "", fmt.Errorf("%w: postgres (initdb and postgres not found in /usr/lib/postgresql/*/bin, /usr/pgsql-*/bin or PATH)", ErrMissing)
+	}
+	return i, p, nil
+}
+
+// versionLess compares the numeric version components of two paths such
+// as /usr/lib/postgresql/9.6/bin and /usr/lib/postgresql/15/bin.
+func versionLess(a, b string) bool {
+	va, vb := versionOf(a), versionOf(b)
+	for k := 0; k < len(va) && k < len(vb); k++ {
+		if va[k] != vb[k] {
+			return va[k] < vb[k]
+		}
+	}
+	return len(va) < len(vb)
+}
+
+func versionOf(path string) []int {
+	var v []int
+	for _, f := range strings.FieldsFunc(path, func(r rune) bool { return r < '0' || r > '9' }) {
+		n, _ := strconv.Atoi(f)
+		v = append(v, n)
+	}
+	return v
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs the database servers the tests start (see internal/testsrv), if
+# their programs are missing. Idempotent: does nothing when all are present.
+# Debian/Ubuntu only (apt-get). Runs apt through sudo when not root.
+#
+# System services are not started: a policy-rc.d that forbids service starts
+# is put in place for the duration of the install (unless one exists already).
+set -euo pipefail
+
+# program              package          directories searched besides PATH
+REQUIRED=(
+	"initdb              postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
+	"postgres            postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
+	"mariadbd            mariadb-server   /usr/sbin"
+	"mariadb-install-db  mariadb-server   /usr/bin"
+	# Later:
+	# "redis-server        redis-server     /usr/bin"
+	# "memcached           memcached        /usr/bin"
+	# "zkServer.sh         zookeeper        /usr/share/zookeeper/bin"
+	# "etcd                etcd-server      /usr/bin"
+)
+
+# have PROGRAM DIR... : is PROGRAM an executable file in PATH or in one of
+# DIRs (globs, expanded by the caller)? (Not `command -v`: bash reports a
+# non-executable file when it finds no executable one.)
+have() {
+	local prog=$1 dir path_dirs
+	shift
+	IFS=: read -ra path_dirs <<<"${PATH:-}"
+	for dir in "${path_dirs[@]}" "$@"; do
+		[[ -n $dir && -f $dir/$prog && -x $dir/$prog ]] && return 0
+	done
+	return 1
+}
+
+# missing_packages: prints the packages of missing programs, one per line, deduplicated.
+missing_packages() {
+	local entry prog pkg dirs
+	for entry in "${REQUIRED[@]}"; do
+		read -r prog pkg dirs <<<"$entry"
+		# shellcheck disable=SC2086 # $dirs holds globs to expand
+		have "$prog" $dirs || echo "$pkg"
+	done | awk '!seen[$0]++'
+}
+
+mapfile -t missing < <(missing_packages)
+if ((${#missing[@]} == 0)); then
+	echo "install-servers: nothing to install; all database servers present"
+	exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "install-servers: missing packages: ${missing[*]}" >&2
+	echo "install-servers: apt-get not found; install the equivalent packages with your package manager" >&2
+	exit 1
+fi
+
+SUDO=()
+if ((EUID != 0)); then
+	if command -v sudo >/dev/null 2>&1; then
+		SUDO=(sudo)
+	else
+		echo "install-servers: missing packages: ${missing[*]}" >&2
+		echo "install-servers: not root and no sudo; run as root:" >&2
+		echo "  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}" >&2
+		exit 1
+	fi
+fi
+
+# Forbid service starts during the install, so apt leaves no system
+# postgres/mariadb running. Only ours is removed afterwards.
+POLICY=/usr/sbin/policy-rc.d
+created_policy=
+cleanup() {
+	if [[ -n $created_policy ]]; then
+		"${SUDO[@]}" rm -f "$POLICY"
+	fi
+}
+trap cleanup EXIT
+if [[ ! -e $POLICY ]]; then
+	printf '#!/bin/sh\n# created by install-servers.sh for the duration of an install\nexit 101\n' |
+		"${SUDO[@]}" tee "$POLICY" >/dev/null
+	created_policy=1
+	"${SUDO[@]}" chmod 755 "$POLICY"
+fi
+
+APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -q)
+"${APT[@]}" update >&2
+"${APT[@]}" install -y --no-install-recommends "${missing[@]}" >&2
+
+mapfile -t still < <(missing_packages)
+if ((${#still[@]} != 0)); then
+	echo "install-servers: installed ${missing[*]} but programs are still missing from: ${still[*]}" >&2
+	exit 1
+fi
+echo "install-servers: installed ${missing[*]}"
