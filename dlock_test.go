@@ -1,0 +1,323 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/memdlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// faulty wraps a real in-process store and lets a test break single
+// operations, as a flaky network would.
+type faulty struct {
+	*memdlock.Driver
+	mu           sync.Mutex
+	refreshErr   error         // returned by Refresh instead of refreshing
+	acquireErr   error         // returned by Acquire after acquiring (a lost reply)
+	acquireDelay time.Duration // added before Acquire returns
+}
+
+func (f *faulty) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	res, err := f.Driver.Acquire(ctx, req)
+	f.mu.Lock()
+	aerr, delay := f.acquireErr, f.acquireDelay
+	f.mu.Unlock()
+	time.Sleep(delay)
+	if aerr != nil {
+		return driver.Result{}, aerr
+	}
+	return res, err
+}
+
+func (f *faulty) Refresh(ctx context.Context, req driver.Request) error {
+	f.mu.Lock()
+	rerr := f.refreshErr
+	f.mu.Unlock()
+	if rerr != nil {
+		return rerr
+	}
+	return f.Driver.Refresh(ctx, req)
+}
+
+func (f *faulty) set(fn func(*faulty)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+type events struct {
+	mu sync.Mutex
+	ev []dlock.Event
+}
+
+func (e *events) Observe(ev dlock.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ev = append(e.ev, ev)
+}
+
+func (e *events) kinds() []dlock.EventKind {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ks []dlock.EventKind
+	for _, ev := range e.ev {
+		ks = append(ks, ev.Kind)
+	}
+	return ks
+}
+
+func newClient(t *testing.T, d driver.Driver, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestRenewalFailureLosesLock(t *testing.T) {
+	store := memdlock.New()
+	f := &faulty{Driver: store.Share()}
+	var ev events
+	c := newClient(t, f, dlock.WithObserver(&ev))
+	l, err := c.Lock(context.Background(), "k", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *faulty) { f.refreshErr = errors.New("connection reset") })
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) {
+		t.Fatalf("cause = %v; want ErrLost", cause)
+	}
+	if err := l.Refresh(context.Background()); !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Refresh after loss = %v; want ErrLost", err)
+	}
+	kinds := ev.kinds()
+	if kinds[0] != dlock.EventAcquired || kinds[len(kinds)-1] != dlock.EventLost {
+		t.Errorf("events = %v; want acquired, renew failures, lost", kinds)
+	}
+	var failures int
+	for _, k := range kinds {
+		if k == dlock.EventRenewFailed {
+			failures++
+		}
+	}
+	if failures == 0 {
+		t.Errorf("events = %v; want at least one renew_failed", kinds)
+	}
+	// The lock was lost locally before the store let it go: once the store
+	// expires it, another client takes it.
+	other := newClient(t, store.Share())
+	l2, err := other.Lock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	l2.Release(context.Background())
+}
+
+func TestTransientRefreshErrorKeepsLock(t *testing.T) {
+	f := &faulty{Driver: memdlock.New()}
+	c := newClient(t, f)
+	l, err := c.Lock(context.Background(), "k", dlock.WithTTL(time.Minute), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *faulty) { f.refreshErr = errors.New("timeout") })
+	err = l.Refresh(context.Background())
+	if err == nil || errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Refresh with a transient failure = %v; want a plain error", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lock ended after one transient failure: %v", l.Err())
+	}
+	f.set(func(f *faulty) { f.refreshErr = nil })
+	if err := l.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLostReplyLeavesNothing(t *testing.T) {
+	store := memdlock.New()
+	f := &faulty{Driver: store.Share(), acquireErr: errors.New("reply lost")}
+	c := newClient(t, f)
+	_, err := c.TryLock(context.Background(), "k")
+	if err == nil || !strings.Contains(err.Error(), "reply lost") {
+		t.Fatalf("TryLock = %v; want the store's error", err)
+	}
+	if n := store.Count(""); n != 0 {
+		t.Errorf("store keeps %d records after a failed acquire; want 0", n)
+	}
+}
+
+func TestLateReplyIsNotHandedOut(t *testing.T) {
+	store := memdlock.New()
+	f := &faulty{Driver: store.Share(), acquireDelay: 60 * time.Millisecond}
+	c := newClient(t, f)
+	_, err := c.TryLock(context.Background(), "k", dlock.WithTTL(50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock whose reply came after the lease = %v; want ErrNotAcquired", err)
+	}
+	if n := store.Count(""); n != 0 {
+		t.Errorf("store keeps %d records; want 0", n)
+	}
+}
+
+func TestReleaseAfter(t *testing.T) {
+	store := memdlock.New()
+	a, b := newClient(t, store.Share()), newClient(t, store.Share())
+	l, err := a.Lock(context.Background(), "job", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseAfter(context.Background(), 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrNotHeld) {
+		t.Errorf("cause = %v; want ErrNotHeld", cause)
+	}
+	if _, err := b.TryLock(context.Background(), "job"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock during the hold = %v; want ErrNotAcquired", err)
+	}
+	l2, err := b.Lock(context.Background(), "job")
+	if err != nil {
+		t.Fatalf("Lock after the hold: %v", err)
+	}
+	l2.Release(context.Background())
+	var ae *dlock.ArgError
+	l3, _ := a.Lock(context.Background(), "job")
+	if err := l3.ReleaseAfter(context.Background(), time.Nanosecond); !errors.As(err, &ae) || ae.Name != "ttl" {
+		t.Errorf("ReleaseAfter below the minimum TTL = %v; want an ArgError for ttl", err)
+	}
+	l3.Release(context.Background())
+}
+
+func TestDo(t *testing.T) {
+	c := newClient(t, memdlock.New())
+	boom := errors.New("boom")
+	var token uint64
+	err := c.Do(context.Background(), "k", func(ctx context.Context, l *dlock.Lock) error {
+		token = l.Token()
+		return boom
+	})
+	if !errors.Is(err, boom) || token == 0 {
+		t.Errorf("Do = %v with token %d; want fn's error and a token", err, token)
+	}
+	// The lock was released: it can be taken at once.
+	l, err := c.TryLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(context.Background())
+}
+
+func TestObserverSeesLifecycle(t *testing.T) {
+	var ev events
+	c := newClient(t, memdlock.New(), dlock.WithObserver(&ev))
+	l, err := c.Lock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.TryLock(context.Background(), "k")
+	l.Release(context.Background())
+	want := []dlock.EventKind{dlock.EventAcquired, dlock.EventNotAcquired, dlock.EventReleased}
+	if got := ev.kinds(); !equal(got, want) {
+		t.Errorf("events = %v; want %v", got, want)
+	}
+}
+
+func equal[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestOpen(t *testing.T) {
+	_, err := dlock.Open(context.Background(), "nosuch://x")
+	var ae *dlock.ArgError
+	if !errors.As(err, &ae) || ae.Name != "url" || !strings.Contains(err.Error(), "mem") {
+		t.Errorf("Open with an unknown scheme = %v; want an ArgError listing the known schemes", err)
+	}
+	if _, err := dlock.Open(context.Background(), "no-scheme"); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Open without a scheme = %v; want ErrInvalidArgument", err)
+	}
+	if _, err := dlock.Open(context.Background(), "mem://x\x7f"); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Open with an unparsable URL = %v; want ErrInvalidArgument", err)
+	}
+	a, err := dlock.Open(context.Background(), "mem://shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dlock.Open(context.Background(), "mem://shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := a.Lock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(context.Background(), "k"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("clients opened on the same mem:// name do not share locks: %v", err)
+	}
+	l.Release(context.Background())
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("New(nil) = %v; want ErrInvalidArgument", err)
+	}
+	if _, err := dlock.New(memdlock.New(), dlock.WithDefaultTTL(-1)); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("New with a negative default TTL = %v; want ErrInvalidArgument", err)
+	}
+}
+
+func TestLocalWaitersQueue(t *testing.T) {
+	// Goroutines of one client share one remote wait: however many wait,
+	// each gets the lock in turn and all finish.
+	c := newClient(t, memdlock.New())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	inside := 0
+	for range 32 {
+		wg.Go(func() {
+			l, err := c.Lock(context.Background(), "k")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			inside++
+			if inside != 1 {
+				t.Errorf("%d holders", inside)
+			}
+			inside--
+			mu.Unlock()
+			l.Release(context.Background())
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,87 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/memdlock"
+)
+
+func Example() {
+	ctx := context.Background()
+	// In production: dlock.Open(ctx, "postgres://...") or another backend.
+	client, err := dlock.New(memdlock.New())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	lock, err := client.Lock(ctx, "order:42", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	// Pass the fencing token to the resource you write to, and stop
+	// working when lock.Context() is done.
+	fmt.Println("holding", lock.Key(), "with token", lock.Token())
+	// Output: holding order:42 with token 1
+}
+
+func ExampleClient_TryLock() {
+	ctx := context.Background()
+	client, _ := dlock.New(memdlock.New())
+	defer client.Close()
+
+	first, _ := client.TryLock(ctx, "report")
+	_, err := client.TryLock(ctx, "report")
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	first.Release(ctx)
+	// Output: true
+}
+
+func ExampleClient_Lock_timeout() {
+	ctx := context.Background()
+	client, _ := dlock.New(memdlock.New())
+	defer client.Close()
+
+	held, _ := client.Lock(ctx, "phone:13800000000")
+	defer held.Release(ctx)
+
+	wait, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err := client.Lock(wait, "phone:13800000000")
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+	// Output: true true
+}
+
+func ExampleClient_Do() {
+	ctx := context.Background()
+	client, _ := dlock.New(memdlock.New())
+	defer client.Close()
+
+	err := client.Do(ctx, "nightly-report", func(ctx context.Context, l *dlock.Lock) error {
+		// ctx is cancelled if the lock is lost: pass it to every call.
+		fmt.Println("running with token", l.Token())
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// running with token 1
+	// err: <nil>
+}
+
+func ExampleLock_Context() {
+	ctx := context.Background()
+	client, _ := dlock.New(memdlock.New())
+	defer client.Close()
+
+	lock, _ := client.Lock(ctx, "k", dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
+	<-lock.Context().Done() // the lease ran out and nothing renewed it
+	fmt.Println(errors.Is(context.Cause(lock.Context()), dlock.ErrLost))
+	// Output: true
+}
