@@ -1,0 +1,300 @@
+package sqldlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+	"github.com/go-sql-driver/mysql"
+)
+
+// myOps implements the MySQL/MariaDB dialect.
+//
+// Acquire is one short READ COMMITTED transaction (READ COMMITTED, so that a
+// locking read of a missing key takes no gap lock, which would make
+// concurrent inserts of neighbouring keys deadlock):
+//
+//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE      -- lock the key's row, if any
+//	-- no row:        INSERT the row with token 0        -- a concurrent insert of the
+//	--                                                      same key makes one of them fail
+//	--                                                      with a duplicate key: not acquired
+//	-- expired row:   take it over (below)
+//	-- own live row:  UPDATE its lease, keep the token
+//	-- foreign live:  ROLLBACK, not acquired
+//	UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1   -- draw the token
+//	UPDATE t SET token = ?, ... WHERE lock_key = ?
+//	COMMIT
+//
+// The token is drawn only once the transaction holds the key's row, for the
+// reason given on pgOps; here the counter row also stays locked until commit,
+// so tokens are even handed out in commit order. Locks are always taken in
+// the order key row, then counter row, and a transaction locks one key row
+// only, so acquisitions cannot deadlock each other; the cleanup locks key
+// rows only, by primary key, in key order.
+type myOps struct{ n names }
+
+func (myOps) unit() time.Duration { return time.Microsecond }
+
+const myNow = `UTC_TIMESTAMP(6)`
+
+func (o myOps) ddl() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + o.n.table + ` (
+	lock_key   VARBINARY(255) NOT NULL PRIMARY KEY,
+	owner      VARBINARY(255) NOT NULL,
+	token      BIGINT UNSIGNED NOT NULL,
+	info       VARBINARY(1024) NOT NULL,
+	expires_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS ` + o.n.seq + ` (
+	id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+	v  BIGINT UNSIGNED NOT NULL
+) ENGINE=InnoDB`,
+		`INSERT IGNORE INTO ` + o.n.seq + ` (id, v) VALUES (1, 0)`,
+	}
+}
+
+// createSchema runs the statements one by one: each is idempotent and
+// atomic, and MySQL serializes concurrent CREATE TABLE IF NOT EXISTS of one
+// table with its metadata locks.
+func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
+	for _, q := range o.ddl() {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o myOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
+	return counterExists(ctx, db, o.n)
+}
+
+// counterExists checks for the lock table and the counter row (MySQL and
+// SQLite).
+func counterExists(ctx context.Context, db *sql.DB, n names) (bool, error) {
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.table+` WHERE 1 = 0`).Scan(&rows); err != nil {
+		return false, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.seq+` WHERE id = 1`).Scan(&rows); err != nil {
+		return false, err
+	}
+	return rows == 1, nil
+}
+
+func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return driver.Result{}, err
+	}
+	defer rollback(tx)
+	res, err := o.acquireTx(ctx, tx, req, ttl)
+	if err == nil && res.Acquired {
+		err = tx.Commit()
+	}
+	if err != nil {
+		if myContention(err) && ctx.Err() == nil {
+			// A concurrent insert of the same key won, or the
+			// transaction was chosen as a deadlock victim: it was
+			// rolled back, nothing is held.
+			return driver.Result{}, nil
+		}
+		return driver.Result{}, err
+	}
+	return res, nil
+}
+
+func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+	var (
+		owner string
+		token int64
+		live  bool
+		left  int64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
+	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
+FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&owner, &token, &live, &left)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
+VALUES (?, ?, 0, ?, `+myNow+` + INTERVAL ? MICROSECOND)`, req.Key, req.Owner, req.Info, ttl); err != nil {
+			return driver.Result{}, err
+		}
+		// The row is ours (inserted, uncommitted): draw the token.
+		tok, err := o.nextToken(ctx, tx)
+		if err != nil {
+			return driver.Result{}, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, tok, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+	case err != nil:
+		return driver.Result{}, err
+	case live && owner == req.Owner:
+		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
+SET info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`, req.Info, ttl, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		return driver.Result{Acquired: true, Token: uint64(token)}, nil
+	case live:
+		return driver.Result{RetryAfter: micros(left)}, nil
+	}
+	// Expired: the row is locked by the SELECT ... FOR UPDATE; take it over
+	// with a new token.
+	tok, err := o.nextToken(ctx, tx)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
+SET owner = ?, token = ?, info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`,
+		req.Owner, tok, req.Info, ttl, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+}
+
+// nextToken increments the counter row, which stays locked until the
+// transaction ends, and returns the new value (LAST_INSERT_ID(expr) passes
+// it back in the statement's result, without another round trip).
+func (o myOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE `+o.n.seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, errors.New("the token counter row is missing from " + o.n.seq)
+	}
+	tok, err := res.LastInsertId()
+	if err == nil && tok <= 0 {
+		err = errors.New("the token counter returned no value")
+	}
+	return tok, err
+}
+
+func (o myOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
+	res, err := db.ExecContext(ctx, `UPDATE `+o.n.table+`
+SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Owner)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return n == 1, err
+	}
+	// MySQL counts changed rows, not matched ones (unless the DSN sets
+	// clientFoundRows): a row whose expiry was already exactly the new
+	// value counts 0. Tell that apart from "not held".
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.table+`
+WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
+	return n == 1, err
+}
+
+// release deletes the owner's live row; failing that, its expired remains
+// (each statement is atomic, and a live row of the owner is always taken by
+// the first).
+func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner)
+	if err != nil || n == 1 {
+		return n == 1, n == 1, err
+	}
+	n, err = execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
+	return n == 1, false, err
+}
+
+func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
+	live, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND expires_at > `+myNow, key)
+	if err != nil {
+		return 0, err
+	}
+	_, err = execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ?`, key)
+	return int(live), err
+}
+
+func (o myOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
+	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, token, info,
+	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
+FROM `+o.n.table+`
+WHERE lock_key LIKE ? ESCAPE '!' AND expires_at > `+myNow+`
+ORDER BY lock_key`, likePrefix(prefix))
+	if err != nil {
+		return nil, err
+	}
+	return scanHolders(rows, time.Microsecond)
+}
+
+func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key LIKE ? ESCAPE '!'`,
+		likePrefix(prefix)).Scan(&n)
+	return n, err
+}
+
+// sweep finds long-expired rows with a plain read, then deletes them by
+// primary key in one statement that re-checks the expiry under the row locks
+// (a row taken over meanwhile is kept).
+func (o myOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
+	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.table+`
+WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	var keys []any
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer rollback(tx)
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
+AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND`, append(keys, grace.Microseconds())...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return int(n), tx.Commit()
+}
+
+func execCount(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
+	res, err := db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// myContention reports errors caused by concurrent transactions on the same
+// rows, after which the transaction holds nothing: a duplicate key (another
+// client inserted the key first), a deadlock, a lock wait timeout, and
+// MariaDB's "record has changed since last read".
+func myContention(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1062, 1213, 1205, 1020:
+		return true
+	}
+	return false
+}

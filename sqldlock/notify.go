@@ -1,0 +1,262 @@
+package sqldlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Release notification on PostgreSQL.
+//
+// Release and ForceRelease call pg_notify(NAME, key) in the statement that
+// deletes the row, NAME being the table name, so a notification is sent when,
+// and only when, the deletion commits. Each Driver keeps one dedicated
+// connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
+// the first Subscribe, which returns only after LISTEN has run, and it fans
+// the notifications out to the subscriptions of their key. If the connection
+// breaks, the listener reconnects with backoff and then signals every
+// subscription, since a release may have been missed meanwhile. Close stops
+// it.
+
+const (
+	listenIdle      = 30 * time.Second // ping the listening connection after this much silence
+	listenPingLimit = 5 * time.Second
+	reconnectMin    = 50 * time.Millisecond
+	reconnectMax    = 5 * time.Second
+)
+
+type listener struct {
+	d    *sqlDriver
+	cfg  *pgx.ConnConfig
+	mu   sync.Mutex
+	subs map[string]map[*subscription]struct{}
+}
+
+type subscription struct {
+	l    *listener
+	key  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+// C implements driver.Subscription.
+func (s *subscription) C() <-chan struct{} { return s.ch }
+
+// Close implements driver.Subscription. It is idempotent.
+func (s *subscription) Close() error {
+	s.once.Do(func() {
+		s.l.mu.Lock()
+		defer s.l.mu.Unlock()
+		m := s.l.subs[s.key]
+		delete(m, s)
+		if len(m) == 0 {
+			delete(s.l.subs, s.key)
+		}
+	})
+	return nil
+}
+
+// Subscribe implements driver.Notifier: the returned subscription is
+// signalled after every release of req.Key (by any client of the database)
+// that commits after Subscribe returns. It needs the database/sql driver of
+// github.com/jackc/pgx/v5/stdlib, to open the listening connection with the
+// same settings as the pool's.
+func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, fail(ctx, "subscribe", req.Key, err)
+	}
+	if req.Mode != driver.Exclusive {
+		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
+	}
+	l, err := d.listener(ctx)
+	if err != nil {
+		return nil, fail(ctx, "subscribe", req.Key, err)
+	}
+	s := &subscription{l: l, key: req.Key, ch: make(chan struct{}, 1)}
+	l.mu.Lock()
+	m := l.subs[req.Key]
+	if m == nil {
+		m = map[*subscription]struct{}{}
+		l.subs[req.Key] = m
+	}
+	m[s] = struct{}{}
+	l.mu.Unlock()
+	return s, nil
+}
+
+// listener returns the driver's listener, starting it if needed: it connects
+// and runs LISTEN before returning.
+func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
+	select {
+	case d.lisSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-d.lisSem }()
+	d.mu.Lock()
+	l := d.lis
+	d.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	cfg, err := d.listenConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l = &listener{d: d, cfg: cfg, subs: map[string]map[*subscription]struct{}{}}
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		closeConn(conn)
+		return nil, errClosed
+	}
+	d.lis = l
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go l.run(d.ctx, conn)
+	return l, nil
+}
+
+// listenConfig returns the connection settings for the listening
+// connection: those of the URL the driver was opened with, or those of a
+// connection of the caller's pool.
+func (d *sqlDriver) listenConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	if d.pgCfg != nil {
+		return d.pgCfg.Copy(), nil
+	}
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var cfg *pgx.ConnConfig
+	err = c.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("release notifications need the pgx database/sql driver (github.com/jackc/pgx/v5/stdlib), not %T: %w", dc, driver.ErrUnsupported)
+		}
+		cfg = sc.Conn().Config()
+		return nil
+	})
+	return cfg, err
+}
+
+// connect opens the listening connection and runs LISTEN on it.
+func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg := l.cfg.Copy()
+	// Deliver notifications straight to the subscriptions, whatever the
+	// connection is doing when they arrive. (A config copied from another
+	// connection carries that connection's handler: replace it.)
+	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { l.signal(n.Payload) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening the listening connection: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+l.d.n.table); err != nil {
+		closeConn(conn)
+		return nil, fmt.Errorf("LISTEN: %w", err)
+	}
+	return conn, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// run receives notifications until ctx ends, reconnecting when the
+// connection breaks.
+func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
+	defer l.d.wg.Done()
+	defer func() {
+		if conn != nil {
+			closeConn(conn)
+		}
+	}()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		err := conn.PgConn().WaitForNotification(wctx) // the handler signals
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+			// Silence: make sure the connection is still alive.
+			pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
+			err = conn.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		closeConn(conn)
+		if conn = l.reconnect(ctx); conn == nil {
+			return
+		}
+		// Releases may have gone unnoticed while disconnected.
+		l.signalAll()
+	}
+}
+
+// reconnect connects again, with jittered exponential backoff, until it
+// succeeds or ctx ends (then it returns nil).
+func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+	delay := reconnectMin
+	for {
+		if conn, err := l.connect(ctx); err == nil {
+			return conn
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(delay*2, reconnectMax)
+	}
+}
+
+func (l *listener) signal(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.subs[key] {
+		s.signal()
+	}
+}
+
+func (l *listener) signalAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.subs {
+		for s := range m {
+			s.signal()
+		}
+	}
+}
+
+func (s *subscription) signal() {
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}

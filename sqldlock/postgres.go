@@ -1,0 +1,259 @@
+package sqldlock
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pgOps implements the PostgreSQL dialect.
+//
+// Acquire is one round trip: a call of the plpgsql function created with the
+// schema (NAME_acquire_v1), which runs as one statement, so atomically. Its
+// first statement is an upsert that either inserts the row or, under the
+// row lock that ON CONFLICT takes, takes over an expired row or extends the
+// caller's own; a live row of another owner is left alone (still locked,
+// so the function can read how long it has left). A new hold gets token 0
+// from the upsert and its real token from a second UPDATE, which draws
+// nextval only now that the transaction holds the row.
+//
+// Why the token is drawn after the row lock: nextval hands out values in the
+// order it is called, not in commit order. A token drawn in the INSERT's
+// VALUES list (before the row is locked) could be drawn, then stall, while
+// another client inserts the key with a larger token, holds it and releases
+// it; the stalled insert would then succeed with the smaller token. Drawn
+// after the row lock, it is drawn after the previous holder of the key
+// committed (its row was visible, locked and updated by us, or deleted and
+// the delete committed before our insert could succeed), and that holder
+// drew its own token before it committed: ours is larger.
+type pgOps struct{ n names }
+
+func (pgOps) unit() time.Duration { return time.Microsecond }
+
+func (o pgOps) ddl() []string {
+	t, seq, fn := o.n.table, o.n.seq, o.n.acquire
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	lock_key   text COLLATE "C" PRIMARY KEY,
+	owner      text NOT NULL,
+	token      bigint NOT NULL,
+	info       text NOT NULL,
+	expires_at timestamptz NOT NULL
+)`,
+		`CREATE SEQUENCE IF NOT EXISTS ` + seq,
+		`CREATE OR REPLACE FUNCTION ` + fn + `(
+	p_key text, p_owner text, p_info text, p_ttl_us bigint,
+	OUT o_acquired boolean, OUT o_token bigint, OUT o_retry_us bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+	VALUES (p_key, p_owner, 0, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+	ON CONFLICT (lock_key) DO UPDATE SET
+		owner = excluded.owner,
+		info = excluded.info,
+		expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond',
+		token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+			THEN l.token ELSE 0 END
+	WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+	RETURNING l.token INTO o_token;
+	IF NOT FOUND THEN
+		o_acquired := false;
+		SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint
+			INTO o_retry_us FROM ` + t + ` AS l WHERE l.lock_key = p_key;
+		RETURN;
+	END IF;
+	o_acquired := true;
+	IF o_token = 0 THEN
+		UPDATE ` + t + ` SET token = nextval('` + seq + `')
+			WHERE lock_key = p_key RETURNING token INTO o_token;
+	END IF;
+END
+$$`,
+	}
+}
+
+// createSchema runs the DDL in one transaction holding an advisory lock, so
+// that concurrent creators (which would otherwise collide in the catalog)
+// take turns; DDL is transactional in PostgreSQL.
+func (o pgOps) createSchema(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer rollback(tx)
+	h := fnv.New64a()
+	h.Write([]byte("dlock schema " + o.n.raw))
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
+		return err
+	}
+	for _, q := range o.ddl() {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
+	var ok bool
+	err := db.QueryRowContext(ctx,
+		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL`,
+		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)").Scan(&ok)
+	return ok, err
+}
+
+func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+	var (
+		acquired bool
+		token    sql.NullInt64
+		retry    sql.NullInt64
+	)
+	err := db.QueryRowContext(ctx,
+		`SELECT o_acquired, o_token, o_retry_us FROM `+o.n.acquire+`($1, $2, $3, $4)`,
+		req.Key, req.Owner, req.Info, ttl).Scan(&acquired, &token, &retry)
+	switch {
+	case err != nil && pgContention(err) && ctx.Err() == nil:
+		// A serialization failure or deadlock (possible under a stricter
+		// default isolation level): the statement was rolled back.
+		return driver.Result{}, nil
+	case err != nil:
+		return driver.Result{}, err
+	case !acquired:
+		return driver.Result{RetryAfter: micros(retry.Int64)}, nil
+	case !token.Valid || token.Int64 <= 0:
+		return driver.Result{}, errors.New("acquire function returned no token")
+	}
+	return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
+}
+
+func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
+	res, err := db.ExecContext(ctx, `UPDATE `+o.n.table+`
+SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
+		req.Key, req.Owner, ttl)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// release deletes the row and notifies the key's channel in the same
+// statement (so in the same transaction: the notification is delivered
+// when, and only if, the delete commits).
+func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
+	err = db.QueryRowContext(ctx, `WITH d AS (
+	DELETE FROM `+o.n.table+` WHERE lock_key = $1 AND owner = $2
+	RETURNING expires_at > clock_timestamp() AS live)
+SELECT d.live FROM d, pg_notify($3, $1)`,
+		req.Key, req.Owner, o.n.raw).Scan(&live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil
+	}
+	return err == nil, live, err
+}
+
+func (o pgOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `WITH d AS (
+	DELETE FROM `+o.n.table+` WHERE lock_key = $1
+	RETURNING expires_at > clock_timestamp() AS live)
+SELECT count(*) FILTER (WHERE d.live) FROM d, pg_notify($2, $1)`,
+		key, o.n.raw).Scan(&n)
+	return n, err
+}
+
+func (o pgOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
+	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, token, info,
+	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+FROM `+o.n.table+`
+WHERE lock_key LIKE $1 ESCAPE '!' AND expires_at > clock_timestamp()
+ORDER BY lock_key`, likePrefix(prefix))
+	if err != nil {
+		return nil, err
+	}
+	return scanHolders(rows, time.Microsecond)
+}
+
+func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+o.n.table+` WHERE lock_key LIKE $1 ESCAPE '!'`,
+		likePrefix(prefix)).Scan(&n)
+	return n, err
+}
+
+// sweep deletes a batch of long-expired rows, skipping rows another
+// transaction has locked (an acquirer taking one over, say); FOR UPDATE
+// re-checks the expiry on the latest version of each row it locks.
+func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (
+	SELECT lock_key FROM `+o.n.table+`
+	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// pgContention reports a serialization failure, a deadlock or a lock
+// timeout: the statement was rolled back because of concurrent work.
+func pgContention(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03"
+}
+
+// scanHolders reads rows of (key, owner, token, info, time left in units).
+func scanHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error) {
+	defer rows.Close()
+	var hs []driver.Holder
+	for rows.Next() {
+		var (
+			h    driver.Holder
+			tok  int64
+			left int64
+		)
+		if err := rows.Scan(&h.Key, &h.Owner, &tok, &h.Info, &left); err != nil {
+			return nil, err
+		}
+		h.Mode = driver.Exclusive
+		h.Token = uint64(tok)
+		h.TTL = time.Duration(left) * unit
+		hs = append(hs, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Keys are compared bytewise by the database; make sure of the order
+	// whatever the collation of a table created by hand.
+	sortHolders(hs)
+	return hs, nil
+}
+
+func sortHolders(hs []driver.Holder) {
+	slices.SortStableFunc(hs, func(a, b driver.Holder) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
+}
+
+func micros(n int64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Microsecond
+}

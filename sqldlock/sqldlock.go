@@ -1,0 +1,518 @@
+package sqldlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/jackc/pgx/v5"
+)
+
+// Dialect is the SQL dialect of the database behind a *sql.DB.
+type Dialect int
+
+// The supported dialects.
+const (
+	// Postgres is PostgreSQL 10 or later. Notifications (LISTEN/NOTIFY)
+	// need the database/sql driver of github.com/jackc/pgx/v5/stdlib.
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 5.7 or later, or MariaDB 10.2 or later, with InnoDB
+	// tables, through github.com/go-sql-driver/mysql.
+	MySQL
+	// SQLite is SQLite 3.35 or later, through modernc.org/sqlite.
+	SQLite
+)
+
+// String returns the dialect's name.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// DefaultTable is the name of the lock table unless WithTable says otherwise.
+const DefaultTable = "dlock_locks"
+
+// Limits of the driver, reported in its Capabilities.
+const (
+	// maxKeyLen is the longest key, in bytes (the MySQL column is
+	// VARBINARY(255)).
+	maxKeyLen = 255
+	// minTTL is the shortest lease accepted.
+	minTTL = 10 * time.Millisecond
+	// maxInfoLen is the longest Request.Info stored; longer text is cut at
+	// a UTF-8 boundary.
+	maxInfoLen = 1024
+)
+
+// Option configures a Driver.
+type Option func(*config)
+
+type config struct {
+	table string
+}
+
+// WithTable sets the name of the lock table (default DefaultTable). The
+// names of the other schema objects are derived from it: NAME_seq (MySQL,
+// SQLite), NAME_token_seq and NAME_acquire_v1 (PostgreSQL), and the
+// PostgreSQL notification channel NAME. The name must be a plain identifier
+// ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
+// unqualified name (search_path on PostgreSQL, the connection's database on
+// MySQL). New reports a bad name with a *dlock.ArgError.
+func WithTable(name string) Option {
+	return func(c *config) { c.table = name }
+}
+
+// Driver is a dlock driver over a database/sql database, as returned by New
+// (and by dlock.Open for the sqlite, postgres, postgresql and mysql URL
+// schemes). Besides driver.Driver it implements driver.Lister and
+// driver.ForceReleaser; on PostgreSQL it also implements driver.Notifier
+// (LISTEN/NOTIFY), which package dlock discovers by type assertion, so that
+// waiters wake as soon as a lock is released. On MySQL and SQLite waiters
+// poll. (Driver is an interface because of this: the dynamic type behind it
+// differs between dialects.) All methods are safe for concurrent use.
+//
+// Acquire, Refresh and Release are each one atomic step on the database (one
+// statement or one short transaction); leases expire on the database's clock.
+// Serialization and deadlock failures that concurrent acquirers cause are
+// reported by Acquire as "not acquired", never as an error or a success.
+// Errors name the operation and the key. Close stops the driver's background
+// work and closes the database only if the driver opened it (dlock.Open);
+// later calls return an error.
+type Driver interface {
+	driver.Driver
+	driver.Lister
+	driver.ForceReleaser
+
+	// CreateSchema creates the lock table and the objects it needs, if
+	// they do not exist (the statements are in the package
+	// documentation). The driver does this itself on first use unless
+	// they exist; CreateSchema is for teams that run DDL at deploy time,
+	// with a more privileged user than the application's. It is safe to
+	// run concurrently from several processes.
+	CreateSchema(ctx context.Context) error
+
+	// Count returns the number of rows kept for keys that start with
+	// prefix, live or expired. Tests use it to check that nothing is left
+	// behind.
+	Count(ctx context.Context, prefix string) (int, error)
+
+	// Dialect returns the driver's SQL dialect.
+	Dialect() Dialect
+
+	sealed()
+}
+
+// sqlDriver implements Driver for every dialect; pgDriver adds Subscribe.
+type sqlDriver struct {
+	db      *sql.DB
+	dialect Dialect
+	ops     ops
+	n       names
+	ownsDB  bool
+	pgCfg   *pgx.ConnConfig // the listener's config when the driver opened the DB
+
+	schemaSem  chan struct{} // one creator at a time
+	schemaDone atomic.Bool
+	lisSem     chan struct{} // one listener start at a time
+
+	ctx    context.Context // ends when Close is called
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines: sweeper, listener
+
+	sweepEvery time.Duration // see sweepEvery and sweepGrace; tests change them
+	sweepGrace time.Duration
+
+	mu        sync.Mutex
+	closed    bool
+	lastSweep time.Time
+	sweeping  bool
+	lis       *listener
+}
+
+// pgDriver is the PostgreSQL driver: it can also notify waiters.
+type pgDriver struct{ *sqlDriver }
+
+var (
+	_ Driver          = (*sqlDriver)(nil)
+	_ Driver          = (*pgDriver)(nil)
+	_ driver.Notifier = (*pgDriver)(nil)
+)
+
+func (*sqlDriver) sealed() {}
+
+// Dialect implements Driver.
+func (d *sqlDriver) Dialect() Dialect { return d.dialect }
+
+// names are the quoted names of a driver's schema objects.
+type names struct {
+	raw     string // the table name, unquoted; also the NOTIFY channel
+	table   string // the lock table
+	seq     string // the token counter: a sequence (PostgreSQL) or a one-row table
+	acquire string // PostgreSQL: the acquire function
+}
+
+// New returns a driver that keeps its locks in db, whose SQL dialect is d.
+// It does not own db: Close leaves it open. The schema (see the package
+// documentation) is created on first use unless it exists; call
+// Driver.CreateSchema to create it explicitly.
+//
+// For SQLite, open db in WAL mode with a busy timeout and immediate
+// transactions, for example
+// "file:/path/locks.db?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate",
+// or use dlock.Open with a sqlite: URL, which does that. For release
+// notifications on PostgreSQL, db must use the pgx driver
+// (github.com/jackc/pgx/v5/stdlib).
+func New(db *sql.DB, d Dialect, opts ...Option) (Driver, error) {
+	if db == nil {
+		return nil, &dlock.ArgError{Name: "db", Value: nil, Reason: "must not be nil"}
+	}
+	return newDriver(db, d, false, nil, opts)
+}
+
+func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []Option) (Driver, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	cfg := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkIdent("table", cfg.table, maxTableLen); err != nil {
+		return nil, err
+	}
+	n := names{raw: cfg.table, table: d.quote(cfg.table)}
+	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg,
+		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
+		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
+	drv.ctx, drv.cancel = context.WithCancel(context.Background())
+	switch d {
+	case Postgres:
+		drv.n.seq = d.quote(cfg.table + "_token_seq")
+		drv.n.acquire = d.quote(cfg.table + "_acquire_v1")
+		drv.ops = pgOps{drv.n}
+		return &pgDriver{drv}, nil
+	case MySQL:
+		drv.n.seq = d.quote(cfg.table + "_seq")
+		drv.ops = myOps{drv.n}
+	default:
+		drv.n.seq = d.quote(cfg.table + "_seq")
+		drv.ops = liteOps{drv.n}
+	}
+	return drv, nil
+}
+
+// ops are the dialect-specific steps. Each method is one atomic operation on
+// the database (one statement or one transaction).
+type ops interface {
+	// ddl returns the statements that create the schema, each idempotent.
+	ddl() []string
+	// createSchema runs ddl safely against concurrent creators.
+	createSchema(ctx context.Context, db *sql.DB) error
+	// schemaExists reports whether every schema object exists; an error
+	// means "unknown" and is treated as "no".
+	schemaExists(ctx context.Context, db *sql.DB) (bool, error)
+	// acquire takes or extends the hold; ttl is in the dialect's units.
+	acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error)
+	// refresh extends a live hold of req.Owner and reports whether there was one.
+	refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error)
+	// release deletes req.Owner's row and reports whether there was one
+	// and whether it was live.
+	release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error)
+	// forceRelease deletes every row of key and reports how many were live.
+	forceRelease(ctx context.Context, db *sql.DB, key string) (int, error)
+	list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error)
+	count(ctx context.Context, db *sql.DB, prefix string) (int, error)
+	// sweep deletes at most limit rows expired for longer than grace.
+	sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error)
+	// unit is the resolution of TTLs and expiry times.
+	unit() time.Duration
+}
+
+// Opportunistic cleanup of the rows of crashed holders: at most once per
+// sweepEvery per Driver, an Acquire call starts a background deletion of up
+// to sweepBatch rows that expired more than sweepGrace ago.
+const (
+	sweepEvery   = 2 * time.Second
+	sweepGrace   = time.Second
+	sweepBatch   = 100
+	sweepTimeout = 10 * time.Second
+)
+
+// errClosed is returned by every method after Close.
+var errClosed = errors.New("driver closed")
+
+// begin checks that the driver is open, ctx live and req valid, and creates
+// the schema if needed.
+func (d *sqlDriver) begin(ctx context.Context, req *driver.Request) error {
+	if err := d.usable(ctx); err != nil {
+		return err
+	}
+	if req != nil && req.Mode != driver.Exclusive {
+		return fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported)
+	}
+	return d.ensureSchema(ctx, false)
+}
+
+// usable reports an error if the driver is closed or ctx is done.
+func (d *sqlDriver) usable(ctx context.Context) error {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	return ctx.Err()
+}
+
+// fail wraps err with the operation and key, and with ctx's error when ctx is
+// done (drivers do not always wrap it themselves).
+func fail(ctx context.Context, op, key string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqldlock: %s %q: %w: %w", op, key, cerr, err)
+	}
+	return fmt.Errorf("sqldlock: %s %q: %w", op, key, err)
+}
+
+// ensureSchema creates the schema once per Driver, unless it exists (or
+// always, if force is set). A failure (a cancelled context, a lost
+// connection) is not remembered: the next call tries again.
+func (d *sqlDriver) ensureSchema(ctx context.Context, force bool) error {
+	if !force && d.schemaDone.Load() {
+		return nil
+	}
+	select {
+	case d.schemaSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-d.schemaSem }()
+	if !force && d.schemaDone.Load() {
+		return nil
+	}
+	create := force
+	if !create {
+		ok, _ := d.ops.schemaExists(ctx, d.db)
+		create = !ok
+	}
+	if create {
+		if err := d.ops.createSchema(ctx, d.db); err != nil {
+			return fmt.Errorf("creating schema: %w", err)
+		}
+	}
+	d.schemaDone.Store(true)
+	return nil
+}
+
+// CreateSchema implements Driver.
+func (d *sqlDriver) CreateSchema(ctx context.Context) error {
+	if err := d.usable(ctx); err != nil {
+		return fail(ctx, "create schema", d.n.raw, err)
+	}
+	if err := d.ensureSchema(ctx, true); err != nil {
+		return fail(ctx, "create schema", d.n.raw, err)
+	}
+	return nil
+}
+
+// ttlUnits converts a TTL to the dialect's units, rounding down, and returns
+// the lease actually granted.
+func (d *sqlDriver) ttlUnits(ttl time.Duration) (int64, time.Duration, error) {
+	u := d.ops.unit()
+	n := int64(ttl / u)
+	if n <= 0 {
+		return 0, 0, fmt.Errorf("ttl %v is shorter than the database's resolution of %v", ttl, u)
+	}
+	return n, time.Duration(n) * u, nil
+}
+
+// cleanInfo makes Request.Info storable in every dialect: valid UTF-8 without
+// NUL bytes, at most maxInfoLen bytes.
+func cleanInfo(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > maxInfoLen {
+		i := maxInfoLen
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i]
+	}
+	return s
+}
+
+// Acquire implements driver.Driver. It is one atomic step: it takes the key
+// if no row exists or the row's lease has expired (on the database clock),
+// extends the lease if req.Owner already holds it, and otherwise changes
+// nothing and reports how long the holder's lease has left. Serialization
+// and deadlock failures caused by contention are reported as not acquired.
+func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if err := d.begin(ctx, &req); err != nil {
+		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
+	}
+	n, granted, err := d.ttlUnits(req.TTL)
+	if err != nil {
+		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
+	}
+	req.Info = cleanInfo(req.Info)
+	res, err := d.ops.acquire(ctx, d.db, req, n)
+	if err != nil {
+		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
+	}
+	if res.Acquired && granted != req.TTL {
+		res.TTL = granted
+	}
+	d.maybeSweep()
+	return res, nil
+}
+
+// Refresh implements driver.Driver: a conditional UPDATE of the row of
+// req.Key and req.Owner whose lease has not expired.
+func (d *sqlDriver) Refresh(ctx context.Context, req driver.Request) error {
+	if err := d.begin(ctx, &req); err != nil {
+		return fail(ctx, "refresh", req.Key, err)
+	}
+	n, _, err := d.ttlUnits(req.TTL)
+	if err != nil {
+		return fail(ctx, "refresh", req.Key, err)
+	}
+	ok, err := d.ops.refresh(ctx, d.db, req, n)
+	if err != nil {
+		return fail(ctx, "refresh", req.Key, err)
+	}
+	if !ok {
+		return fail(ctx, "refresh", req.Key, driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release implements driver.Driver: it deletes the row of req.Key and
+// req.Owner (expired or not) and, on PostgreSQL, notifies waiters in the
+// same statement.
+func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
+	if err := d.begin(ctx, &req); err != nil {
+		return fail(ctx, "release", req.Key, err)
+	}
+	found, live, err := d.ops.release(ctx, d.db, req)
+	switch {
+	case err != nil:
+		return fail(ctx, "release", req.Key, err)
+	case !found:
+		return fail(ctx, "release", req.Key, driver.ErrNotHeld)
+	case !live:
+		return fail(ctx, "release", req.Key, fmt.Errorf("the lease had expired: %w", driver.ErrNotHeld))
+	}
+	return nil
+}
+
+// Capabilities implements driver.Driver.
+func (d *sqlDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Modes:         driver.Modes(driver.Exclusive),
+		DurableTokens: true,
+		ServerClock:   true,
+		MaxKeyLen:     maxKeyLen,
+		MinTTL:        minTTL,
+	}
+}
+
+// List implements driver.Lister: the live holders of keys starting with
+// prefix, sorted by key.
+func (d *sqlDriver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
+	if err := d.begin(ctx, nil); err != nil {
+		return nil, fail(ctx, "list", prefix, err)
+	}
+	hs, err := d.ops.list(ctx, d.db, prefix)
+	if err != nil {
+		return nil, fail(ctx, "list", prefix, err)
+	}
+	return hs, nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it deletes the row of key,
+// whoever holds it, notifies waiters on PostgreSQL, and reports whether a
+// live hold was removed (0 or 1).
+func (d *sqlDriver) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := d.begin(ctx, nil); err != nil {
+		return 0, fail(ctx, "force release", key, err)
+	}
+	n, err := d.ops.forceRelease(ctx, d.db, key)
+	if err != nil {
+		return 0, fail(ctx, "force release", key, err)
+	}
+	return n, nil
+}
+
+// Count implements Driver.
+func (d *sqlDriver) Count(ctx context.Context, prefix string) (int, error) {
+	if err := d.begin(ctx, nil); err != nil {
+		return 0, fail(ctx, "count", prefix, err)
+	}
+	n, err := d.ops.count(ctx, d.db, prefix)
+	if err != nil {
+		return 0, fail(ctx, "count", prefix, err)
+	}
+	return n, nil
+}
+
+// Close stops the driver's background work (the PostgreSQL listener, a
+// running cleanup) and, if the driver opened the database itself (dlock.Open
+// with a URL), closes it. Holds are not released. Later calls of any method
+// return an error; Close itself is idempotent.
+func (d *sqlDriver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()
+	d.wg.Wait()
+	if d.ownsDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// maybeSweep starts a background cleanup if one is due.
+func (d *sqlDriver) maybeSweep() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.sweeping || time.Since(d.lastSweep) < d.sweepEvery {
+		return
+	}
+	d.sweeping = true
+	d.lastSweep = time.Now()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(d.ctx, sweepTimeout)
+		defer cancel()
+		// Errors do not matter: the next sweep tries again.
+		_, _ = d.ops.sweep(ctx, d.db, d.sweepGrace, sweepBatch)
+		d.mu.Lock()
+		d.sweeping = false
+		d.mu.Unlock()
+	}()
+}
+
+// rollback ends tx, ignoring the error (the transaction may already be over
+// because its context ended).
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }

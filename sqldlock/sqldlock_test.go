@@ -1,0 +1,145 @@
+package sqldlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/testsrv"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	code := testsrv.Run(m, testsrv.Postgres, testsrv.MariaDB)
+	// The servers are stopped by now; nothing of ours may still run.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "sqldlock: leaked goroutines: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// store is a fresh database of one dialect.
+type store struct {
+	dialect Dialect
+	url     string // dlock URL
+	dsn     string // database/sql DSN
+	sqlName string // database/sql driver name
+}
+
+var dialects = []Dialect{SQLite, Postgres, MySQL}
+
+// newStore returns a fresh, empty database of dialect d for the test.
+func newStore(t testing.TB, d Dialect) store {
+	t.Helper()
+	switch d {
+	case SQLite:
+		path := filepath.Join(t.TempDir(), "locks.db")
+		// The caller's DSN: a busy timeout, but the default journal mode
+		// and deferred transactions.
+		return store{dialect: d, url: "sqlite://" + path, dsn: path + "?_busy_timeout=5000", sqlName: "sqlite"}
+	case Postgres:
+		u, dsn, err := testsrv.Get(t, testsrv.Postgres).NewDatabase(context.Background(), t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store{dialect: d, url: u, dsn: dsn, sqlName: "pgx"}
+	case MySQL:
+		u, dsn, err := testsrv.Get(t, testsrv.MariaDB).NewDatabase(context.Background(), t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store{dialect: d, url: u, dsn: dsn, sqlName: "mysql"}
+	}
+	t.Fatalf("unknown dialect %v", d)
+	return store{}
+}
+
+// openURL opens a driver through the URL opener registered for the scheme.
+func openURL(ctx context.Context, raw string) (Driver, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	var d driver.Driver
+	switch u.Scheme {
+	case "sqlite":
+		d, err = openSQLite(ctx, u)
+	case "postgres", "postgresql":
+		d, err = openPostgres(ctx, u)
+	case "mysql":
+		d, err = openMySQL(ctx, u)
+	default:
+		return nil, fmt.Errorf("unknown scheme %q", u.Scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.(Driver), nil
+}
+
+// open returns a new driver (with its own connections) over s, closed when
+// the test ends.
+func (s store) open(t testing.TB, extra ...string) Driver {
+	t.Helper()
+	raw := s.url
+	for _, e := range extra {
+		sep := "?"
+		if u, _ := url.Parse(raw); u != nil && u.RawQuery != "" {
+			sep = "&"
+		}
+		raw += sep + e
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := openURL(ctx, raw)
+	if err != nil {
+		t.Fatalf("open %s: %v", raw, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func (s store) config(t testing.TB) drivertest.Config {
+	counter := s.open(t)
+	return drivertest.Config{
+		NewDriver: func(t testing.TB) driver.Driver {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d, err := openURL(ctx, s.url)
+			if err != nil {
+				t.Fatalf("open %s: %v", s.url, err)
+			}
+			return d
+		},
+		Residue: counter.Count,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.String(), func(t *testing.T) {
+			drivertest.Run(t, newStore(t, d).config(t))
+		})
+	}
+}
+
+func BenchmarkDrivers(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.String(), func(b *testing.B) {
+			drivertest.RunBenchmarks(b, newStore(b, d).config(b))
+		})
+	}
+}

@@ -1,0 +1,190 @@
+package sqldlock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+func init() {
+	dlock.Register("sqlite", openSQLite)
+	dlock.Register("postgres", openPostgres)
+	dlock.Register("postgresql", openPostgres)
+	dlock.Register("mysql", openMySQL)
+}
+
+// sqliteBusyTimeout is how long a SQLite statement of a driver opened by URL
+// waits for another connection's write lock before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 10 * time.Second
+
+// urlError reports a bad URL as a *dlock.ArgError.
+func urlError(u *url.URL, format string, args ...any) error {
+	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+}
+
+// takeOptions removes the dlock parameters (table) from q and returns them
+// as Options.
+func takeOptions(q url.Values) []Option {
+	var opts []Option
+	if q.Has("table") {
+		opts = append(opts, WithTable(q.Get("table")))
+		q.Del("table")
+	}
+	return opts
+}
+
+// sqliteDSN returns the modernc.org/sqlite DSN for a sqlite: URL.
+func sqliteDSN(u *url.URL) (string, []Option, error) {
+	var path string
+	switch {
+	case u.Opaque != "":
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return "", nil, urlError(u, "bad path: %v", err)
+		}
+		path = p
+	case u.Host != "" && u.Host != "localhost":
+		return "", nil, urlError(u, "has a host (%q); write sqlite:///absolute/path.db or sqlite:relative/path.db", u.Host)
+	default:
+		path = u.Path
+	}
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return "", nil, urlError(u, "names no database file (in-memory databases are not supported: use the mem: scheme)")
+	}
+	if path == "" || strings.HasSuffix(path, "/") {
+		return "", nil, urlError(u, "names no database file; write sqlite:///absolute/path.db or sqlite:relative/path.db")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", nil, urlError(u, "bad path: %v", err)
+	}
+	q := u.Query()
+	opts := takeOptions(q)
+	for k := range q {
+		return "", nil, urlError(u, "unknown parameter %q (sqlite URLs accept only table)", k)
+	}
+	file := url.URL{Scheme: "file", Path: abs}
+	params := url.Values{
+		"_busy_timeout": {fmt.Sprint(sqliteBusyTimeout.Milliseconds())},
+		"_journal_mode": {"WAL"},
+		"_txlock":       {"immediate"},
+	}
+	return file.String() + "?" + params.Encode(), opts, nil
+}
+
+// openSQLite opens sqlite:///abs/path.db or sqlite:rel/path.db.
+func openSQLite(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	dsn, opts, err := sqliteDSN(u)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	// One connection: SQLite has one writer at a time anyway, and the
+	// pool hands the connection over faster than SQLite's busy handler,
+	// which sleeps. Other processes are waited for with the busy timeout.
+	db.SetMaxOpenConns(1)
+	return finishOpen(ctx, db, SQLite, nil, opts)
+}
+
+// pgConfig parses a postgres:// or postgresql:// URL with pgx, after
+// removing the dlock parameters.
+func pgConfig(u *url.URL) (*pgx.ConnConfig, []Option, error) {
+	q := u.Query()
+	opts := takeOptions(q)
+	pu := *u
+	pu.RawQuery = q.Encode()
+	cfg, err := pgx.ParseConfig(pu.String())
+	if err != nil {
+		return nil, nil, urlError(u, "%v", err)
+	}
+	return cfg, opts, nil
+}
+
+func openPostgres(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	cfg, opts, err := pgConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	return finishOpen(ctx, stdlib.OpenDB(*cfg), Postgres, cfg, opts)
+}
+
+// mysqlConfig converts mysql://user:pass@host:port/db?params to a
+// go-sql-driver configuration. Parameters other than table are passed to
+// go-sql-driver/mysql (see its DSN documentation); parseTime and
+// clientFoundRows default to true.
+func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
+	q := u.Query()
+	opts := takeOptions(q)
+	if !q.Has("parseTime") {
+		q.Set("parseTime", "true")
+	}
+	if !q.Has("clientFoundRows") {
+		q.Set("clientFoundRows", "true")
+	}
+	cfg, err := mysql.ParseDSN("/?" + q.Encode())
+	if err != nil {
+		return nil, nil, urlError(u, "%v", err)
+	}
+	if u.Opaque != "" {
+		return nil, nil, urlError(u, "write mysql://user:password@host:port/database")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if strings.Contains(db, "/") {
+		return nil, nil, urlError(u, "bad database name %q", db)
+	}
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "3306"
+	}
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", net.JoinHostPort(host, port), db
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	return cfg, opts, nil
+}
+
+func openMySQL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	cfg, opts, err := mysqlConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, urlError(u, "%v", err)
+	}
+	return finishOpen(ctx, sql.OpenDB(conn), MySQL, nil, opts)
+}
+
+// finishOpen makes a driver that owns db, after checking that the database
+// answers.
+func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfig, opts []Option) (driver.Driver, error) {
+	drv, err := newDriver(db, d, true, pgCfg, opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		drv.Close()
+		return nil, fmt.Errorf("sqldlock: connecting to %s: %w", d, err)
+	}
+	return drv, nil
+}
