@@ -84,6 +84,12 @@ func sqliteDSN(u *url.URL) (string, []Option, error) {
 	return file.String() + "?" + params.Encode(), opts, nil
 }
 
+// Pool settings of the databases the driver opens itself (dlock.Open).
+const (
+	poolIdleConns = 16
+	poolIdleTime  = time.Minute
+)
+
 // openSQLite opens sqlite:///abs/path.db or sqlite:rel/path.db.
 func openSQLite(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	dsn, opts, err := sqliteDSN(u)
@@ -177,6 +183,13 @@ func openMySQL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // finishOpen makes a driver that owns db, after checking that the database
 // answers.
 func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfig, opts []Option) (driver.Driver, error) {
+	if d != SQLite {
+		// Keep enough idle connections for a busy client: database/sql
+		// keeps two by default, and a pool that closes and reopens
+		// connections under load costs a handshake per acquire.
+		db.SetMaxIdleConns(poolIdleConns)
+		db.SetConnMaxIdleTime(poolIdleTime)
+	}
 	drv, err := newDriver(db, d, true, pgCfg, opts)
 	if err != nil {
 		db.Close()
