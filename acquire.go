@@ -63,6 +63,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 	}()
 	subscribe := wait && c.notifier != nil
 	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
+	reached := false // the store has answered an attempt
 	for {
 		if err := c.check(ctx); err != nil {
 			return nil, err
@@ -75,8 +76,19 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			if ctx.Err() != nil {
 				return nil, notAcquired(req.Key, ctx.Err())
 			}
-			return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
+			// A store that fails the first attempt is misconfigured or
+			// down: say so at once. Once it has answered, a failure
+			// while waiting is taken as a blip and ridden out.
+			if !wait || !reached || errors.Is(err, driver.ErrUnsupported) {
+				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
+			}
+			c.cfg.logger.Warn("dlock: acquire attempt failed while waiting; retrying", "key", req.Key, "err", err)
+			if err := sleep(ctx, bo.next(), nil); err != nil {
+				return nil, notAcquired(req.Key, err)
+			}
+			continue
 		}
+		reached = true
 		if res.Acquired {
 			ttl := req.TTL
 			if res.TTL > 0 && res.TTL < ttl {

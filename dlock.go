@@ -48,6 +48,8 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -209,6 +211,10 @@ func (c *Client) Driver() driver.Driver { return c.drv }
 // see Lock.Context. When ctx ends first, the error wraps both ErrNotAcquired
 // and ctx.Err(), and nothing is left behind on the store.
 //
+// If the store fails the first attempt, Lock returns that error at once (the
+// store is down or misconfigured). Once the store has answered, failures
+// while waiting are logged and retried with backoff until ctx ends.
+//
 // Goroutines of one Client waiting for the same key queue locally, so that
 // only one of them at a time waits on the store.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
@@ -248,8 +254,9 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return rerr
 }
 
-// List returns the live holders of keys that start with prefix. It returns an
-// error wrapping ErrUnsupported if the backend cannot list.
+// List returns the live holders of keys that start with prefix. Each
+// Holder's Owner is the owner's public OwnerID, not its secret token. It
+// returns an error wrapping ErrUnsupported if the backend cannot list.
 func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
@@ -258,7 +265,20 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: listing holders", ErrUnsupported)
 	}
-	return l.List(ctx, prefix)
+	hs, err := l.List(ctx, prefix)
+	for i := range hs {
+		hs[i].Owner = OwnerID(hs[i].Owner)
+	}
+	return hs, err
+}
+
+// OwnerID returns the public identifier of an owner token: a short hash that
+// tells holders apart in listings without revealing the token, which would
+// let its bearer refresh or release the lock. Client.List reports owners this
+// way, and Lock.OwnerID gives the same value for a held lock.
+func OwnerID(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(sum[:6])
 }
 
 // ForceRelease removes every holder of key, whoever owns it, and reports how

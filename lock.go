@@ -77,6 +77,10 @@ func (l *Lock) Key() string { return l.req.Key }
 // highest it has seen.
 func (l *Lock) Token() uint64 { return l.token }
 
+// OwnerID returns the public identifier of this lock's owner, as Client.List
+// shows it.
+func (l *Lock) OwnerID() string { return OwnerID(l.req.Owner) }
+
 // TTL returns the lease the store granted.
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
@@ -296,7 +300,9 @@ func (l *Lock) stopRenewal() {
 // context ends with ErrNotHeld as the cause). Use it to hold a lock for a
 // minimum time after the work finished, so that a scheduled job that ran
 // quickly is not run again by a host whose clock is slightly behind. If d is
-// not positive, it releases at once.
+// not positive, it releases at once; a d below the backend's minimum TTL is
+// raised to it (the hold lasts at least d either way); a d above the maximum
+// is an *ArgError.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -304,6 +310,7 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return l.Release(ctx)
 	}
+	d = max(d, l.c.caps.MinTTL)
 	if err := l.c.checkTTL(d); err != nil {
 		return err
 	}

@@ -539,8 +539,8 @@ func (s *suite) testListAndForceRelease(t *testing.T) {
 		t.Errorf("List = %+v; want exactly the one holder", hs)
 	default:
 		h := hs[0]
-		if h.Key != key || h.Token != l.Token() || h.Info != "drivertest-holder" || h.Mode != driver.Exclusive || h.Owner == "" {
-			t.Errorf("List = %+v; want key %q, token %d, info %q, exclusive, an owner", h, key, l.Token(), "drivertest-holder")
+		if h.Key != key || h.Token != l.Token() || h.Info != "drivertest-holder" || h.Mode != driver.Exclusive || h.Owner != l.OwnerID() {
+			t.Errorf("List = %+v; want key %q, token %d, info %q, exclusive, owner %s", h, key, l.Token(), "drivertest-holder", l.OwnerID())
 		}
 		if h.TTL <= 0 || h.TTL > longTTL {
 			t.Errorf("listed TTL = %v; want within (0, %v]", h.TTL, longTTL)

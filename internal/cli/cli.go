@@ -1,0 +1,235 @@
+// Package cli implements the dlock command-line tool: `dlock run` (a
+// distributed flock), `dlock ls`, `dlock release --force`, `dlock schema` and
+// `dlock version`. The binary in cmd/dlock only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses of the dlock command. A command run by `dlock run` can exit
+// with any of these too; dlock always prints a message on stderr when the
+// status is its own.
+const (
+	// ExitOK means success. `dlock run` also passes the command's status
+	// through, so 0 there means the command succeeded.
+	ExitOK = 0
+
+	// ExitUsage (EX_USAGE) means bad flags or arguments: a missing or empty
+	// --key, a duration that is not positive where it must be, a URL that does
+	// not parse or names an unknown scheme, no command to run. Nothing was
+	// acquired and no command ran.
+	ExitUsage = 64
+
+	// ExitUnavailable (EX_UNAVAILABLE) means the lock store could not be used:
+	// it cannot be opened or reached, it failed a request, or it does not
+	// support the operation (listing, forced release, schema creation). No
+	// command ran.
+	ExitUnavailable = 69
+
+	// ExitOSError (EX_OSERR) means an operating-system call that should not
+	// fail did: dlock could not wait for the command it started. dlock
+	// killed the command's process group and released the lock.
+	ExitOSError = 71
+
+	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` did not get the lock:
+	// it was held and --wait 0 was given, or --wait ran out. The command did
+	// not run.
+	ExitNotAcquired = 75
+
+	// ExitLost means the lock was lost while the command ran (its lease could
+	// not be renewed in time, or an operator forced its release): dlock sent
+	// SIGTERM to the command's process group, then SIGKILL after --kill-after,
+	// and the command's work may have overlapped another holder's.
+	ExitLost = 76
+
+	// ExitCannotRun means the command was found but could not be started
+	// (permission denied, not an executable), as in shells.
+	ExitCannotRun = 126
+
+	// ExitNotFound means the command was not found, as in shells.
+	ExitNotFound = 127
+
+	// ExitSignalBase is added to a signal number: when the command is killed
+	// by signal N, `dlock run` exits with 128+N, as shells report it; so it
+	// does when it is interrupted by signal N while waiting for the lock.
+	ExitSignalBase = 128
+)
+
+// exitError carries an exit status out of a command. A nil err means the
+// status needs no message (for example a command's own exit status).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// usageError marks an error as a usage error (exit status 64).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// app holds what the commands share: the standard streams and the global
+// flags.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	url     string // --url
+	verbose bool   // --verbose
+
+	log *slog.Logger // logs to stderr with --verbose, else discards
+}
+
+// Main runs the dlock command line with args (without the program name) and
+// returns the process exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stdout, stderr = lockWriter(stdout), lockWriter(stderr)
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, log: slog.New(slog.DiscardHandler)}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if len(args) == 0 {
+		// No subcommand: show the usage, as a usage error.
+		root.SetOut(stderr)
+		root.Usage()
+		return ExitUsage
+	}
+	cmd, err := root.ExecuteContextC(context.Background())
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "dlock: %s\n", message(ee.err))
+		}
+		return ee.code
+	}
+	// Anything else comes from flag parsing, argument checks or our own
+	// validation: a usage error.
+	fmt.Fprintf(stderr, "dlock: %s\n", message(err))
+	if cmd == nil {
+		cmd = root
+	}
+	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	return ExitUsage
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks from the command line",
+		Long: `dlock takes distributed locks (leases with fencing tokens) in a shared store:
+SQLite, PostgreSQL or MySQL/MariaDB.
+
+The store is named by a URL: --url, else the DLOCK_URL environment variable,
+else an SQLite file in the user's state directory
+($XDG_STATE_HOME/dlock/dlock.db, or ~/.local/state/dlock/dlock.db), so that
+processes on one host coordinate with no set-up. Examples:
+
+  sqlite:///var/lib/myapp/locks.db
+  postgres://user:password@db.example.com:5432/app
+  mysql://user:password@db.example.com:3306/app
+
+The SQL stores keep their locks in the table dlock_locks unless the URL says
+otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if c.Flags().Changed("url") && strings.TrimSpace(a.url) == "" {
+			return usagef("invalid --url %q: must not be empty", a.url)
+		}
+		if a.verbose {
+			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		return nil
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "url", "", "store URL (default: $DLOCK_URL, else the SQLite file in the user's state directory)")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log lock events to stderr")
+	root.AddCommand(a.runCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.versionCommand())
+	return root
+}
+
+// logf prints one diagnostic line on stderr.
+func (a *app) logf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "dlock: "+format+"\n", args...)
+}
+
+// display quotes s if it contains characters that would garble a one-line
+// message or a table (control characters, tabs, invalid UTF-8).
+func display(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, r := range s {
+		if r < ' ' || r == 0x7f || r == 0xfffd || (r >= 0x80 && r < 0xa0) {
+			return fmt.Sprintf("%q", s)
+		}
+	}
+	return s
+}
+
+// lockWriter serialises writes to w unless w is a file, which `dlock run`
+// hands to its command as is (writes to a file need no lock). Without it a
+// command's output, copied by os/exec, would race with dlock's messages.
+func lockWriter(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// message returns err's text without the "dlock: " the library's errors
+// start with, since dlock prefixes its messages itself.
+func message(err error) string {
+	return strings.TrimPrefix(err.Error(), "dlock: ")
+}
+
+// env returns the environment variable name, treating blank values as unset.
+func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }

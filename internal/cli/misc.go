@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/dlockhq/dlock"
+	"github.com/spf13/cobra"
+)
+
+// schemaCreator is implemented by drivers whose store needs a schema (the
+// SQL backends).
+type schemaCreator interface {
+	CreateSchema(ctx context.Context) error
+}
+
+func (a *app) schemaCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Create the lock table in an SQL store",
+		Long: `Create the table (and indexes) dlock keeps its locks in, in the SQL store
+named by --url, $DLOCK_URL or the default. dlock creates it on first use
+anyway; this command is for teams that manage their schema explicitly and
+run dlock with a database user that cannot create tables. It does nothing
+if the table exists.
+
+Exit status: 0 on success, 64 on a usage error, 69 if the store cannot be
+reached or needs no schema.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), lsTimeout)
+			defer cancel()
+			c, err := a.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sc, ok := c.Driver().(schemaCreator)
+			if !ok {
+				return exitf(ExitUnavailable, "this store has no schema to create")
+			}
+			if err := sc.CreateSchema(ctx); err != nil {
+				return storeError("cannot create the schema", err)
+			}
+			fmt.Fprintln(a.stdout, "schema created")
+			return nil
+		},
+	}
+}
+
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the supported stores",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v := "(devel)"
+			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+				v = bi.Main.Version
+			}
+			fmt.Fprintf(a.stdout, "dlock %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(a.stdout, "stores: %s\n", strings.Join(dlock.Schemes(), ", "))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,391 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/spf13/cobra"
+)
+
+// Defaults of `dlock run`.
+const (
+	// DefaultRunTTL is the lease of the lock `dlock run` takes: if dlock dies
+	// or loses the store, other hosts get the lock at most this long after
+	// its last renewal. It is renewed every third of it while the command
+	// runs.
+	DefaultRunTTL = 30 * time.Second
+	// DefaultKillAfter is the time between SIGTERM and SIGKILL when the lock
+	// is lost.
+	DefaultKillAfter = 10 * time.Second
+)
+
+type runOptions struct {
+	key         string
+	ttl         time.Duration
+	wait        time.Duration
+	waitSet     bool // --wait was given; without it dlock waits forever
+	holdAtLeast time.Duration
+	killAfter   time.Duration
+}
+
+const runLong = `Run COMMAND while holding the lock KEY: a distributed flock(1).
+
+dlock acquires the lock (waiting for it unless --wait says otherwise), runs
+COMMAND with DLOCK_KEY and DLOCK_TOKEN added to its environment, renews the
+lease every third of --ttl while COMMAND runs, releases the lock when COMMAND
+exits and exits with COMMAND's status. DLOCK_TOKEN is the lock's fencing
+token, a decimal number greater than that of every earlier holder of KEY:
+pass it to the resource COMMAND writes to, so that it can reject writes from
+a stale holder.
+
+The lock is a lease: if dlock dies or cannot reach the store, the store frees
+it --ttl (default 30s) after its last renewal. If the lease cannot be renewed
+in time, or an operator forces its release, the lock is lost: dlock sends
+SIGTERM to COMMAND's process group, SIGKILL --kill-after later (default 10s)
+and to whatever is left of the group once COMMAND has exited, and exits with
+status 76.
+
+COMMAND runs in a process group of its own, so it cannot read from the
+terminal. dlock forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+to that group, waits for COMMAND to exit, releases the lock and exits with
+COMMAND's status. If dlock is killed outright (SIGKILL), COMMAND is killed too
+(Linux) and the lock expires after --ttl.
+
+With --hold-at-least D the lock stays held until D after COMMAND started,
+whatever COMMAND's exit status, even if COMMAND finished sooner (for a job
+scheduled on several hosts, so that a host whose clock is late does not run it
+again): dlock sets the lease to the time remaining and exits at once, and the
+store frees the lock then. 'dlock release --force KEY' frees it earlier.
+
+Flags after COMMAND belong to COMMAND; "--" before COMMAND is optional.
+
+Exit status:
+  COMMAND's    COMMAND ran and exited; 128+N if signal N killed it
+  64           usage error: a bad flag or argument (COMMAND did not run)
+  69           the store cannot be opened or reached (COMMAND did not run)
+  71           dlock could not wait for COMMAND (an OS error); it killed it
+  75           the lock was not acquired: it is held and --wait 0 was given,
+               or --wait ran out (COMMAND did not run)
+  76           the lock was lost while COMMAND ran; COMMAND was terminated
+  126, 127     COMMAND cannot be executed, or was not found
+  128+N        dlock was interrupted by signal N while waiting for the lock
+When the status is dlock's own, dlock says why on stderr.`
+
+const runExample = `  # Serialise deploys across hosts that share a PostgreSQL database:
+  DLOCK_URL=postgres://deploy@db.internal/ops dlock run --key deploy -- make deploy
+
+  # A cron job on several hosts: run it once, skip if it is running
+  # elsewhere, and keep others off for 10 minutes after it started:
+  dlock run --key nightly-report --wait 0 --hold-at-least 10m -- ./report.sh`
+
+func (a *app) runCommand() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:     "run --key KEY [flags] [--] COMMAND [ARG...]",
+		Short:   "Run a command while holding a lock (a distributed flock)",
+		Long:    runLong,
+		Example: runExample,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.waitSet = cmd.Flags().Changed("wait")
+			if err := o.validate(cmd.Flags().Changed("key"), args); err != nil {
+				return err
+			}
+			return a.run(&o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // flags after COMMAND are COMMAND's
+	f.StringVarP(&o.key, "key", "k", "", "name of the lock (required)")
+	f.DurationVar(&o.ttl, "ttl", DefaultRunTTL, "lease: the store frees the lock this long after its last renewal if dlock dies")
+	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
+	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
+	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
+	return cmd
+}
+
+func (o *runOptions) validate(keySet bool, args []string) error {
+	switch {
+	case !keySet:
+		return usagef("--key is required")
+	case o.key == "":
+		return usagef("invalid --key %q: must not be empty", o.key)
+	case o.ttl <= 0:
+		return usagef("invalid --ttl %v: must be positive", o.ttl)
+	case o.wait < 0:
+		return usagef("invalid --wait %v: must not be negative (0 makes one attempt; leave --wait out to wait forever)", o.wait)
+	case o.holdAtLeast < 0:
+		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
+	case o.killAfter < 0:
+		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
+	case len(args) == 0:
+		return usagef("no command to run: give it after the flags, as in 'dlock run --key %s -- COMMAND [ARG...]'", o.key)
+	case args[0] == "":
+		return usagef("invalid command %q: must not be empty", args[0])
+	}
+	return nil
+}
+
+// signalError is the cause of a wait ended by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e *signalError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+func (a *app) run(o *runOptions, args []string) error {
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		code := ExitNotFound
+		if errors.Is(err, fs.ErrPermission) {
+			code = ExitCannotRun
+		}
+		return exitf(code, "cannot run %q: %v", args[0], err)
+	}
+
+	// Catch the signals from now on: until the lock is acquired they end
+	// the wait (leaving nothing behind on the store); after that they are
+	// forwarded to the command.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil) // not before: the store may keep the context Open got
+	stopWatch := watchSignals(sigs, cancel)
+
+	c, err := a.open(ctx)
+	if err != nil {
+		stopWatch()
+		if se := interrupted(ctx); se != nil {
+			return exitf(signalStatus(se.sig), "%s while opening the store; command not run", se)
+		}
+		return err
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			a.log.Warn("closing the store", "err", err)
+		}
+	}()
+	if m := c.Capabilities().MaxTTL; m > 0 && o.holdAtLeast > m {
+		stopWatch()
+		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, m)
+	}
+
+	l, err := a.acquire(ctx, c, o)
+	stopWatch()
+	if se := interrupted(ctx); se != nil {
+		if l != nil {
+			_ = a.release(l, o.ttl)
+		}
+		return exitf(signalStatus(se.sig), "%s while waiting for lock %q; command not run", se, o.key)
+	}
+	if err != nil {
+		return err
+	}
+	return a.supervise(c, l, o, path, args, sigs)
+}
+
+// watchSignals cancels ctx (through cancel) with a *signalError when a
+// signal arrives on sigs, until the returned function is called; that
+// function returns once the watch has stopped, so that no signal is lost
+// between the watch and what follows.
+func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case sig := <-sigs:
+			cancel(&signalError{sig})
+		case <-done:
+		}
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}
+
+// interrupted returns the signal that cancelled ctx, if any.
+func interrupted(ctx context.Context) *signalError {
+	var se *signalError
+	if errors.As(context.Cause(ctx), &se) {
+		return se
+	}
+	return nil
+}
+
+// acquire takes the lock as --wait says.
+func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlock.Lock, error) {
+	opts := []dlock.LockOption{dlock.WithTTL(o.ttl)}
+	var l *dlock.Lock
+	var err error
+	begin := time.Now()
+	switch {
+	case !o.waitSet:
+		a.log.Debug("waiting for the lock", "key", o.key)
+		l, err = c.Lock(ctx, o.key, opts...)
+	case o.wait == 0:
+		l, err = c.TryLock(ctx, o.key, opts...)
+	default:
+		a.log.Debug("waiting for the lock", "key", o.key, "wait", o.wait)
+		wctx, wcancel := context.WithTimeout(ctx, o.wait)
+		l, err = c.Lock(wctx, o.key, opts...)
+		wcancel()
+	}
+	switch {
+	case err == nil:
+		a.log.Debug("acquired the lock", "key", o.key, "token", l.Token(), "waited", time.Since(begin))
+		return l, nil
+	case interrupted(ctx) != nil:
+		return nil, err // run reports it
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return nil, &exitError{code: ExitUsage, err: err}
+	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
+		return nil, exitf(ExitNotAcquired, "lock %q is held%s; command not run (--wait 0)", o.key, holderOf(c, o.key))
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return nil, exitf(ExitNotAcquired, "lock %q is still held%s after waiting %v; command not run", o.key, holderOf(c, o.key), o.wait)
+	default:
+		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v", o.key, message(err))
+	}
+}
+
+// holderOf describes the holder of key for a message, best effort.
+func holderOf(c *dlock.Client, key string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs, err := c.List(ctx, key)
+	if err != nil {
+		return ""
+	}
+	for _, h := range hs {
+		if h.Key == key {
+			return fmt.Sprintf(" by %s (token %d, lease ends in %s)", display(h.Info), h.Token, formatLeft(h.TTL))
+		}
+	}
+	return ""
+}
+
+// release releases l, reporting a failure on stderr; the store frees the
+// lock at the end of its lease anyway.
+func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := l.Release(ctx)
+	if err != nil && !errors.Is(err, dlock.ErrLost) {
+		a.logf("warning: cannot release lock %q (%v); the store frees it when its lease ends", l.Key(), message(err))
+	}
+	return err
+}
+
+// supervise runs the command while l is held and returns how dlock exits.
+func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
+	cmd := exec.Command(path, args[1:]...)
+	cmd.Args[0] = args[0]
+	cmd.Env = append(os.Environ(), "DLOCK_KEY="+o.key, "DLOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
+	cmd.SysProcAttr = sysProcAttr()
+	// Only matters when a stream is not a file (Main called from Go): do
+	// not wait forever for the command's children to close a pipe.
+	cmd.WaitDelay = time.Second
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		_ = a.release(l, o.ttl)
+		code := ExitCannotRun
+		if errors.Is(err, fs.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return exitf(code, "cannot run %q: %v", args[0], err)
+	}
+	pid := cmd.Process.Pid
+	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	lockDone := l.Done()
+	var killTimer *time.Timer
+	var killC <-chan time.Time
+	lost := false
+	var waitErr error
+wait:
+	for {
+		select {
+		case waitErr = <-exited:
+			break wait
+		case sig := <-sigs:
+			a.log.Debug("forwarding a signal to the command", "signal", signalName(sig), "pgid", pid)
+			if err := signalGroup(pid, sig); err != nil {
+				a.logf("cannot forward %s to the command: %v", signalName(sig), err)
+			}
+		case <-lockDone:
+			lockDone = nil
+			lost = true
+			a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
+			if err := signalGroup(pid, sigTerm); err != nil {
+				a.logf("cannot send SIGTERM to the command: %v", err)
+			}
+			killTimer = time.NewTimer(o.killAfter)
+			killC = killTimer.C
+		case <-killC:
+			killC = nil
+			a.logf("the command is still running %v after SIGTERM; sending SIGKILL", o.killAfter)
+			if err := signalGroup(pid, sigKill); err != nil {
+				a.logf("cannot send SIGKILL to the command: %v", err)
+			}
+		}
+	}
+	if killTimer != nil {
+		killTimer.Stop()
+	}
+	if cmd.ProcessState == nil {
+		// Waiting itself failed: the command's fate is unknown.
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl)
+		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
+	}
+	status := exitStatus(cmd.ProcessState)
+	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
+
+	if lost {
+		// The lock is gone: nothing of the command may keep running.
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
+		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
+	}
+
+	rctx, cancel := context.WithTimeout(context.Background(), o.ttl)
+	defer cancel()
+	var err error
+	if hold := o.holdAtLeast - time.Since(started); hold > 0 {
+		err = l.ReleaseAfter(rctx, hold)
+		if err == nil {
+			a.log.Debug("leaving the lock to its lease", "key", o.key, "for", hold)
+		}
+	} else {
+		err = l.Release(rctx)
+		if err == nil {
+			a.log.Debug("released the lock", "key", o.key)
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, dlock.ErrLost):
+		return exitf(ExitLost, "lock %q was lost before the command finished (%v); its status was %d", o.key, message(err), status)
+	default:
+		a.logf("warning: cannot release lock %q (%v); the store frees it when its lease ends", o.key, message(err))
+	}
+	if status == 0 {
+		return nil
+	}
+	return &exitError{code: status}
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/dlockhq/dlock"
+)
+
+// storeDirMode is the mode of the default store's directory when dlock
+// creates it (the XDG base directory specification asks for 0700).
+const storeDirMode = 0o700
+
+// DefaultStorePath returns the file of the embedded default store:
+// $XDG_STATE_HOME/dlock/dlock.db when XDG_STATE_HOME is set to an absolute
+// path, else ~/.local/state/dlock/dlock.db.
+func DefaultStorePath() (string, error) {
+	if x := env("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "dlock", "dlock.db"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(home) {
+		return "", fmt.Errorf("home directory %q is not an absolute path", home)
+	}
+	return filepath.Join(home, ".local", "state", "dlock", "dlock.db"), nil
+}
+
+// SQLiteURL returns the dlock URL of the SQLite database file at the absolute
+// path p: sqlite:///abs/path, with reserved characters escaped.
+func SQLiteURL(p string) string {
+	return (&url.URL{Scheme: "sqlite", Path: filepath.ToSlash(p)}).String()
+}
+
+// storeURL resolves the store: --url, else $DLOCK_URL, else the default
+// SQLite file, whose directory it creates.
+func (a *app) storeURL() (string, error) {
+	if a.url != "" {
+		return a.url, nil
+	}
+	if u := env("DLOCK_URL"); u != "" {
+		return u, nil
+	}
+	p, err := DefaultStorePath()
+	if err != nil {
+		return "", exitf(ExitUnavailable, "cannot locate the default store (%v); give --url or set DLOCK_URL", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), storeDirMode); err != nil {
+		return "", exitf(ExitUnavailable, "cannot create the default store's directory: %v", err)
+	}
+	return SQLiteURL(p), nil
+}
+
+// open opens a Client on the resolved store. Its errors are exitErrors: bad
+// URLs are usage errors, everything else makes the store unavailable.
+func (a *app) open(ctx context.Context, opts ...dlock.Option) (*dlock.Client, error) {
+	raw, err := a.storeURL()
+	if err != nil {
+		return nil, err
+	}
+	if a.verbose {
+		opts = append(opts, dlock.WithLogger(a.log))
+	}
+	a.log.Debug("opening store", "url", redactURL(raw))
+	c, err := dlock.Open(ctx, raw, opts...)
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return nil, &exitError{code: ExitUsage, err: err}
+	default:
+		return nil, exitf(ExitUnavailable, "cannot open the store: %s", message(err))
+	}
+}
+
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// storeError turns an error from a store operation into an exitError.
+func storeError(what string, err error) error {
+	switch {
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return &exitError{code: ExitUsage, err: err}
+	case errors.Is(err, dlock.ErrUnsupported):
+		return exitf(ExitUnavailable, "%s: this store does not support it (%s)", what, message(err))
+	default:
+		return exitf(ExitUnavailable, "%s: %s", what, message(err))
+	}
+}
