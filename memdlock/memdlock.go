@@ -21,6 +21,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/notify"
 )
 
 func init() {
@@ -73,13 +74,13 @@ type entry struct {
 type store struct {
 	mu        sync.Mutex
 	locks     map[string]*entry
-	subs      map[string]map[*subscription]struct{}
+	hub       notify.Hub
 	lastToken uint64
 	lastSweep time.Time
 }
 
 func newStore() *store {
-	return &store{locks: map[string]*entry{}, subs: map[string]map[*subscription]struct{}{}}
+	return &store{locks: map[string]*entry{}}
 }
 
 // live returns the live entry for key, deleting an expired one. s.mu is held.
@@ -102,16 +103,6 @@ func (s *store) sweep(now time.Time) {
 	for k, e := range s.locks {
 		if !now.Before(e.expires) {
 			delete(s.locks, k)
-		}
-	}
-}
-
-// notify wakes the subscribers of key. s.mu is held.
-func (s *store) notify(key string) {
-	for sub := range s.subs[key] {
-		select {
-		case sub.ch <- struct{}{}:
-		default:
 		}
 	}
 }
@@ -184,7 +175,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotHeld)
 	}
 	delete(s.locks, req.Key)
-	s.notify(req.Key)
+	s.hub.Notify(req.Key)
 	if !time.Now().Before(e.expires) {
 		return fmt.Errorf("memdlock: release %q: lease had expired: %w", req.Key, driver.ErrNotHeld)
 	}
@@ -209,42 +200,12 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-type subscription struct {
-	s    *store
-	key  string
-	ch   chan struct{}
-	once sync.Once
-}
-
-func (sub *subscription) C() <-chan struct{} { return sub.ch }
-
-func (sub *subscription) Close() error {
-	sub.once.Do(func() {
-		sub.s.mu.Lock()
-		defer sub.s.mu.Unlock()
-		m := sub.s.subs[sub.key]
-		delete(m, sub)
-		if len(m) == 0 {
-			delete(sub.s.subs, sub.key)
-		}
-	})
-	return nil
-}
-
 // Subscribe implements driver.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
 	if err := d.check(ctx, &req); err != nil {
 		return nil, err
 	}
-	s := d.s
-	sub := &subscription{s: s, key: req.Key, ch: make(chan struct{}, 1)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.subs[req.Key] == nil {
-		s.subs[req.Key] = map[*subscription]struct{}{}
-	}
-	s.subs[req.Key][sub] = struct{}{}
-	return sub, nil
+	return d.s.hub.Subscribe(req.Key), nil
 }
 
 // List implements driver.Lister.
@@ -281,7 +242,7 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, nil
 	}
 	delete(s.locks, key)
-	s.notify(key)
+	s.hub.Notify(key)
 	return 1, nil
 }
 

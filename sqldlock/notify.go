@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/notify"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -34,34 +34,9 @@ const (
 )
 
 type listener struct {
-	d    *sqlDriver
-	cfg  *pgx.ConnConfig
-	mu   sync.Mutex
-	subs map[string]map[*subscription]struct{}
-}
-
-type subscription struct {
-	l    *listener
-	key  string
-	ch   chan struct{}
-	once sync.Once
-}
-
-// C implements driver.Subscription.
-func (s *subscription) C() <-chan struct{} { return s.ch }
-
-// Close implements driver.Subscription. It is idempotent.
-func (s *subscription) Close() error {
-	s.once.Do(func() {
-		s.l.mu.Lock()
-		defer s.l.mu.Unlock()
-		m := s.l.subs[s.key]
-		delete(m, s)
-		if len(m) == 0 {
-			delete(s.l.subs, s.key)
-		}
-	})
-	return nil
+	d   *sqlDriver
+	cfg *pgx.ConnConfig
+	hub notify.Hub
 }
 
 // Subscribe implements driver.Notifier: the returned subscription is
@@ -80,16 +55,7 @@ func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Su
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
-	s := &subscription{l: l, key: req.Key, ch: make(chan struct{}, 1)}
-	l.mu.Lock()
-	m := l.subs[req.Key]
-	if m == nil {
-		m = map[*subscription]struct{}{}
-		l.subs[req.Key] = m
-	}
-	m[s] = struct{}{}
-	l.mu.Unlock()
-	return s, nil
+	return l.hub.Subscribe(req.Key), nil
 }
 
 // listener returns the driver's listener, starting it if needed: it connects
@@ -111,7 +77,7 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &listener{d: d, cfg: cfg, subs: map[string]map[*subscription]struct{}{}}
+	l = &listener{d: d, cfg: cfg}
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -159,7 +125,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	// Deliver notifications straight to the subscriptions, whatever the
 	// connection is doing when they arrive. (A config copied from another
 	// connection carries that connection's handler: replace it.)
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { l.signal(n.Payload) }
+	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { l.hub.Notify(n.Payload) }
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening the listening connection: %w", err)
@@ -213,7 +179,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 			return
 		}
 		// Releases may have gone unnoticed while disconnected.
-		l.signalAll()
+		l.hub.NotifyAll()
 	}
 }
 
@@ -233,30 +199,5 @@ func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
 		case <-t.C:
 		}
 		delay = min(delay*2, reconnectMax)
-	}
-}
-
-func (l *listener) signal(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for s := range l.subs[key] {
-		s.signal()
-	}
-}
-
-func (l *listener) signalAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, m := range l.subs {
-		for s := range m {
-			s.signal()
-		}
-	}
-}
-
-func (s *subscription) signal() {
-	select {
-	case s.ch <- struct{}{}:
-	default:
 	}
 }

@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-)
 
-// lsTimeout bounds `dlock ls` and `dlock release`.
-const lsTimeout = 30 * time.Second
+	"github.com/dlockhq/dlock"
+)
 
 // Holder is one line of `dlock ls --json`.
 type Holder struct {
@@ -41,21 +40,16 @@ reached or cannot list its locks.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return a.ls(prefix, asJSON)
+			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
+				return a.ls(ctx, c, prefix, asJSON)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines instead of a table")
 	return cmd
 }
 
-func (a *app) ls(prefix string, asJSON bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), lsTimeout)
-	defer cancel()
-	c, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+func (a *app) ls(ctx context.Context, c *dlock.Client, prefix string, asJSON bool) error {
 	hs, err := c.List(ctx, prefix)
 	if err != nil {
 		return storeError("cannot list locks", err)

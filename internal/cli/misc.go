@@ -31,22 +31,17 @@ Exit status: 0 on success, 64 on a usage error, 69 if the store cannot be
 reached or needs no schema.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), lsTimeout)
-			defer cancel()
-			c, err := a.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sc, ok := c.Driver().(schemaCreator)
-			if !ok {
-				return exitf(ExitUnavailable, "this store has no schema to create")
-			}
-			if err := sc.CreateSchema(ctx); err != nil {
-				return storeError("cannot create the schema", err)
-			}
-			fmt.Fprintln(a.stdout, "schema created")
-			return nil
+			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
+				sc, ok := c.Driver().(schemaCreator)
+				if !ok {
+					return exitf(ExitUnavailable, "this store has no schema to create")
+				}
+				if err := sc.CreateSchema(ctx); err != nil {
+					return storeError("cannot create the schema", err)
+				}
+				fmt.Fprintln(a.stdout, "schema created")
+				return nil
+			})
 		},
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dlockhq/dlock"
 )
 
 func (a *app) releaseCommand() *cobra.Command {
@@ -28,21 +30,16 @@ release.`,
 				return usagef("refusing to release lock %q without --force: only its holder releases a lock normally "+
 					"('dlock run' does when its command exits); --force removes every holder, and a holder still running loses its lock", args[0])
 			}
-			return a.forceRelease(args[0])
+			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
+				return a.forceRelease(ctx, c, args[0])
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "remove the holders, whoever they are (required)")
 	return cmd
 }
 
-func (a *app) forceRelease(key string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), lsTimeout)
-	defer cancel()
-	c, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+func (a *app) forceRelease(ctx context.Context, c *dlock.Client, key string) error {
 	n, err := c.ForceRelease(ctx, key)
 	if err != nil {
 		return storeError(fmt.Sprintf("cannot release lock %q", key), err)

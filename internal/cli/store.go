@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/dlockhq/dlock"
 )
@@ -77,6 +78,23 @@ func (a *app) open(ctx context.Context, opts ...dlock.Option) (*dlock.Client, er
 	default:
 		return nil, exitf(ExitUnavailable, "cannot open the store: %s", message(err))
 	}
+}
+
+// opTimeout bounds the short commands (ls, release, schema), store
+// connection included.
+const opTimeout = 30 * time.Second
+
+// withClient opens the store, runs fn with a context bounded by opTimeout,
+// and closes the store.
+func (a *app) withClient(fn func(ctx context.Context, c *dlock.Client) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	c, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c)
 }
 
 func redactURL(raw string) string {
