@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the database servers the tests start (see internal/testsrv), if
-# their programs are missing. Idempotent: does nothing when all are present.
+# Installs the database servers the tests start (see internal/testsrv:
+# PostgreSQL, MariaDB, Redis — redis-server also runs the sentinel, with
+# --sentinel — and memcached), if their programs are missing. Idempotent:
+# does nothing when all are present.
 # Debian/Ubuntu only (apt-get). Runs apt through sudo when not root.
 #
 # System services are not started: a policy-rc.d that forbids service starts
@@ -13,9 +15,9 @@ REQUIRED=(
 	"postgres            postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
 	"mariadbd            mariadb-server   /usr/sbin"
 	"mariadb-install-db  mariadb-server   /usr/bin"
+	"redis-server        redis-server     /usr/bin /usr/local/bin /usr/sbin"
+	"memcached           memcached        /usr/bin /usr/local/bin /usr/sbin"
 	# Later:
-	# "redis-server        redis-server     /usr/bin"
-	# "memcached           memcached        /usr/bin"
 	# "zkServer.sh         zookeeper        /usr/share/zookeeper/bin"
 	# "etcd                etcd-server      /usr/bin"
 )
@@ -68,7 +70,7 @@ if ((EUID != 0)); then
 fi
 
 # Forbid service starts during the install, so apt leaves no system
-# postgres/mariadb running. Only ours is removed afterwards.
+# postgres/mariadb/redis/memcached running. Only ours is removed afterwards.
 POLICY=/usr/sbin/policy-rc.d
 created_policy=
 cleanup() {

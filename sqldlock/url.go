@@ -3,7 +3,9 @@ package sqldlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -15,7 +17,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 func init() {
@@ -195,9 +198,40 @@ func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfi
 		db.Close()
 		return nil, err
 	}
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db, d); err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("sqldlock: connecting to %s: %w", d, err)
 	}
 	return drv, nil
+}
+
+// ping opens the first connection. On SQLite, opening switches a new database
+// file to WAL mode, which needs an exclusive lock; when several processes open
+// a new file at once, SQLite may answer SQLITE_BUSY at once rather than wait
+// (to avoid a deadlock between lock upgrades), so a busy open is tried again
+// until the busy timeout or ctx ends.
+func ping(ctx context.Context, db *sql.DB, d Dialect) error {
+	deadline := time.Now().Add(sqliteBusyTimeout)
+	delay := time.Millisecond
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || d != SQLite || !sqliteBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY (or an extended
+// code of it).
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }

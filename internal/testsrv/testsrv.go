@@ -1,11 +1,13 @@
-// Package testsrv starts real, throwaway database servers (PostgreSQL and
-// MariaDB) for tests.
+// Package testsrv starts real, throwaway database servers (PostgreSQL,
+// MariaDB, Redis — standalone, Cluster, Sentinel and a set of independent
+// servers for quorum locks — and memcached) for tests.
 //
 // Every server runs from its own temporary directory (data, unix socket, pid
 // file and log), listens on a free port on 127.0.0.1 only, and is tuned for
-// speed rather than durability. Servers are tied to the test process: they
-// get SIGKILL from the kernel if the process dies (Linux parent-death
-// signal), and Stop shuts them down and removes their directory.
+// speed rather than durability (Redis runs without persistence). Servers
+// are tied to the test process: they get SIGKILL from the kernel if the
+// process dies (Linux parent-death signal), and Stop shuts them down and
+// removes their directory.
 //
 // The usual way to use the package is from TestMain:
 //
@@ -16,6 +18,9 @@
 //		url, dsn, err := srv.NewDatabase(ctx, t.Name())
 //		...
 //	}
+//
+// Redis and memcached servers have no databases to create: tests use
+// Server.URL (or Addr/Addrs) directly and keep apart by key names.
 package testsrv
 
 import (
@@ -31,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +46,7 @@ import (
 )
 
 // ErrMissing reports that a server binary is not installed. Errors returned
-// by StartPostgres and StartMariaDB wrap it when the server cannot be found;
+// by the Start functions wrap it when the server cannot be found;
 // Run uses it to tell the user to run scripts/install-servers.sh.
 var ErrMissing = errors.New("testsrv: database server binary not found")
 
@@ -50,6 +56,19 @@ const (
 	Postgres = "postgres"
 	// MariaDB is the name of the MariaDB server.
 	MariaDB = "mariadb"
+	// Redis is the name of a standalone Redis server (StartRedis).
+	Redis = "redis"
+	// RedisCluster is the name of a three-master Redis Cluster
+	// (StartRedisCluster).
+	RedisCluster = "redis-cluster"
+	// RedisSentinel is the name of a Redis master with a replica and a
+	// sentinel (StartRedisSentinel).
+	RedisSentinel = "redis-sentinel"
+	// RedisQuorum is the name of five independent standalone Redis servers,
+	// for Redlock-style quorum locks (StartRedisQuorum with n = 5).
+	RedisQuorum = "redis-quorum"
+	// Memcached is the name of a memcached server (StartMemcached).
+	Memcached = "memcached"
 )
 
 // DefaultDatabase is the name of the database created on every server.
@@ -64,25 +83,42 @@ const (
 	logFile       = "server.log"
 )
 
-// Server is a database server started for tests.
+// Server is a database server started for tests. For the multi-process
+// kinds (redis-cluster, redis-sentinel, redis-quorum) it stands for all the
+// processes together.
 type Server struct {
-	// Name is "postgres" or "mariadb".
+	// Name is the server's name as given to Run and Get: "postgres",
+	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum"
+	// or "memcached".
 	Name string
-	// Addr is the TCP address the server listens on, 127.0.0.1:port.
+	// Addr is the TCP address the server listens on, 127.0.0.1:port; for
+	// the multi-process kinds, the first of Addrs.
 	Addr string
-	// URL is a dlock-style URL of the default database "dlock":
+	// Addrs lists the addresses of all the server's processes: the nodes
+	// of a Redis Cluster; master, replica and sentinel of redis-sentinel;
+	// the independent servers of redis-quorum. For standalone Redis and
+	// memcached it holds Addr alone; it is nil for PostgreSQL and MariaDB.
+	Addrs []string
+	// URL is a dlock-style URL of the server: for PostgreSQL and MariaDB,
+	// of the default database "dlock":
 	// postgres://postgres@127.0.0.1:port/dlock?sslmode=disable or
-	// mysql://root@127.0.0.1:port/dlock.
+	// mysql://root@127.0.0.1:port/dlock. The Start functions document the
+	// others (redis://, redis+cluster://, redis+sentinel://, redlock://,
+	// memcached://).
 	URL string
 	// DSN is the driver-native DSN of the default database: for postgres the
 	// same URL (pgx accepts it); for mariadb the go-sql-driver/mysql DSN
-	// "root@tcp(127.0.0.1:port)/dlock?parseTime=true".
+	// "root@tcp(127.0.0.1:port)/dlock?parseTime=true". Empty for Redis and
+	// memcached.
 	DSN string
 	// Dir is the temporary directory holding the server's data, socket and
-	// log. Stop removes it.
+	// log (for the multi-process kinds, one subdirectory per process). Stop
+	// removes it.
 	Dir string
 
 	port     int
+	portFn   func() (int, error) // picks the port to try; freePort if nil
+	members  []*Server           // the processes of a multi-process server
 	logPath  string
 	cmd      *exec.Cmd
 	stopSig  syscall.Signal
@@ -92,10 +128,12 @@ type Server struct {
 	dbURL    func(db string) (url, dsn string)
 }
 
-// Stop shuts the server down (SIGTERM for MariaDB, SIGINT — PostgreSQL's
-// "fast" shutdown, which does not wait for clients — for PostgreSQL), waits
-// for it to exit (killing it after 30 s), and removes its temporary
-// directory. It is idempotent: later calls return the result of the first.
+// Stop shuts the server down (SIGTERM for MariaDB and Redis, SIGINT —
+// PostgreSQL's "fast" shutdown, which does not wait for clients — for
+// PostgreSQL, SIGKILL for memcached, which has nothing to save), waits for
+// it to exit (killing it after 30 s), and removes its temporary directory.
+// A multi-process server stops all its processes in parallel. It is
+// idempotent: later calls return the result of the first.
 // It returns an error if the server had died before Stop was called or did
 // not stop in time.
 func (s *Server) Stop() error {
@@ -107,7 +145,16 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) stop() error {
-	var errs []error
+	errs := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, m := range s.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Stop()
+		}()
+	}
+	wg.Wait()
 	if s.cmd != nil && s.cmd.Process != nil {
 		if err := stopProcess(s.cmd, s.stopSig, stopTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("testsrv: stopping %s: %w%s", s.Name, err, s.logTail()))
@@ -130,7 +177,13 @@ func (s *Server) stop() error {
 // lower-cased, every other character replaced by '_', and a short hash of
 // the original appended, so distinct names map to distinct databases. The
 // returned URL and DSN carry the actual name.
+//
+// Redis and memcached servers have no databases: NewDatabase returns an
+// error for them.
 func (s *Server) NewDatabase(ctx context.Context, name string) (url, dsn string, err error) {
+	if s.newDB == nil {
+		return "", "", fmt.Errorf("testsrv: %s has no databases to create", s.Name)
+	}
 	db := DatabaseName(name)
 	if err := s.newDB(ctx, db); err != nil {
 		return "", "", fmt.Errorf("testsrv: %s: creating database %q: %w", s.Name, db, err)
@@ -286,8 +339,12 @@ func (s *Server) launch(ctx context.Context, start func(port int, log *os.File) 
 	}
 	defer log.Close() // the child has its own copy of the descriptor
 	var lastErr error
+	pick := s.portFn
+	if pick == nil {
+		pick = freePort
+	}
 	for attempt := 0; attempt < startAttempts; attempt++ {
-		port, err := freePort()
+		port, err := pick()
 		if err != nil {
 			return err
 		}
@@ -470,12 +527,18 @@ var (
 
 // starters maps server names to their start functions.
 var starters = map[string]func(context.Context) (*Server, error){
-	Postgres: StartPostgres,
-	MariaDB:  StartMariaDB,
+	Postgres:      StartPostgres,
+	MariaDB:       StartMariaDB,
+	Redis:         StartRedis,
+	RedisCluster:  StartRedisCluster,
+	RedisSentinel: StartRedisSentinel,
+	RedisQuorum:   func(ctx context.Context) (*Server, error) { return StartRedisQuorum(ctx, 5) },
+	Memcached:     StartMemcached,
 }
 
-// Run is for TestMain: it starts the named servers ("postgres", "mariadb")
-// in parallel, runs m.Run(), stops them, and returns the exit code:
+// Run is for TestMain: it starts the named servers (Postgres, MariaDB,
+// Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached) in parallel,
+// runs m.Run(), stops them, and returns the exit code:
 //
 //	func TestMain(m *testing.M) { os.Exit(testsrv.Run(m, "postgres", "mariadb")) }
 //
@@ -542,7 +605,7 @@ func startAll(names []string) ([]*Server, error) {
 	for i, name := range names {
 		start, ok := starters[name]
 		if !ok {
-			errs[i] = fmt.Errorf("testsrv: unknown server %q (known: %s, %s)", name, Postgres, MariaDB)
+			errs[i] = fmt.Errorf("testsrv: unknown server %q (known: %s)", name, strings.Join(knownNames(), ", "))
 			continue
 		}
 		wg.Add(1)
@@ -572,7 +635,17 @@ func startAll(names []string) ([]*Server, error) {
 	return started, nil
 }
 
-// Get returns the running server named name ("postgres" or "mariadb")
+// knownNames returns the names Run accepts, sorted.
+func knownNames() []string {
+	names := make([]string, 0, len(starters))
+	for name := range starters {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Get returns the running server named name (one of the names Run accepts)
 // started by Run. It calls tb.Skip when Run did not start servers because
 // of -short, and tb.Fatal when Run was not asked to start that server.
 func Get(tb testing.TB, name string) *Server {

@@ -15,7 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m, Postgres, MariaDB)
+	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached)
 	// Stopped servers must not leave goroutines behind.
 	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintf(os.Stderr, "goroutine leak after stopping servers: %v\n", err)
@@ -158,13 +158,15 @@ func execSQL(t *testing.T, name, dsn, stmt string) {
 	}
 }
 
-// TestStartStop starts a separate server of each kind and checks that Stop
-// ends the process and removes the directory, and is idempotent.
+// TestStartStop starts a separate SQL server of each kind and checks that
+// Stop ends the process and removes the directory, and is idempotent.
+// (TestStartStopRedisMemcached does the same for the others.)
 func TestStartStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts database servers")
 	}
-	for name, start := range starters {
+	for _, name := range []string{Postgres, MariaDB} {
+		start := starters[name]
 		t.Run(name, func(t *testing.T) {
 			t0 := time.Now()
 			s, err := start(context.Background())
@@ -251,9 +253,11 @@ func TestDatabaseName(t *testing.T) {
 
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	oldPG, oldMaria := postgresGlobs, mariadbDirs
-	postgresGlobs, mariadbDirs = nil, nil
-	t.Cleanup(func() { postgresGlobs, mariadbDirs = oldPG, oldMaria })
+	oldPG, oldMaria, oldRedis, oldMemcached := postgresGlobs, mariadbDirs, redisDirs, memcachedDirs
+	postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = nil, nil, nil, nil
+	t.Cleanup(func() {
+		postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = oldPG, oldMaria, oldRedis, oldMemcached
+	})
 	for name, start := range starters {
 		s, err := start(context.Background())
 		if !errors.Is(err, ErrMissing) {

@@ -1,0 +1,581 @@
+package testsrv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// SentinelMaster is the name under which the sentinel of StartRedisSentinel
+// monitors the master.
+const SentinelMaster = "mymaster"
+
+// Settings of the sentinel started by StartRedisSentinel.
+const (
+	// sentinelDownAfter is the sentinel's down-after-milliseconds: how long
+	// the master must be unreachable before the sentinel fails it over.
+	sentinelDownAfter = 5 * time.Second
+	// sentinelFailoverTimeout is the sentinel's failover-timeout.
+	sentinelFailoverTimeout = 10 * time.Second
+)
+
+// clusterBusOffset is the distance between a Redis Cluster node's client
+// port and its cluster bus port.
+const clusterBusOffset = 10000
+
+// redisDirs are searched for redis-server after PATH.
+var redisDirs = []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/homebrew/bin"}
+
+// findRedis finds redis-server in PATH or the usual system directories.
+func findRedis() (string, error) {
+	p := lookPath([]string{"redis-server"}, redisDirs...)
+	if p == "" {
+		return "", fmt.Errorf("%w: redis (redis-server not found in PATH or %s)", ErrMissing, strings.Join(redisDirs, ", "))
+	}
+	return p, nil
+}
+
+// StartRedis starts a standalone Redis server on a free port on 127.0.0.1
+// in a new temporary directory and waits until it answers PING. The server
+// runs without persistence (no RDB snapshots, no AOF): its data, fencing
+// counters included, are lost when it stops.
+//
+// Server.Addr is "127.0.0.1:port", Addrs holds Addr alone, and URL is
+// "redis://127.0.0.1:port/0". The error wraps ErrMissing if redis-server
+// cannot be found.
+func StartRedis(ctx context.Context) (_ *Server, err error) {
+	bin, err := findRedis()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := makeTempDir(Redis, nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startRedisProcess(ctx, bin, Redis, dir, nil, nil)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("testsrv: starting redis: %w", err)
+	}
+	s.URL = "redis://" + s.Addr + "/0"
+	return s, nil
+}
+
+// StartRedisQuorum starts n independent standalone Redis servers (as
+// StartRedis does, in parallel), for Redlock-style quorum locks. The
+// returned Server stands for all of them: Addrs lists their addresses, Addr
+// is the first, URL is "redlock://a,b,c,..." with every address, and Stop
+// stops them all. Its Name is "redis-quorum"; Run starts it with n = 5
+// (tests that want fewer servers use the first ones of Addrs).
+func StartRedisQuorum(ctx context.Context, n int) (_ *Server, err error) {
+	if n < 1 {
+		return nil, fmt.Errorf("testsrv: StartRedisQuorum: n = %d, want at least 1", n)
+	}
+	bin, err := findRedis()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newGroup(RedisQuorum)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			err = fmt.Errorf("testsrv: starting %s: %w", RedisQuorum, err)
+		}
+	}()
+	if err := s.startMembers(ctx, n, func(ctx context.Context, i int) (*Server, error) {
+		return s.startRedisMember(ctx, bin, "node"+strconv.Itoa(i), nil, nil)
+	}); err != nil {
+		return nil, err
+	}
+	s.URL = "redlock://" + strings.Join(s.Addrs, ",")
+	return s, nil
+}
+
+// StartRedisCluster starts a Redis Cluster of three masters without
+// replicas (cluster-node-timeout 2 s, no persistence) on free ports on
+// 127.0.0.1, assigns the 16384 hash slots evenly, joins the nodes, and
+// waits until CLUSTER INFO reports cluster_state:ok on every node. Each
+// node's cluster bus port (its port + 10000) is free when the node starts.
+//
+// Server.Addrs lists the three nodes, Addr is the first, and URL is
+// "redis+cluster://a,b,c". Stop stops every node. The error wraps
+// ErrMissing if redis-server cannot be found.
+func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
+	bin, err := findRedis()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newGroup(RedisCluster)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			err = fmt.Errorf("testsrv: starting %s: %w", RedisCluster, err)
+		}
+	}()
+	const nodes = 3
+	if err := s.startMembers(ctx, nodes, func(ctx context.Context, i int) (*Server, error) {
+		name := "node" + strconv.Itoa(i)
+		nodesConf := filepath.Join(s.Dir, name, "nodes.conf")
+		return s.startRedisMember(ctx, bin, name, clusterPort, func(port int) ([]string, error) {
+			// A fresh node on every attempt: no state from one that failed
+			// to bind its ports.
+			if err := os.Remove(nodesConf); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+			return []string{
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", nodesConf,
+				"--cluster-node-timeout", "2000",
+			}, nil
+		})
+	}); err != nil {
+		return nil, err
+	}
+	if err := createCluster(ctx, s.Addrs); err != nil {
+		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+	}
+	s.URL = "redis+cluster://" + strings.Join(s.Addrs, ",")
+	return s, nil
+}
+
+// StartRedisSentinel starts a Redis master, one replica of it, and one
+// sentinel that monitors the master under the name "mymaster"
+// (SentinelMaster) with quorum 1, all without persistence on free ports on
+// 127.0.0.1. It waits until the replica is in sync (master_link_status:up)
+// and the sentinel reports the master and knows the replica. The sentinel
+// fails the master over after 5 s without an answer (down-after-milliseconds
+// 5000, failover-timeout 10000).
+//
+// Server.Addrs is [master, replica, sentinel], Addr is the master, and URL
+// is "redis+sentinel://127.0.0.1:sentinelport/mymaster". Stop stops all
+// three. The error wraps ErrMissing if redis-server cannot be found.
+func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
+	bin, err := findRedis()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newGroup(RedisSentinel)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			err = fmt.Errorf("testsrv: starting %s: %w", RedisSentinel, err)
+		}
+	}()
+	// No delay before a diskless full sync (the default waits 5 s for more
+	// replicas to arrive).
+	noSyncDelay := func(int) ([]string, error) { return []string{"--repl-diskless-sync-delay", "0"}, nil }
+	master, err := s.startRedisMember(ctx, bin, "master", nil, noSyncDelay)
+	if err != nil {
+		return nil, err
+	}
+	s.addMembers(master)
+	masterHost, masterPort, _ := net.SplitHostPort(master.Addr)
+
+	// The replica and the sentinel only need the master: start them together.
+	var replica, sentinel *Server
+	var replicaErr, sentinelErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		replica, replicaErr = s.startRedisMember(ctx, bin, "replica", nil, func(int) ([]string, error) {
+			return []string{"--repl-diskless-sync-delay", "0", "--replicaof", masterHost, masterPort}, nil
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		sentinel, sentinelErr = s.startSentinel(ctx, bin, master.Addr)
+	}()
+	wg.Wait()
+	s.addMembers(replica, sentinel) // nil ones are skipped
+	if err := errors.Join(replicaErr, sentinelErr); err != nil {
+		return nil, err
+	}
+
+	if err := waitRedis(ctx, "replica in sync with the master", replica.Addr, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if v := infoField(info, "master_link_status"); v != "up" {
+			return fmt.Errorf("master_link_status:%s", v)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+	}
+	if err := waitRedis(ctx, "sentinel to report the master and its replica", sentinel.Addr, func(ctx context.Context, c *redis.Client) error {
+		return sentinelReady(ctx, c, master.Addr, replica.Addr)
+	}); err != nil {
+		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+	}
+	s.URL = "redis+sentinel://" + sentinel.Addr + "/" + SentinelMaster
+	return s, nil
+}
+
+// sentinelReady checks that the sentinel reports master as the address of
+// SentinelMaster, sees it up, and knows replica.
+func sentinelReady(ctx context.Context, c *redis.Client, master, replica string) error {
+	addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
+	if err != nil {
+		return err
+	}
+	if len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != master {
+		return fmt.Errorf("sentinel reports master %q, want %s", addr, master)
+	}
+	m, err := c.Do(ctx, "SENTINEL", "master", SentinelMaster).Result()
+	if err != nil {
+		return err
+	}
+	fields := redisFields(m)
+	if flags := fields["flags"]; flags != "master" {
+		return fmt.Errorf("sentinel reports master flags %q", flags)
+	}
+	replicas, err := c.Do(ctx, "SENTINEL", "replicas", SentinelMaster).Slice()
+	if err != nil {
+		return err
+	}
+	for _, r := range replicas {
+		f := redisFields(r)
+		if net.JoinHostPort(f["ip"], f["port"]) == replica && f["flags"] == "slave" {
+			return nil
+		}
+	}
+	return fmt.Errorf("sentinel does not know replica %s yet (%d replicas known)", replica, len(replicas))
+}
+
+// redisFields turns a reply that is a flat field/value array (RESP2) or a
+// map (RESP3) into a map of strings.
+func redisFields(reply any) map[string]string {
+	out := map[string]string{}
+	switch r := reply.(type) {
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			out[fmt.Sprint(r[i])] = fmt.Sprint(r[i+1])
+		}
+	case map[any]any:
+		for k, v := range r {
+			out[fmt.Sprint(k)] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+// startSentinel starts a sentinel monitoring the master at masterAddr. A
+// sentinel needs a writable configuration file (it records what it learns
+// there); it is written anew, in the sentinel's directory, for every start
+// attempt.
+func (s *Server) startSentinel(ctx context.Context, bin, masterAddr string) (*Server, error) {
+	host, port, _ := net.SplitHostPort(masterAddr)
+	dir := filepath.Join(s.Dir, "sentinel")
+	conf := filepath.Join(dir, "sentinel.conf")
+	config := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+		"sentinel down-after-milliseconds %s %d\n"+
+		"sentinel failover-timeout %s %d\n",
+		SentinelMaster, host, port,
+		SentinelMaster, sentinelDownAfter.Milliseconds(),
+		SentinelMaster, sentinelFailoverTimeout.Milliseconds())
+	m := &Server{Name: RedisSentinel + "/sentinel", Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	start := func(port int, log *os.File) (*exec.Cmd, error) {
+		if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
+			return nil, err
+		}
+		// The configuration file must come first, then --sentinel.
+		args := append([]string{conf, "--sentinel"}, redisBaseArgs(port, dir, m.logPath)...)
+		return startProcess(bin, args, dir, nil, log)
+	}
+	if err := m.launch(ctx, start, pingRedisPort); err != nil {
+		_ = m.Stop()
+		return nil, fmt.Errorf("sentinel: %w", err)
+	}
+	m.Addr = loopbackAddr(m.port)
+	m.Addrs = []string{m.Addr}
+	return m, nil
+}
+
+// newGroup creates the Server of a multi-process server and its temporary
+// directory.
+func newGroup(name string) (*Server, error) {
+	dir, err := makeTempDir(name, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Name: name, Dir: dir}, nil
+}
+
+// addMembers appends the processes (skipping nil ones) to the group, their
+// addresses to Addrs, and sets Addr to the first address.
+func (s *Server) addMembers(members ...*Server) {
+	for _, m := range members {
+		if m == nil {
+			continue
+		}
+		s.members = append(s.members, m)
+		s.Addrs = append(s.Addrs, m.Addr)
+	}
+	if len(s.Addrs) > 0 {
+		s.Addr = s.Addrs[0]
+	}
+}
+
+// startMembers starts n processes of the group in parallel, with start(ctx,
+// i) for i in 0..n-1, and adds the ones that started in the order of i. If
+// any failed it returns their errors.
+func (s *Server) startMembers(ctx context.Context, n int, start func(ctx context.Context, i int) (*Server, error)) error {
+	members := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			members[i], errs[i] = start(ctx, i)
+		}()
+	}
+	wg.Wait()
+	s.addMembers(members...)
+	return errors.Join(errs...)
+}
+
+// startRedisMember starts one redis-server process of the group, in the
+// subdirectory name of the group's directory.
+func (s *Server) startRedisMember(ctx context.Context, bin, name string, portFn func() (int, error), extra func(port int) ([]string, error)) (*Server, error) {
+	dir := filepath.Join(s.Dir, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	m, err := startRedisProcess(ctx, bin, s.Name+"/"+name, dir, portFn, extra)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, nil
+}
+
+// startRedisProcess starts redis-server in dir (which exists) with the
+// common arguments plus extra(port), and waits until it answers PING. On
+// failure it stops the process and returns an error with the log's tail;
+// dir is left for the caller to remove.
+func startRedisProcess(ctx context.Context, bin, name, dir string, portFn func() (int, error), extra func(port int) ([]string, error)) (*Server, error) {
+	s := &Server{Name: name, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM, portFn: portFn}
+	start := func(port int, log *os.File) (*exec.Cmd, error) {
+		args := redisBaseArgs(port, dir, s.logPath)
+		if extra != nil {
+			more, err := extra(port)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, more...)
+		}
+		return startProcess(bin, args, dir, nil, log)
+	}
+	if err := s.launch(ctx, start, pingRedisPort); err != nil {
+		_ = s.Stop() // s.Dir is unset: the directory stays
+		return nil, err
+	}
+	s.Dir = dir
+	s.Addr = loopbackAddr(s.port)
+	s.Addrs = []string{s.Addr}
+	return s, nil
+}
+
+// redisBaseArgs are the command-line options every Redis process gets: no
+// configuration file from /etc, loopback only, everything in dir, no
+// persistence, in the foreground.
+func redisBaseArgs(port int, dir, logPath string) []string {
+	return []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dir,
+		"--logfile", logPath,
+		"--daemonize", "no",
+		"--save", "",
+		"--appendonly", "no",
+	}
+}
+
+// loopbackAddr returns "127.0.0.1:port".
+func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// clusterPort returns a port below 55536 that was free a moment ago on
+// 127.0.0.1 together with its cluster bus port (port + 10000).
+func clusterPort() (int, error) {
+	var lastErr error
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("testsrv: finding a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port+clusterBusOffset > 65535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", loopbackAddr(port+clusterBusOffset))
+		l.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("testsrv: no free port with a free cluster bus port (port+%d) found: %v", clusterBusOffset, lastErr)
+}
+
+// newRedisClient returns a client for the harness's own connections: one
+// connection, no retries (callers poll), RESP2, no identity or maintenance
+// handshakes.
+func newRedisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                     addr,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		MaxRetries:               -1,
+		DialTimeout:              2 * time.Second,
+		DialerRetries:            1, // the callers poll themselves
+		DialerRetryTimeout:       10 * time.Millisecond,
+		ReadTimeout:              5 * time.Second,
+		WriteTimeout:             5 * time.Second,
+		PoolSize:                 1,
+	})
+}
+
+// pingRedisPort is the readiness check of a Redis process: a PING over a
+// new connection. It speaks the protocol itself rather than through
+// go-redis, whose connection pool logs every refused connection.
+func pingRedisPort(ctx context.Context, port int) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", loopbackAddr(port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("PING: %w", err)
+	}
+	if line = strings.TrimSpace(line); line != "+PONG" {
+		return fmt.Errorf("PING: reply %q", line)
+	}
+	return nil
+}
+
+// waitRedis polls check on a connection to addr until it succeeds or the
+// deadline (readyTimeout, or ctx's if earlier) passes.
+func waitRedis(ctx context.Context, what, addr string, check func(ctx context.Context, c *redis.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	c := newRedisClient(addr)
+	defer c.Close()
+	for {
+		err := check(ctx, c)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%s): %w; last error: %v", what, addr, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// infoField returns the value of field in the text of an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// createCluster turns the (empty, cluster-enabled) nodes at addrs into one
+// cluster, as redis-cli --cluster create would: distinct config epochs,
+// the hash slots split evenly, every node met. It waits until every node
+// reports cluster_state:ok (a master waits about 2 s after its start before
+// it reports ok).
+func createCluster(ctx context.Context, addrs []string) error {
+	const slots = 16384
+	clients := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		clients[i] = newRedisClient(a)
+		defer clients[i].Close()
+	}
+	for i, c := range clients {
+		first, last := i*slots/len(addrs), (i+1)*slots/len(addrs)-1
+		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", addrs[i], err)
+		}
+		if err := c.ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, addrs[i], err)
+		}
+	}
+	for _, a := range addrs[1:] {
+		host, port, _ := net.SplitHostPort(a)
+		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+			return fmt.Errorf("CLUSTER MEET %s from %s: %w", a, addrs[0], err)
+		}
+	}
+	for _, a := range addrs {
+		if err := waitRedis(ctx, "cluster_state:ok", a, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if v := infoField(info, "cluster_state"); v != "ok" {
+				return fmt.Errorf("cluster_state:%s, cluster_known_nodes:%s, cluster_slots_assigned:%s",
+					v, infoField(info, "cluster_known_nodes"), infoField(info, "cluster_slots_assigned"))
+			}
+			if n := infoField(info, "cluster_known_nodes"); n != strconv.Itoa(len(addrs)) {
+				return fmt.Errorf("cluster_known_nodes:%s, want %d", n, len(addrs))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// membersLogTail returns the log tails of the group's processes, for error
+// messages.
+func (s *Server) membersLogTail() string {
+	var b strings.Builder
+	for _, m := range s.members {
+		b.WriteString(m.logTail())
+	}
+	return b.String()
+}

@@ -1,0 +1,365 @@
+package testsrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/redis/go-redis/v9"
+)
+
+// newRedisKinds are the servers of redis.go and memcached.go.
+var newRedisKinds = []string{Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached}
+
+// wantAddrs is how many processes each kind has.
+var wantAddrs = map[string]int{Redis: 1, RedisCluster: 3, RedisSentinel: 3, RedisQuorum: 5, Memcached: 1}
+
+// checkServer checks a running server of one of newRedisKinds: its
+// addresses and URL, and that it stores and returns a value through the
+// client library a backend would use.
+func checkServer(t *testing.T, s *Server) {
+	t.Helper()
+	if len(s.Addrs) != wantAddrs[s.Name] {
+		t.Fatalf("%s: Addrs = %q, want %d addresses", s.Name, s.Addrs, wantAddrs[s.Name])
+	}
+	if s.Addr != s.Addrs[0] {
+		t.Errorf("Addr = %q, want Addrs[0] = %q", s.Addr, s.Addrs[0])
+	}
+	seen := map[string]bool{}
+	for _, a := range s.Addrs {
+		if !strings.HasPrefix(a, "127.0.0.1:") || seen[a] {
+			t.Errorf("Addrs = %q: want distinct 127.0.0.1:port addresses", s.Addrs)
+		}
+		seen[a] = true
+	}
+	wantURL := map[string]string{
+		Redis:         "redis://" + s.Addr + "/0",
+		RedisCluster:  "redis+cluster://" + strings.Join(s.Addrs, ","),
+		RedisSentinel: "redis+sentinel://" + s.Addrs[len(s.Addrs)-1] + "/mymaster",
+		RedisQuorum:   "redlock://" + strings.Join(s.Addrs, ","),
+		Memcached:     "memcached://" + s.Addr,
+	}[s.Name]
+	if s.URL != wantURL {
+		t.Errorf("URL = %q, want %q", s.URL, wantURL)
+	}
+	if _, _, err := s.NewDatabase(context.Background(), "x"); err == nil {
+		t.Errorf("NewDatabase on %s succeeded, want an error", s.Name)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key, val := "testsrv:"+t.Name(), strconv.FormatInt(time.Now().UnixNano(), 10)
+	switch s.Name {
+	case Redis:
+		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		defer c.Close()
+		setGet(ctx, t, c, key, val)
+	case RedisCluster:
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs})
+		defer c.Close()
+		// Keys in every node's slots.
+		for i := range 20 {
+			setGet(ctx, t, c, fmt.Sprintf("%s:%d", key, i), val)
+		}
+		var masters atomic.Int32
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			masters.Add(1)
+			return m.Ping(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n := masters.Load(); n != 3 {
+			t.Errorf("%d masters, want 3", n)
+		}
+	case RedisSentinel:
+		c := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:    "mymaster",
+			SentinelAddrs: []string{s.Addrs[2]},
+		})
+		defer c.Close()
+		setGet(ctx, t, c, key, val)
+		// The write reaches the replica.
+		if n, err := c.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+			t.Errorf("WAIT 1 = %d, %v; want 1 replica", n, err)
+		}
+		r := redis.NewClient(&redis.Options{Addr: s.Addrs[1]})
+		defer r.Close()
+		if got, err := r.Get(ctx, key).Result(); err != nil || got != val {
+			t.Errorf("GET on the replica = %q, %v; want %q", got, err, val)
+		}
+		if role := infoField(r.Info(ctx, "replication").Val(), "role"); role != "slave" {
+			t.Errorf("replica's role = %q", role)
+		}
+	case RedisQuorum:
+		// Independent servers: a key set on one is on none of the others.
+		for i, a := range s.Addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			defer c.Close()
+			if i == 0 {
+				setGet(ctx, t, c, key, val)
+				continue
+			}
+			if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Errorf("%s: EXISTS %s = %d, %v; want 0", a, key, n, err)
+			}
+			if role := infoField(c.Info(ctx, "replication").Val(), "role"); role != "master" {
+				t.Errorf("%s: role = %q, want master", a, role)
+			}
+		}
+	case Memcached:
+		c := memcache.New(s.Addr)
+		defer c.Close()
+		if err := c.Set(&memcache.Item{Key: "k", Value: []byte(val)}); err != nil {
+			t.Fatal(err)
+		}
+		it, err := c.Get("k")
+		if err != nil || string(it.Value) != val {
+			t.Fatalf("Get = %v, %v; want %q", it, err, val)
+		}
+		// Only the TCP port is open (-U 0).
+		if conn, err := net.ListenPacket("udp", s.Addr); err != nil {
+			t.Errorf("UDP %s is taken: %v", s.Addr, err)
+		} else {
+			conn.Close()
+		}
+	default:
+		t.Fatalf("unknown kind %q", s.Name)
+	}
+}
+
+func setGet(ctx context.Context, t *testing.T, c redis.UniversalClient, key, val string) {
+	t.Helper()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	if err := c.Set(ctx, key, val, time.Minute).Err(); err != nil {
+		t.Fatalf("SET %s: %v", key, err)
+	}
+	if got, err := c.Get(ctx, key).Result(); err != nil || got != val {
+		t.Fatalf("GET %s = %q, %v; want %q", key, got, err, val)
+	}
+}
+
+// TestGetRedisMemcached checks the servers Run started.
+func TestGetRedisMemcached(t *testing.T) {
+	for _, name := range newRedisKinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := Get(t, name)
+			if s.Name != name {
+				t.Errorf("Name = %q, want %q", s.Name, name)
+			}
+			checkServer(t, s)
+		})
+	}
+}
+
+// TestRedisCluster checks the cluster's shape: three masters, all slots
+// assigned, no replicas.
+func TestRedisCluster(t *testing.T) {
+	s := Get(t, RedisCluster)
+	ctx := context.Background()
+	for _, a := range s.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer c.Close()
+		info, err := c.ClusterInfo(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for field, want := range map[string]string{
+			"cluster_state":          "ok",
+			"cluster_slots_assigned": "16384",
+			"cluster_slots_ok":       "16384",
+			"cluster_known_nodes":    "3",
+			"cluster_size":           "3",
+		} {
+			if got := infoField(info, field); got != want {
+				t.Errorf("%s: %s = %q, want %q", a, field, got, want)
+			}
+		}
+	}
+}
+
+// processes returns the server processes of s (one per address).
+func processes(s *Server) []*os.Process {
+	if s.cmd != nil {
+		return []*os.Process{s.cmd.Process}
+	}
+	var ps []*os.Process
+	for _, m := range s.members {
+		ps = append(ps, processes(m)...)
+	}
+	return ps
+}
+
+// TestStartStopRedisMemcached starts a separate server of each kind and
+// checks that Stop ends every process and removes the directory, and is
+// idempotent.
+func TestStartStopRedisMemcached(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts database servers")
+	}
+	for _, name := range newRedisKinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Now()
+			s, err := starters[name](context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s started in %v at %s (dir %s)", name, time.Since(t0).Round(time.Millisecond), s.Addrs, s.Dir)
+			checkServer(t, s)
+			procs := processes(s)
+			if len(procs) != len(s.Addrs) {
+				t.Errorf("%d processes for %d addresses", len(procs), len(s.Addrs))
+			}
+			if _, err := os.Stat(s.Dir); err != nil {
+				t.Fatalf("server dir: %v", err)
+			}
+			t1 := time.Now()
+			if err := s.Stop(); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			t.Logf("%s stopped in %v", name, time.Since(t1).Round(time.Millisecond))
+			if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+				t.Errorf("dir %s still exists after Stop (err %v)", s.Dir, err)
+			}
+			for _, p := range procs {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.Pid)); err == nil {
+					t.Errorf("server process %d still exists after Stop", p.Pid)
+				}
+			}
+			for _, a := range s.Addrs {
+				if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+					c.Close()
+					t.Errorf("%s still accepts connections after Stop", a)
+				}
+			}
+			if err := s.Stop(); err != nil {
+				t.Errorf("second Stop: %v", err)
+			}
+		})
+	}
+}
+
+// TestGroupStartFailure checks that when one process of a multi-process
+// server fails to start, stopping the group stops the ones that started and
+// removes the directory (what the Start functions do on failure).
+func TestGroupStartFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts database servers")
+	}
+	bin, err := findRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newGroup(RedisQuorum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err = s.startMembers(context.Background(), 3, func(ctx context.Context, i int) (*Server, error) {
+		if i == 1 {
+			return nil, boom
+		}
+		return s.startRedisMember(ctx, bin, "node"+strconv.Itoa(i), nil, nil)
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("startMembers = %v, want boom", err)
+	}
+	procs := processes(s)
+	if len(procs) != 2 || len(s.Addrs) != 2 {
+		t.Fatalf("%d processes, Addrs %q; want the 2 that started", len(procs), s.Addrs)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.Pid)); err == nil {
+			t.Errorf("process %d still exists after Stop", p.Pid)
+		}
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("dir %s still exists after Stop (err %v)", s.Dir, err)
+	}
+}
+
+// TestRedisPortTaken checks that a Redis server whose port turns out to be
+// taken is started again on another port.
+func TestRedisPortTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts database servers")
+	}
+	bin, err := findRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // refuse to talk, so that the readiness check fails fast
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	taken := l.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pick := func() (int, error) {
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return freePort()
+	}
+	dir := t.TempDir()
+	s, err := startRedisProcess(context.Background(), bin, Redis, dir, pick, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if calls != 2 || s.port == taken {
+		t.Errorf("port picked %d times, running on %d (taken: %d); want a second, free port", calls, s.port, taken)
+	}
+}
+
+func TestClusterPort(t *testing.T) {
+	for range 20 {
+		port, err := clusterPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port+clusterBusOffset > 65535 {
+			t.Fatalf("clusterPort() = %d: no room for the bus port", port)
+		}
+		for _, p := range []int{port, port + clusterBusOffset} {
+			l, err := net.Listen("tcp", loopbackAddr(p))
+			if err != nil {
+				t.Fatalf("port %d is not free: %v", p, err)
+			}
+			l.Close()
+		}
+	}
+}
+
+func TestInfoField(t *testing.T) {
+	info := "# Replication\r\nrole:slave\r\nmaster_host:127.0.0.1\r\nmaster_link_status:up\r\n"
+	for field, want := range map[string]string{"role": "slave", "master_link_status": "up", "master": "", "nope": ""} {
+		if got := infoField(info, field); got != want {
+			t.Errorf("infoField(%q) = %q, want %q", field, got, want)
+		}
+	}
+}
