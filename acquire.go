@@ -94,7 +94,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			if res.TTL > 0 && res.TTL < ttl {
 				ttl = res.TTL
 			}
-			validUntil := sent.Add(ttl - driftMargin(ttl))
+			validUntil := sent.Add(ttl - DriftMargin(ttl))
 			if time.Now().Before(validUntil) {
 				l := newLock(c, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
 				if l == nil {
@@ -127,7 +127,9 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			if ctx.Err() != nil {
 				return nil, notAcquired(req.Key, ctx.Err())
 			}
-			c.cfg.logger.Warn("dlock: cannot subscribe to releases; polling instead", "key", req.Key, "err", err)
+			if !errors.Is(err, driver.ErrUnsupported) {
+				c.cfg.logger.Warn("dlock: cannot subscribe to releases; polling instead", "key", req.Key, "err", err)
+			}
 		}
 		delay := bo.next()
 		if sub != nil {

@@ -408,10 +408,12 @@ func (c *Client) observe(e Event) {
 // (130 bits).
 func newOwner() string { return rand.Text() }
 
-// driftMargin is subtracted from a lease to get the holder's own validity: 1%
-// of the lease for clock-rate differences plus 2ms for timer and scheduling
-// delays (the Redlock margin).
-func driftMargin(ttl time.Duration) time.Duration {
+// DriftMargin is what dlock subtracts from a lease to get the holder's own
+// validity: 1% of the lease for clock-rate differences plus 2ms for timer and
+// scheduling delays (the Redlock margin). A lock is valid until the time
+// before its acquire or refresh request was sent, plus the lease, minus
+// DriftMargin(lease).
+func DriftMargin(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 

@@ -363,3 +363,40 @@ func TestLocalWaitersQueue(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// coarse reports a coarse lease clock and records the leases it is asked for.
+type coarse struct {
+	*memdlock.Driver
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (c *coarse) Capabilities() driver.Capabilities {
+	caps := c.Driver.Capabilities()
+	caps.TTLResolution = time.Second
+	return caps
+}
+
+func (c *coarse) Refresh(ctx context.Context, req driver.Request) error {
+	c.mu.Lock()
+	c.ttls = append(c.ttls, req.TTL)
+	c.mu.Unlock()
+	return c.Driver.Refresh(ctx, req)
+}
+
+func TestReleaseAfterCoarseClock(t *testing.T) {
+	d := &coarse{Driver: memdlock.New()}
+	c := newClient(t, d)
+	l, err := c.Lock(context.Background(), "job", dlock.WithTTL(time.Minute), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseAfter(context.Background(), 2500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Two units more than asked: a store that rounds down and may end a
+	// lease a unit early still holds the lock for at least 2.5s.
+	if want := 4500 * time.Millisecond; len(d.ttls) != 1 || d.ttls[0] != want {
+		t.Errorf("ReleaseAfter asked for leases %v; want [%v]", d.ttls, want)
+	}
+}

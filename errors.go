@@ -3,6 +3,8 @@ package dlock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/dlockhq/dlock/driver"
 )
 
 // Sentinel errors. Every error dlock returns wraps one of them (or a context
@@ -33,8 +35,9 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrUnsupported means the backend does not support what was asked
-	// (a lock mode, a listing, a forced release).
-	ErrUnsupported = errors.New("dlock: not supported by this backend")
+	// (a lock mode, a listing, a forced release). It is the same value as
+	// driver.ErrUnsupported, so drivers' errors match it too.
+	ErrUnsupported = driver.ErrUnsupported
 )
 
 // ArgError reports a rejected argument. It matches ErrInvalidArgument with

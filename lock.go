@@ -133,7 +133,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.mu.Lock()
-		if v := sent.Add(l.ttl - driftMargin(l.ttl)); l.state == held && v.After(l.validUntil) {
+		if v := sent.Add(l.ttl - DriftMargin(l.ttl)); l.state == held && v.After(l.validUntil) {
 			l.validUntil = v
 			l.expiry.Reset(time.Until(v))
 		}
@@ -301,8 +301,9 @@ func (l *Lock) stopRenewal() {
 // minimum time after the work finished, so that a scheduled job that ran
 // quickly is not run again by a host whose clock is slightly behind. If d is
 // not positive, it releases at once; a d below the backend's minimum TTL is
-// raised to it (the hold lasts at least d either way); a d above the maximum
-// is an *ArgError.
+// raised to it, and on a store with a coarse lease clock
+// (Capabilities.TTLResolution) two units are added, so the hold lasts at
+// least d either way; a d above the maximum is an *ArgError.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -310,7 +311,9 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return l.Release(ctx)
 	}
-	d = max(d, l.c.caps.MinTTL)
+	// A coarse store may end a lease up to one unit early: ask for two
+	// more so that the hold lasts at least d.
+	d = max(d+2*l.c.caps.TTLResolution, l.c.caps.MinTTL)
 	if err := l.c.checkTTL(d); err != nil {
 		return err
 	}

@@ -71,8 +71,11 @@ var (
 	ErrNotHeld = errors.New("dlock/driver: lock not held by this owner")
 
 	// ErrUnsupported means the driver cannot perform the request as asked
-	// (a mode or option it does not implement).
-	ErrUnsupported = errors.New("dlock/driver: not supported")
+	// (a mode or option it does not implement, or an optional interface
+	// whose method it has but cannot serve, as a wrapper over other drivers
+	// may). It is the same value as dlock.ErrUnsupported. A Subscribe that
+	// returns it makes package dlock poll, quietly.
+	ErrUnsupported = errors.New("dlock: not supported by this backend")
 )
 
 // Mode is the kind of hold a request asks for.
@@ -155,7 +158,10 @@ type Result struct {
 	Token uint64
 	// TTL is the lease the store granted, when it differs from the request
 	// (for example rounded to whole seconds). Zero means exactly Request.TTL.
-	// It must never exceed Request.TTL.
+	// It must never exceed Request.TTL. Package dlock computes the holder's
+	// validity as the time before the request was sent plus this lease minus
+	// dlock.DriftMargin(lease) (1% + 2ms); a driver that needs a larger
+	// margin (several clocks, as a quorum has) reports a shorter lease.
 	TTL time.Duration
 	// RetryAfter, when Acquired is false, estimates how long until the
 	// current holder's lease ends, as the store's clock sees it. Zero means
@@ -190,6 +196,11 @@ type Capabilities struct {
 	MinTTL time.Duration
 	// MaxTTL is the longest lease the driver accepts. Zero means no limit.
 	MaxTTL time.Duration
+	// TTLResolution is the unit the store measures leases in, when it is
+	// coarse (memcached: whole seconds): a lease may end up to one unit
+	// earlier than asked. Package dlock adds two units where it promises a
+	// minimum hold (Lock.ReleaseAfter). Zero means fine-grained.
+	TTLResolution time.Duration
 }
 
 // Driver is the interface every backend implements.

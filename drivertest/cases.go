@@ -390,11 +390,19 @@ func (s *suite) testCancelledWait(t *testing.T) {
 }
 
 func (s *suite) testNotification(t *testing.T) {
-	inner := s.driver(t)
-	if _, ok := inner.(driver.Notifier); !ok {
+	key := prefix(t) + "k"
+	n, ok := s.driver(t).(driver.Notifier)
+	if !ok {
 		t.Skip("driver does not implement driver.Notifier")
 	}
-	key := prefix(t) + "k"
+	sub, err := n.Subscribe(ctx(t), s.request(key))
+	if errors.Is(err, driver.ErrUnsupported) {
+		t.Skip("driver.Notifier reports ErrUnsupported")
+	}
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	sub.Close()
 	a := s.client(t)
 	sp := &spy{Driver: s.cfg.NewDriver(t), waiting: make(chan struct{})}
 	b, err := dlock.New(sp)

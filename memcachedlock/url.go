@@ -1,0 +1,95 @@
+package memcachedlock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+func init() {
+	dlock.Register("memcached", open)
+}
+
+// Defaults of clients opened from a URL.
+const (
+	defaultPort         = "11211"
+	defaultMaxIdleConns = 64
+)
+
+func urlError(u *url.URL, format string, args ...any) error {
+	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+}
+
+// open opens memcached://host:port[,host:port...][?prefix=&timeout=&max_idle_conns=].
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	if u.User != nil {
+		return nil, urlError(u, "has user information; memcached's text protocol has no authentication")
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return nil, urlError(u, "has a path (%q); write memcached://host:port[,host:port]", u.Path)
+	}
+	var hosts []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, defaultPort)
+		}
+		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
+			return nil, urlError(u, "bad address %q", h)
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, urlError(u, "names no server")
+	}
+	// Resolve the addresses now: memcache.New drops the error.
+	sl := new(memcache.ServerList)
+	if err := sl.SetServers(hosts...); err != nil {
+		return nil, urlError(u, "%v", err)
+	}
+	mc := memcache.NewFromSelector(sl)
+	mc.MaxIdleConns = defaultMaxIdleConns
+	var opts []Option
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "prefix":
+			opts = append(opts, WithPrefix(v))
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, urlError(u, "timeout=%q is not a positive duration (write 500ms, 2s)", v)
+			}
+			mc.Timeout = d
+		case "max_idle_conns":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, urlError(u, "max_idle_conns=%q is not a positive number", v)
+			}
+			mc.MaxIdleConns = n
+		default:
+			return nil, urlError(u, "unknown parameter %q (memcached URLs take prefix, timeout and max_idle_conns)", k)
+		}
+	}
+	d, err := newDriver(mc, true, opts)
+	if err != nil {
+		mc.Close()
+		return nil, err
+	}
+	if err := d.run(ctx, "", mc.Ping); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("memcachedlock: connecting to %s: %w", u.Redacted(), err)
+	}
+	return d, nil
+}
