@@ -33,14 +33,19 @@ type Lock struct {
 	cancel     context.CancelCauseFunc
 	leave      func() // leaves the Client's gate for the key
 
-	stopRenew context.CancelFunc // nil without renewal
-	renewDone chan struct{}
+	// Renewal runs on a timer, not a goroutine of its own: an idle lock
+	// costs no goroutine. renewTimer is nil without renewal.
+	renewTimer  *time.Timer
+	renewCancel context.CancelFunc // cancels an in-flight renewal
+	renewCtx    context.Context
+	renewing    sync.WaitGroup // counts in-flight renewals
 
-	mu         sync.Mutex
-	state      lockState
-	cause      error // why the lock ended; nil while held
-	validUntil time.Time
-	expiry     *time.Timer
+	mu           sync.Mutex
+	renewStopped bool
+	state        lockState
+	cause        error // why the lock ended; nil while held
+	validUntil   time.Time
+	expiry       *time.Timer
 }
 
 func newLock(c *Client, req driver.Request, token uint64, ttl time.Duration, renew bool, sent, validUntil time.Time, leave func()) *Lock {
@@ -49,21 +54,23 @@ func newLock(c *Client, req driver.Request, token uint64, ttl time.Duration, ren
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
-	var rctx context.Context
 	if renew {
-		rctx, l.stopRenew = context.WithCancel(context.Background())
-		l.renewDone = make(chan struct{})
+		l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	}
 	if !c.track(l) {
 		l.expiry.Stop()
 		l.cancel(ErrClosed)
 		if renew {
-			l.stopRenew()
+			l.renewCancel()
 		}
 		return nil
 	}
 	if renew {
-		go l.renewLoop(rctx)
+		l.mu.Lock()
+		if !l.renewStopped { // Close may have ended the lock already
+			l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
+		}
+		l.mu.Unlock()
 	}
 	return l
 }
@@ -226,9 +233,7 @@ func (l *Lock) end(s lockState, cause error) {
 	l.mu.Unlock()
 
 	l.cancel(cause)
-	if l.stopRenew != nil {
-		l.stopRenew()
-	}
+	l.haltRenewal()
 	l.leave()
 	l.c.forget(l)
 	held := time.Since(l.acquiredAt)
@@ -257,41 +262,59 @@ func (l *Lock) checkExpiry() {
 	l.end(lost, fmt.Errorf("%w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))
 }
 
-// renewLoop refreshes the lease every third of the TTL. After a failed
-// attempt it retries sooner, until the lock ends.
-func (l *Lock) renewLoop(ctx context.Context) {
-	defer close(l.renewDone)
-	interval := l.ttl / 3
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithDeadline(ctx, l.ValidUntil())
-		err := l.refresh(rctx)
-		cancel()
-		switch {
-		case err == nil:
-			t.Reset(interval)
-		case l.ended() != nil:
-			return
-		default:
-			l.c.cfg.logger.Warn("dlock: renewal failed; retrying", "key", l.req.Key, "err", err)
-			t.Reset(max(interval/4, time.Millisecond))
-		}
+// renewTick refreshes the lease; it runs on the renewal timer every third
+// of the TTL, and sooner after a failed attempt, until the lock ends.
+func (l *Lock) renewTick() {
+	l.mu.Lock()
+	if l.renewStopped || l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.renewing.Add(1)
+	validUntil := l.validUntil
+	l.mu.Unlock()
+	defer l.renewing.Done()
+
+	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
+	err := l.refresh(ctx)
+	cancel()
+	next := l.ttl / 3
+	switch {
+	case err == nil:
+	case l.ended() != nil:
+		return
+	default:
+		l.c.cfg.logger.Warn("dlock: renewal failed; retrying", "key", l.req.Key, "err", err)
+		next = max(next/4, time.Millisecond)
+	}
+	l.mu.Lock()
+	if !l.renewStopped {
+		l.renewTimer.Reset(next)
+	}
+	l.mu.Unlock()
+}
+
+// haltRenewal stops future renewals and cancels one in flight, without
+// waiting for it (it may be the caller).
+func (l *Lock) haltRenewal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.renewStopped {
+		return
+	}
+	l.renewStopped = true
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+	}
+	if l.renewCancel != nil {
+		l.renewCancel()
 	}
 }
 
-// stopRenewal stops the renewal goroutine and waits for it to finish.
+// stopRenewal stops renewal and waits until no renewal is in flight.
 func (l *Lock) stopRenewal() {
-	if l.stopRenew == nil {
-		return
-	}
-	l.stopRenew()
-	<-l.renewDone
+	l.haltRenewal()
+	l.renewing.Wait()
 }
 
 // ReleaseAfter hands the lock over to its lease: it stops renewal and sets the
