@@ -110,6 +110,9 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 				return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
 			}
 			c.cfg.logger.Warn("dlock: acquired lock had no validity left; retrying", "key", req.Key, "ttl", ttl)
+			if err := sleep(ctx, bo.next(), nil); err != nil {
+				return nil, notAcquired(req.Key, err)
+			}
 			continue
 		}
 		if !wait {

@@ -103,7 +103,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}}
 	c.notifier, _ = d.(driver.Notifier)
-	if err := c.checkTTL(cfg.defaultTTL); err != nil {
+	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -365,12 +365,24 @@ func (c *Client) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkLockTTL checks the TTL of a lock to be held: besides being a lease the
+// backend accepts, it must leave some validity after the drift margin.
+func (c *Client) checkLockTTL(ttl time.Duration) error {
+	if err := c.checkTTL(ttl); err != nil {
+		return err
+	}
+	if ttl <= DriftMargin(ttl) {
+		return argError("ttl", ttl, "leaves no validity after the drift margin of %v", DriftMargin(ttl))
+	}
+	return nil
+}
+
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	cfg := lockConfig{ttl: c.cfg.defaultTTL, renew: true, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := c.checkTTL(cfg.ttl); err != nil {
+	if err := c.checkLockTTL(cfg.ttl); err != nil {
 		return cfg, err
 	}
 	if cfg.minBackoff <= 0 {

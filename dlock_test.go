@@ -335,6 +335,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if _, err := dlock.New(memdlock.New(), dlock.WithDefaultTTL(-1)); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("New with a negative default TTL = %v; want ErrInvalidArgument", err)
 	}
+	// memdlock accepts 1ms leases, but a lease within the drift margin
+	// would never be valid.
+	c := newClient(t, memdlock.New())
+	if _, err := c.TryLock(context.Background(), "k", dlock.WithTTL(2*time.Millisecond)); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("TryLock with a 2ms TTL = %v; want ErrInvalidArgument (no validity after the drift margin)", err)
+	}
 }
 
 func TestLocalWaitersQueue(t *testing.T) {

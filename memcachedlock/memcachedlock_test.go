@@ -62,9 +62,32 @@ func TestConformance(t *testing.T) { drivertest.Run(t, suiteConfig(t)) }
 
 func BenchmarkDriver(b *testing.B) { drivertest.RunBenchmarks(b, suiteConfig(b)) }
 
+// metadumps serializes the crawler requests of parallel subtests: memcached
+// runs one crawler at a time and answers BUSY to the others.
+var metadumps sync.Mutex
+
 // countItems counts the live items whose key starts with prefix, with
-// memcached's lru_crawler metadump (which skips expired items).
+// memcached's lru_crawler metadump (which skips expired items). A crawler
+// still busy with earlier work is asked again, a bounded number of times.
 func countItems(ctx context.Context, addr, prefix string) (int, error) {
+	metadumps.Lock()
+	defer metadumps.Unlock()
+	for try := 0; ; try++ {
+		n, err := metadump(ctx, addr, prefix)
+		if err == nil || !errors.Is(err, errCrawlerBusy) || try == 50 {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+var errCrawlerBusy = errors.New("lru crawler busy")
+
+func metadump(ctx context.Context, addr, prefix string) (int, error) {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -81,6 +104,9 @@ func countItems(ctx context.Context, addr, prefix string) (int, error) {
 		line := sc.Text()
 		if line == "END" {
 			return n, nil
+		}
+		if strings.HasPrefix(line, "BUSY") {
+			return 0, fmt.Errorf("metadump: %q: %w", line, errCrawlerBusy)
 		}
 		f, _, _ := strings.Cut(line, " ")
 		k, ok := strings.CutPrefix(f, "key=")
