@@ -102,7 +102,7 @@ func (r mainRunner) Run() int {
 		fmt.Fprintf(os.Stderr, "building dlock: %v\n", err)
 		return 1
 	}
-	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB)
+	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached)
 }
 
 // store is one kind of lock store the tests run against.
@@ -111,6 +111,9 @@ type store struct {
 	// setup returns the --url to pass (empty: none) and the environment to
 	// add, for a store private to the test.
 	setup func(t *testing.T) (url string, env []string)
+	// shortTTL is the --ttl of tests that want a short lease: 1s, or the
+	// backend's minimum if that is longer.
+	shortTTL string
 }
 
 func sqliteStore(t *testing.T) (string, []string) {
@@ -135,12 +138,37 @@ func serverStore(name string) func(t *testing.T) (string, []string) {
 	}
 }
 
-// stores are the stores the cross-store tests run on.
-var stores = []store{
-	{"sqlite", sqliteStore},
-	{"postgres", serverStore(testsrv.Postgres)},
-	{"mariadb", serverStore(testsrv.MariaDB)},
+// keyValueStore is a Redis or memcached store shared by the tests: the
+// server's URL with a key prefix of the test's own. With n > 0 the URL is a
+// redlock:// URL over the first n servers of the server group.
+func keyValueStore(name string, n int) func(t *testing.T) (string, []string) {
+	return func(t *testing.T) (string, []string) {
+		srv := testsrv.Get(t, name)
+		url := srv.URL
+		if n > 0 {
+			if len(srv.Addrs) < n {
+				t.Fatalf("%s has %d servers, want %d", name, len(srv.Addrs), n)
+			}
+			url = "redlock://" + strings.Join(srv.Addrs[:n], ",")
+		}
+		return url + "?prefix=" + testsrv.DatabaseName(t.Name()) + ":", nil
+	}
 }
+
+// sqlStores are the SQL stores: the ones with a schema.
+var sqlStores = []store{
+	{name: "sqlite", setup: sqliteStore, shortTTL: "1s"},
+	{name: "postgres", setup: serverStore(testsrv.Postgres), shortTTL: "1s"},
+	{name: "mariadb", setup: serverStore(testsrv.MariaDB), shortTTL: "1s"},
+}
+
+// stores are the stores the cross-store tests run on.
+var stores = append(slices.Clip(sqlStores),
+	store{name: "redis", setup: keyValueStore(testsrv.Redis, 0), shortTTL: "1s"},
+	store{name: "redlock", setup: keyValueStore(testsrv.RedisQuorum, 3), shortTTL: "1s"},
+	// memcached expiry times are whole seconds: memcachedlock's MinTTL is 2s.
+	store{name: "memcached", setup: keyValueStore(testsrv.Memcached, 0), shortTTL: "2s"},
+)
 
 // env is how a test runs dlock: against one store, with extra environment.
 type env struct {
@@ -396,7 +424,7 @@ func TestNotAcquiredWhenHeld(t *testing.T) {
 // commands must never overlap, and the fencing tokens must increase in the
 // order the commands ran.
 func TestNoOverlap(t *testing.T) {
-	all := append([]store{{"default", defaultStore}}, stores...)
+	all := append([]store{{name: "default", setup: defaultStore, shortTTL: "1s"}}, stores...)
 	for _, s := range all {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
@@ -473,7 +501,7 @@ func TestLostWhilePaused(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
 			marker, child := e.signalledCommand()
-			first := e.start(append([]string{"run", "--key", "paused", "--ttl", "1s", "--kill-after", "1m", "--"}, child...)...)
+			first := e.start(append([]string{"run", "--key", "paused", "--ttl", s.shortTTL, "--kill-after", "1m", "--"}, child...)...)
 			tok1 := first.started()
 			first.signal(syscall.SIGSTOP)
 
@@ -609,7 +637,7 @@ func TestBadFlags(t *testing.T) {
 }
 
 func TestSchema(t *testing.T) {
-	for _, s := range stores {
+	for _, s := range sqlStores {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
 			for range 2 { // creating it is idempotent
@@ -619,6 +647,15 @@ func TestSchema(t *testing.T) {
 			}
 			if r := e.run("run", "--key", "k", "--", "true"); r.code != 0 {
 				t.Errorf("run after schema: exit status %d", r.code)
+			}
+		})
+	}
+	for _, s := range stores[len(sqlStores):] {
+		t.Run(s.name, func(t *testing.T) {
+			e := newEnv(t, s.setup)
+			r := e.run("schema")
+			if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "no schema to create") {
+				t.Errorf("schema: exit status %d, stderr %q; want %d and no schema to create", r.code, r.stderr, cli.ExitUnavailable)
 			}
 		})
 	}

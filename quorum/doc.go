@@ -1,0 +1,117 @@
+// Package quorum is a Redlock-style dlock backend: one lock over N
+// independent stores, held while a majority of them hold it.
+//
+// A quorum Driver sends every request to all N nodes in parallel (normally N
+// independent Redis servers, see the redlock:// URL below, but any dlock
+// drivers will do) and succeeds when a majority, N/2+1, of them agree:
+//
+//   - Acquire asks every node for the same hold (same key, same owner). The
+//     lock is acquired if at least N/2+1 nodes granted it. Otherwise the
+//     partial hold is released on every node that granted it or whose answer
+//     was lost, before Acquire reports "not acquired", so that a loser of a
+//     split vote does not block the next attempt.
+//   - Refresh needs N/2+1 nodes to renew the lease. When so many nodes report
+//     that they no longer hold it that a majority is out of reach, the lock is
+//     lost (driver.ErrNotHeld) and the remaining minority is released. A node
+//     that lost the hold while a majority kept it (it restarted, or was down
+//     when the lock was taken) is given the hold again, so the majority does
+//     not erode.
+//   - Release goes to every node, and reports driver.ErrNotHeld only when no
+//     majority held the lock.
+//
+// The driver never retries and never sleeps: package dlock retries a failed
+// acquisition after a randomised (jittered) backoff, which is what keeps
+// competing clients from splitting the vote again and again, and it renews
+// leases in the background. Nodes that implement driver.Notifier (Redis,
+// memdlock) wake waiters: a quorum subscription listens to every node and
+// fires on a release seen by any of them.
+//
+// # Validity
+//
+// Redlock's rule is validity = TTL - elapsed - drift: the client may trust
+// the lock for the lease, minus the time the acquisition took (the leases
+// started somewhere during it), minus a margin for clocks that run at
+// different rates (drift = TTL × DriftFactor + a fixed margin, 1% + 2ms by
+// default). Package dlock already measures elapsed from before the request
+// was sent and subtracts 1% + 2ms of every lease; the quorum driver
+// subtracts only what a larger configured drift adds to that (see
+// WithDriftFactor), and the shortest lease any node granted is the base.
+// A lock whose validity is gone when the majority answered is never handed
+// out: package dlock releases it on every node and tries again.
+//
+// # What it guarantees, and what it does not
+//
+// With N independent nodes whose clocks run at about the same rate, and
+// clients that are not paused for longer than their validity, a quorum lock
+// is held by at most one client at a time, and it survives the crash of up
+// to (N-1)/2 nodes (one of three, two of five). It tolerates more
+// failures than a lock on a single Redis server and does not depend on Redis
+// replication, which is asynchronous and can lose a lock on failover.
+//
+// It is not a correctness guarantee. The source material and Martin
+// Kleppmann's analysis of Redlock describe how two clients can both believe
+// they hold the lock:
+//
+//   - A node restarts without persistence. Client 1 holds the lock on A, B
+//     and C of five nodes; C crashes and restarts empty; client 2 now takes
+//     C, D and E: a majority, while client 1 still holds its own. Run the
+//     nodes with persistence (appendfsync always), or keep a restarted node
+//     out of service for longer than the longest TTL.
+//   - A node's clock jumps forward. Client 1 holds A, B and C; C's clock
+//     jumps and expires the lease early; client 2 takes C, D and E. Redlock
+//     assumes that clocks run at roughly the right rate; an operator who
+//     steps a clock breaks it.
+//   - The client pauses. A garbage-collection pause, a stopped VM or a slow
+//     network delays client 1 past its validity; its leases expire and
+//     client 2 acquires the lock; client 1 wakes up and writes to the
+//     protected resource believing it still holds the lock. Checking the
+//     validity before the write narrows the window but cannot close it.
+//
+// A fencing token would close the last hole: the protected resource rejects
+// writes carrying a token older than one it has seen. Redlock cannot produce
+// one safely. Every node counts acquisitions of a key, but not in step (a
+// node that granted the lock to the loser of a split vote counted one more),
+// so the largest token of one majority can be smaller than that of the
+// previous holder's majority. The quorum driver therefore takes the token in
+// a second round, after the majority is won: it acquires a fence key that
+// only holders of the lock take on every node at once, and returns the
+// largest fence token. While every node is up and keeps its data, the fence
+// counters advance together and the token grows from one holder to the
+// next; it goes backwards when the node with the largest counter is
+// unreachable after others fell behind, or when counters are lost in a
+// restart without persistence. It is NOT a safe fencing token, and
+// Capabilities reports DurableTokens false and Consensus false. The second
+// round costs one more round trip per acquisition (WithoutFenceRound skips
+// it, for callers that ignore the token: the token is then the largest lock
+// token, which goes backwards even without failures).
+//
+// # When to use it
+//
+// Use a quorum lock for efficiency: to keep two workers from doing the same
+// job at the same time most of the time, where an occasional duplicate is
+// harmless, with higher availability than a lock on one Redis server. Do not
+// use it for correctness, where two holders at once corrupt data: use a
+// consensus store (etcd, ZooKeeper) or a database (package sqldlock) with
+// fencing tokens checked by the protected resource.
+//
+// Prefer an odd number of nodes: N = 4 tolerates one failure, as N = 3
+// does, with one more server to run (New logs a warning for an even N).
+// Each node must be a separate store: two drivers over one Redis server
+// count twice and defeat the majority (New rejects the same driver value
+// given twice, but cannot tell two drivers of one server apart).
+//
+// # URL
+//
+// Importing the package registers the redlock scheme with package dlock:
+//
+//	redlock://host:port,host:port,host:port[?prefix=...]
+//
+// opens one Redis driver (package redisdlock) per host, each with a go-redis
+// client of its own, and needs a majority of the servers to answer a PING.
+// The parameters prefix and mode are redisdlock's, for every node;
+// drift_factor (a number), drift_margin (a duration such as 2ms) and fence
+// (on or off) are the quorum options; any other parameter goes to go-redis
+// for every node (dial_timeout, read_timeout, pool_size, ...), as do
+// credentials before the hosts and a database number in the path. The
+// quorum Driver owns the nodes it is given or opens: its Close closes them.
+package quorum

@@ -1,0 +1,174 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/redisdlock"
+)
+
+func init() {
+	dlock.Register("redlock", openRedlock)
+}
+
+func urlError(u *url.URL, format string, args ...any) error {
+	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+}
+
+// openRedlock opens redlock://[user:pass@]host:port,host:port,...[/db][?params]:
+// one standalone Redis server per host, each through a redisdlock driver
+// with a client of its own. Parameters:
+//
+//   - prefix, mode: the redisdlock options, for every node;
+//   - drift_factor (a number), drift_margin (a Go duration), fence (on or
+//     off): the quorum options;
+//   - anything else goes to go-redis (redis.ParseURL) for every node:
+//     dial_timeout, read_timeout, pool_size, ...
+//
+// Nodes that do not answer a PING are tolerated as long as a majority does.
+func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	var hosts []string
+	seen := map[string]bool{}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, "6379")
+		}
+		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
+			return nil, urlError(u, "bad address %q", h)
+		}
+		if seen[h] {
+			return nil, urlError(u, "names %s twice; every node must be a separate server", h)
+		}
+		seen[h] = true
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, urlError(u, "names no server; write redlock://host:port,host:port,host:port")
+	}
+	q := u.Query()
+	var opts []Option
+	var nodeOpts []redisdlock.Option
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "prefix":
+			nodeOpts = append(nodeOpts, redisdlock.WithPrefix(v))
+		case "mode":
+			switch v {
+			case "script":
+				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Script))
+			case "tx", "transaction":
+				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Transaction))
+			case "legacy":
+				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Legacy))
+			default:
+				return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", v)
+			}
+		case "drift_factor":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, urlError(u, "drift_factor=%q is not a number", v)
+			}
+			opts = append(opts, WithDriftFactor(f))
+		case "drift_margin":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, urlError(u, "drift_margin=%q is not a duration (write 2ms)", v)
+			}
+			opts = append(opts, WithDriftMargin(d))
+		case "fence":
+			switch v {
+			case "on":
+			case "off":
+				opts = append(opts, WithoutFenceRound())
+			default:
+				return nil, urlError(u, "fence=%q (want on or off)", v)
+			}
+		default:
+			continue
+		}
+		q.Del(k)
+	}
+	nodes := make([]driver.Driver, 0, len(hosts))
+	closeAll := func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
+	for _, h := range hosts {
+		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
+		o, err := redis.ParseURL(ru.String())
+		if err != nil {
+			closeAll()
+			return nil, urlError(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
+		}
+		if !q.Has("max_retries") {
+			o.MaxRetries = -1 // dlock retries; a retried release can misreport
+		}
+		o.ContextTimeoutEnabled = true
+		// A node that is down must fail fast: the majority carries on, and
+		// go-redis would otherwise try to connect five times, 100ms apart.
+		o.DialerRetries = 1
+		client := redis.NewClient(o)
+		d, err := redisdlock.New(client, nodeOpts...)
+		if err != nil {
+			client.Close()
+			closeAll()
+			return nil, err
+		}
+		nodes = append(nodes, &redisNode{Driver: d, client: client})
+	}
+	// Every node gets a PING; a minority may be down.
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.(*redisNode).client.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	var failures []error
+	for i, err := range errs {
+		if err != nil {
+			failures = append(failures, fmt.Errorf("%s: %w", hosts[i], err))
+		}
+	}
+	if len(nodes)-len(failures) < len(nodes)/2+1 {
+		closeAll()
+		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), errors.Join(failures...))
+	}
+	if len(failures) > 0 {
+		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", u.Redacted(), "err", errors.Join(failures...))
+	}
+	d, err := New(nodes, opts...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return d, nil
+}
+
+// redisNode is a redisdlock driver that owns its client. Embedding keeps
+// the driver's optional interfaces (Notifier, Lister, ForceReleaser).
+type redisNode struct {
+	*redisdlock.Driver
+	client *redis.Client
+}
+
+// Close closes the driver, then its client.
+func (n *redisNode) Close() error {
+	return errors.Join(n.Driver.Close(), n.client.Close())
+}

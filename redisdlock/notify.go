@@ -1,0 +1,318 @@
+package redisdlock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock/internal/notify"
+)
+
+// Release notification.
+//
+// Every release (and forced release) PUBLISHes an empty message on the
+// lock's own channel, inside the script or transaction that deletes the
+// lock, so a message is sent when, and only when, a lock is freed. A Driver
+// keeps one pub/sub connection (a go-redis PubSub), opened by the first
+// Subscribe, and SUBSCRIBEs to a lock's channel while at least one waiter of
+// this Driver waits for that lock: per-lock channels mean a process hears
+// only about the locks it waits for, not about every release in the
+// keyspace. Subscriptions are counted per channel and the last one to
+// close UNSUBSCRIBEs at once. (Keeping idle channels subscribed for a while
+// saves a SUBSCRIBE round trip per wait, but Redis delivers a message to a
+// channel's subscribers in the order they subscribed: with subscriptions
+// that persist, the same process hears of every release first and wins
+// every race for a busy lock. Unsubscribing when a waiter has won sends its
+// process to the back of the line. Measured with 64 waiters over four
+// processes and a 1 ms critical section: p99 wait 0.15 s instead of 0.7 to
+// 1 s.) The waiters of one channel are woken through an internal/notify
+// Hub.
+//
+// Subscribe returns only after the server confirmed the SUBSCRIBE, so every
+// release after it is signalled. If the connection breaks, go-redis
+// reconnects and subscribes to every channel again; when the server
+// confirms a channel a second time, its waiters are signalled, since a
+// release may have gone unheard meanwhile. A connection that stays silent
+// for healthInterval is pinged, and one that does not answer the ping
+// within another healthInterval is replaced by a new one (its
+// confirmations signal the waiters likewise). Until then waiters poll.
+//
+// One narrow race remains: if the connection is re-established while the
+// last waiter of a channel leaves and a new one arrives at once, the new
+// waiter can take go-redis's re-sent SUBSCRIBE's confirmation for its own,
+// and a release between the UNSUBSCRIBE and its own SUBSCRIBE goes
+// unheard; the waiter then notices the release by polling.
+//
+// In a Cluster the messages are plain PUBLISH, which the cluster bus
+// forwards to every node, so the one connection (to any node) hears them
+// all. Sharded pub/sub (SPUBLISH) would keep each message on its shard but
+// needs a connection per shard and resubscription on resharding.
+
+// subscribeTimeout bounds the wait for the server to confirm a SUBSCRIBE
+// when the caller's context has no earlier deadline: a waiter that cannot
+// subscribe falls back to polling rather than hang.
+const subscribeTimeout = 10 * time.Second
+
+type notifier struct {
+	client redis.UniversalClient
+	hub    notify.Hub
+
+	mu     sync.Mutex
+	ps     *redis.PubSub // nil until the first Subscribe
+	chans  map[string]*chanState
+	closed bool
+	done   chan struct{} // closed by close
+	wg     sync.WaitGroup
+}
+
+// chanState tracks one subscribed channel.
+type chanState struct {
+	refs      int           // open subscriptions
+	confirmed bool          // the server has confirmed the SUBSCRIBE
+	ready     chan struct{} // closed when confirmed
+}
+
+func newNotifier(client redis.UniversalClient) *notifier {
+	return &notifier{client: client, chans: map[string]*chanState{}, done: make(chan struct{})}
+}
+
+// start opens the PubSub and starts receiving. n.mu is held.
+func (n *notifier) start() {
+	n.ps = n.client.Subscribe(context.Background())
+	n.wg.Add(1)
+	go n.receive()
+}
+
+// Health of the pub/sub connection.
+const (
+	reconnectMin = 50 * time.Millisecond // backoff while the server cannot be reached
+	reconnectMax = 2 * time.Second
+)
+
+// healthInterval is how long the pub/sub connection may stay silent before
+// it is pinged, and then before it is given up. (A variable for tests.)
+var healthInterval = 5 * time.Second
+
+// receive reads the pub/sub connection until the notifier is closed. It
+// signals waiters itself, without a hop through another goroutine. A
+// broken connection is reconnected by go-redis on the next read (which
+// subscribes again to every channel); a connection that stays silent after
+// a ping is replaced.
+func (n *notifier) receive() {
+	defer n.wg.Done()
+	ctx := context.Background()
+	pinged := false
+	delay := time.Duration(0)
+	for {
+		n.mu.Lock()
+		ps := n.ps
+		n.mu.Unlock()
+		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		select {
+		case <-n.done:
+			return
+		default:
+		}
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout() && !pinged:
+				pinged = true
+				_ = ps.Ping(ctx) // a failed write makes go-redis reconnect
+			case errors.As(err, &ne) && ne.Timeout():
+				// No answer to the ping: the connection died without
+				// saying so.
+				pinged = false
+				n.replace()
+			default:
+				// go-redis reconnects on the next read; wait a little
+				// when that fails too.
+				pinged = false
+				delay = min(max(delay*2, reconnectMin), reconnectMax)
+				t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+				select {
+				case <-n.done:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			continue
+		}
+		pinged, delay = false, 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			n.hub.Notify(m.Channel)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				n.confirm(m.Channel)
+			}
+		}
+	}
+}
+
+// replace swaps the pub/sub connection for a new one subscribed to every
+// channel; the confirmations signal the waiters (see confirm).
+func (n *notifier) replace() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	old := n.ps
+	n.ps = n.client.Subscribe(context.Background())
+	chans := make([]string, 0, len(n.chans))
+	for ch := range n.chans {
+		chans = append(chans, ch)
+	}
+	if len(chans) > 0 {
+		// On failure go-redis keeps the channels and subscribes when it
+		// reconnects.
+		_ = n.ps.Subscribe(context.Background(), chans...)
+	}
+	_ = old.Close()
+}
+
+// confirm handles the server's confirmation of a SUBSCRIBE.
+func (n *notifier) confirm(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.chans[ch]
+	if st == nil {
+		// Not wanted (any more): left behind by replace, or by a
+		// reconnect that re-sent a SUBSCRIBE just before our
+		// UNSUBSCRIBE.
+		if !n.closed {
+			_ = n.ps.Unsubscribe(context.Background(), ch)
+		}
+		return
+	}
+	if st.confirmed {
+		// Subscribed again after a reconnect: a release may have been
+		// missed while the connection was down.
+		n.hub.Notify(ch)
+	} else {
+		st.confirmed = true
+		close(st.ready)
+	}
+	if st.refs == 0 {
+		// Every waiter gave up before the confirmation came.
+		n.unsubscribe(ch)
+	}
+}
+
+// unsubscribe drops ch. n.mu is held.
+func (n *notifier) unsubscribe(ch string) {
+	delete(n.chans, ch)
+	if !n.closed {
+		_ = n.ps.Unsubscribe(context.Background(), ch)
+	}
+}
+
+// subscribe returns a subscription to ch once the server has confirmed it.
+func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, errClosed
+	}
+	if n.ps == nil {
+		n.start()
+	}
+	st := n.chans[ch]
+	fresh := st == nil
+	if fresh {
+		st = &chanState{ready: make(chan struct{})}
+		n.chans[ch] = st
+	}
+	st.refs++
+	s := &subscription{n: n, ch: ch, st: st, sub: n.hub.Subscribe(ch)}
+	var err error
+	if fresh {
+		// Under n.mu, so that SUBSCRIBE and UNSUBSCRIBE commands reach
+		// the server in the order of the changes to n.chans.
+		err = n.ps.Subscribe(ctx, ch)
+	}
+	n.mu.Unlock()
+	if err != nil {
+		// go-redis keeps the channel and subscribes again once it has
+		// reconnected; the confirmation then finds no waiter.
+		s.Close()
+		return nil, err
+	}
+	t := time.NewTimer(subscribeTimeout)
+	defer t.Stop()
+	select {
+	case <-st.ready:
+		return s, nil
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	case <-n.done:
+		s.Close()
+		return nil, errClosed
+	case <-t.C:
+		s.Close()
+		return nil, errSubscribeTimeout
+	}
+}
+
+var errSubscribeTimeout = errors.New("the server did not confirm SUBSCRIBE within " + subscribeTimeout.String())
+
+// release drops one subscription to ch.
+func (n *notifier) release(ch string, st *chanState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st.refs--
+	if st.refs == 0 && st.confirmed {
+		n.unsubscribe(ch)
+	}
+	// An unconfirmed channel stays until its confirmation arrives (see
+	// confirm), so that a later SUBSCRIBE of the same channel cannot be
+	// mistaken for confirmed by the earlier one's reply.
+}
+
+// close closes the pub/sub connection and waits for the receiver to stop.
+func (n *notifier) close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	close(n.done)
+	ps := n.ps
+	n.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	n.wg.Wait()
+	return err
+}
+
+// subscription implements driver.Subscription.
+type subscription struct {
+	n    *notifier
+	ch   string
+	st   *chanState
+	sub  *notify.Sub
+	once sync.Once
+}
+
+// C implements driver.Subscription.
+func (s *subscription) C() <-chan struct{} { return s.sub.C() }
+
+// Close implements driver.Subscription.
+func (s *subscription) Close() error {
+	s.once.Do(func() {
+		s.sub.Close()
+		s.n.release(s.ch, s.st)
+	})
+	return nil
+}

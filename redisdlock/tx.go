@@ -1,0 +1,166 @@
+package redisdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// txProto is Transaction mode: the same keys as Script mode, changed with
+// WATCH/MULTI/EXEC. Each step WATCHes the keys it reads, reads them, and
+// writes in MULTI/EXEC only if what it read allows; EXEC fails if another
+// client changed a watched key in between, and then nothing was written.
+type txProto struct{ d *Driver }
+
+// errConflict reports an EXEC that failed because a watched key changed.
+// Nothing was written; the caller (package dlock) decides whether to retry.
+var errConflict = errors.New("transaction aborted: the lock changed concurrently (nothing was written)")
+
+func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error) {
+	var res driver.Result
+	err := p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+		var (
+			hm    *redis.SliceCmd
+			pttl  *redis.DurationCmd
+			fence *redis.StringCmd
+		)
+		_, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			hm = pipe.HMGet(ctx, k.lock, fieldOwner, fieldToken)
+			pttl = pipe.PTTL(ctx, k.lock)
+			fence = pipe.Get(ctx, k.fence)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		vals, err := hm.Result()
+		if err != nil {
+			return err
+		}
+		if len(vals) != 2 {
+			return fmt.Errorf("HMGET %q returned %v", k.lock, vals)
+		}
+		owner, _ := vals[0].(string)
+		switch {
+		case owner == "":
+			last, err := fence.Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("fencing counter %q: %w", k.fence, err)
+			}
+			token := last + 1
+			var incr *redis.IntCmd
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				incr = pipe.Incr(ctx, k.fence)
+				pipe.HSet(ctx, k.lock, fieldOwner, req.Owner, fieldToken, token, fieldInfo, req.Info)
+				pipe.PExpire(ctx, k.lock, ttl)
+				return nil
+			})
+			if errors.Is(err, redis.TxFailedErr) {
+				return nil // another client got there first: not acquired
+			}
+			if err != nil {
+				return err
+			}
+			if incr.Val() != token {
+				return fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
+			}
+			res = driver.Result{Acquired: true, Token: uint64(token)}
+		case owner == req.Owner:
+			tokStr, _ := vals[1].(string)
+			token, err := strconv.ParseUint(tokStr, 10, 64)
+			if err != nil {
+				return fmt.Errorf("lock %q has a bad token %q", k.lock, tokStr)
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.PExpire(ctx, k.lock, ttl)
+				return nil
+			})
+			if errors.Is(err, redis.TxFailedErr) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			res = driver.Result{Acquired: true, Token: token}
+		default:
+			res = driver.Result{RetryAfter: max(pttl.Val(), 0).Truncate(time.Millisecond)}
+			return nil
+		}
+		return p.d.awaitReplicas(ctx, tx)
+	}, k.lock, k.fence)
+	return res, err
+}
+
+func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
+	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
+		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner {
+			return driver.ErrNotHeld
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.PExpire(ctx, k.lock, ttl)
+			return nil
+		})
+		if errors.Is(err, redis.TxFailedErr) {
+			return errConflict
+		}
+		return err
+	}, k.lock)
+}
+
+func (p txProto) release(ctx context.Context, k layout, req driver.Request) error {
+	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
+		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner {
+			return driver.ErrNotHeld
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.Del(ctx, k.lock)
+			pipe.Publish(ctx, k.channel, "")
+			return nil
+		})
+		if errors.Is(err, redis.TxFailedErr) {
+			return errConflict
+		}
+		return err
+	}, k.lock)
+}
+
+func (p txProto) forceRelease(ctx context.Context, k layout) (int, error) {
+	// MULTI/EXEC on the key's master, so that DEL and PUBLISH go to the
+	// same server; nothing needs watching.
+	node, err := p.d.master(ctx, k.lock)
+	if err != nil {
+		return 0, err
+	}
+	var del *redis.IntCmd
+	_, err = node.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		del = pipe.Del(ctx, k.lock)
+		pipe.Publish(ctx, k.channel, "")
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(del.Val()), nil
+}
+
+func (p txProto) list(ctx context.Context, node *redis.Client, prefix string) ([]driver.Holder, error) {
+	return listHashes(ctx, p.d, node, prefix)
+}
+
+func (p txProto) count(ctx context.Context, node *redis.Client, prefix string) (int, error) {
+	return countHashes(ctx, p.d, node, prefix)
+}

@@ -1,0 +1,248 @@
+package redisdlock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+func init() {
+	dlock.Register("redis", openRedis)
+	dlock.Register("rediss", openRedis)
+	dlock.Register("redis+sentinel", openSentinel)
+	dlock.Register("redis+cluster", openCluster)
+}
+
+// The query parameters the driver takes for itself; the others go to
+// go-redis.
+const (
+	paramPrefix       = "prefix"
+	paramMode         = "mode"
+	paramWaitReplicas = "wait_replicas"
+	paramWaitTimeout  = "wait_timeout"
+	paramLegacyUnit   = "legacy_unit"
+)
+
+// defaultWaitTimeout is the WAIT timeout when a URL sets wait_replicas
+// without wait_timeout.
+const defaultWaitTimeout = time.Second
+
+func urlError(u *url.URL, format string, args ...any) error {
+	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+}
+
+// takeOptions removes the driver's own parameters from q and returns them
+// as Options.
+func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
+	var opts []Option
+	if q.Has(paramPrefix) {
+		opts = append(opts, WithPrefix(q.Get(paramPrefix)))
+	}
+	if q.Has(paramMode) {
+		switch m := q.Get(paramMode); m {
+		case "script":
+			opts = append(opts, WithMode(Script))
+		case "tx", "transaction":
+			opts = append(opts, WithMode(Transaction))
+		case "legacy":
+			opts = append(opts, WithMode(Legacy))
+		default:
+			return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", m)
+		}
+	}
+	if q.Has(paramWaitReplicas) || q.Has(paramWaitTimeout) {
+		n := 0
+		if q.Has(paramWaitReplicas) {
+			v, err := strconv.Atoi(q.Get(paramWaitReplicas))
+			if err != nil || v < 0 {
+				return nil, urlError(u, "wait_replicas=%q is not a number of replicas", q.Get(paramWaitReplicas))
+			}
+			n = v
+		}
+		timeout := defaultWaitTimeout
+		if q.Has(paramWaitTimeout) {
+			s := q.Get(paramWaitTimeout)
+			if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+				timeout = time.Duration(v) * time.Millisecond // WAIT's own unit
+			} else if timeout, err = time.ParseDuration(s); err != nil {
+				return nil, urlError(u, "wait_timeout=%q is not a duration (write 500ms, 2s, or milliseconds)", s)
+			}
+			if n == 0 {
+				return nil, urlError(u, "wait_timeout without wait_replicas")
+			}
+		}
+		opts = append(opts, WithReplicaAck(n, timeout))
+	}
+	if q.Has(paramLegacyUnit) {
+		switch s := q.Get(paramLegacyUnit); s {
+		case "ms":
+			opts = append(opts, WithLegacyUnit(time.Millisecond))
+		case "s":
+			opts = append(opts, WithLegacyUnit(time.Second))
+		default:
+			return nil, urlError(u, "legacy_unit=%q (want ms or s)", s)
+		}
+	}
+	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit} {
+		q.Del(p)
+	}
+	return opts, nil
+}
+
+// redisError turns a go-redis URL parsing error into an *ArgError, naming
+// the parameters neither the driver nor go-redis knows.
+func redisError(u *url.URL, err error) error {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
+		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit)
+	}
+	return urlError(u, "%s", strings.TrimPrefix(msg, "redis: "))
+}
+
+// splitHosts splits a comma-separated host list, adding port def where it
+// is missing.
+func splitHosts(u *url.URL, def string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, def)
+		}
+		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
+			return nil, urlError(u, "bad address %q", h)
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, urlError(u, "names no host")
+	}
+	return hosts, nil
+}
+
+// openRedis opens redis://[user:pass@]host:port[/db] and rediss:// (TLS):
+// go-redis's ParseURL with the driver's own parameters taken out.
+func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q := u.Query()
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return nil, err
+	}
+	ru := *u
+	ru.RawQuery = q.Encode()
+	o, err := redis.ParseURL(ru.String())
+	if err != nil {
+		return nil, redisError(u, err)
+	}
+	if !q.Has("max_retries") {
+		o.MaxRetries = -1
+	}
+	o.ContextTimeoutEnabled = true
+	return finishOpen(ctx, u, redis.NewClient(o), opts)
+}
+
+// openSentinel opens
+// redis+sentinel://[user:pass@]host:port[,host:port...]/mastername[/db]: the
+// addresses are the Sentinels'; user and password authenticate to the master
+// (and replicas); sentinel_username and sentinel_password to the Sentinels.
+// Other parameters are go-redis's FailoverOptions (ParseFailoverURL).
+func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q := u.Query()
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := splitHosts(u, "26379")
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" || len(parts) > 2 {
+		return nil, urlError(u, "write redis+sentinel://host:port[,host:port]/mastername[/db]")
+	}
+	if q.Has("master_name") {
+		return nil, urlError(u, "give the master name in the path, not as master_name")
+	}
+	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	q.Set("master_name", parts[0])
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	fu := url.URL{Scheme: "redis", Host: hosts[0], RawQuery: q.Encode()}
+	if len(parts) == 2 {
+		fu.Path = "/" + parts[1]
+	}
+	o, err := redis.ParseFailoverURL(fu.String())
+	if err != nil {
+		return nil, redisError(u, err)
+	}
+	if u.User != nil {
+		if q.Has("password") || q.Has("username") {
+			return nil, urlError(u, "give the master's credentials either before the host or as parameters, not both")
+		}
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPass
+	if !q.Has("max_retries") {
+		o.MaxRetries = -1
+	}
+	o.ContextTimeoutEnabled = true
+	return finishOpen(ctx, u, redis.NewFailoverClient(o), opts)
+}
+
+// openCluster opens redis+cluster://[user:pass@]host:port[,host:port...]:
+// the addresses are seed nodes. Other parameters are go-redis's
+// ClusterOptions (ParseClusterURL).
+func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q := u.Query()
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := splitHosts(u, "6379")
+	if err != nil {
+		return nil, err
+	}
+	if strings.Trim(u.Path, "/") != "" {
+		return nil, urlError(u, "has a path (%q); a Cluster has database 0 only: write redis+cluster://host:port[,host:port]", u.Path)
+	}
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	cu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], RawQuery: q.Encode()}
+	o, err := redis.ParseClusterURL(cu.String())
+	if err != nil {
+		return nil, redisError(u, err)
+	}
+	o.ContextTimeoutEnabled = true
+	return finishOpen(ctx, u, redis.NewClusterClient(o), opts)
+}
+
+// finishOpen makes a driver that owns client, after checking that the
+// server answers.
+func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, opts []Option) (driver.Driver, error) {
+	d, err := newDriver(client, true, opts)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("redisdlock: connecting to %s: %w", u.Redacted(), err)
+	}
+	return d, nil
+}
