@@ -34,7 +34,8 @@
 //   - an empty key, a key longer than the backend's limit, a key that is not
 //     valid UTF-8 or contains a NUL byte;
 //   - a TTL that is zero, negative, below the backend's minimum or above its
-//     maximum;
+//     maximum, or so short that the drift margin (DriftMargin) leaves no
+//     validity;
 //   - backoff bounds that are not positive or out of order;
 //   - a URL that does not parse or names an unknown scheme.
 //
