@@ -3,7 +3,6 @@ package memcachedlock
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
 func init() {
@@ -26,7 +26,7 @@ const (
 )
 
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // open opens memcached://host:port[,host:port...][?prefix=&timeout=&max_idle_conns=].
@@ -37,18 +37,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		return nil, urlError(u, "has a path (%q); write memcached://host:port[,host:port]", u.Path)
 	}
-	var hosts []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(h, defaultPort)
-		}
-		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
-			return nil, urlError(u, "bad address %q", h)
-		}
-		hosts = append(hosts, h)
+	hosts, err := urlutil.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, err
 	}
 	if len(hosts) == 0 {
 		return nil, urlError(u, "names no server")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/redisdlock"
 )
 
@@ -24,7 +24,7 @@ func init() {
 }
 
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // openRedlock opens redlock://[user:pass@]host:port,host:port,...[/db][?params]:
@@ -39,23 +39,16 @@ func urlError(u *url.URL, format string, args ...any) error {
 //
 // Nodes that do not answer a PING are tolerated as long as a majority does.
 func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	var hosts []string
+	hosts, err := urlutil.Hosts(u, "6379")
+	if err != nil {
+		return nil, err
+	}
 	seen := map[string]bool{}
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(h, "6379")
-		}
-		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
-			return nil, urlError(u, "bad address %q", h)
-		}
+	for _, h := range hosts {
 		if seen[h] {
 			return nil, urlError(u, "names %s twice; every node must be a separate server", h)
 		}
 		seen[h] = true
-		hosts = append(hosts, h)
 	}
 	if len(hosts) == 0 {
 		return nil, urlError(u, "names no server; write redlock://host:port,host:port,host:port")

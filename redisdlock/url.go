@@ -3,7 +3,6 @@ package redisdlock
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
 func init() {
@@ -37,7 +37,7 @@ const (
 const defaultWaitTimeout = time.Second
 
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // takeOptions removes the driver's own parameters from q and returns them
@@ -109,28 +109,6 @@ func redisError(u *url.URL, err error) error {
 	return urlError(u, "%s", strings.TrimPrefix(msg, "redis: "))
 }
 
-// splitHosts splits a comma-separated host list, adding port def where it
-// is missing.
-func splitHosts(u *url.URL, def string) ([]string, error) {
-	var hosts []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(h, def)
-		}
-		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
-			return nil, urlError(u, "bad address %q", h)
-		}
-		hosts = append(hosts, h)
-	}
-	if len(hosts) == 0 {
-		return nil, urlError(u, "names no host")
-	}
-	return hosts, nil
-}
-
 // openRedis opens redis://[user:pass@]host:port[/db] and rediss:// (TLS):
 // go-redis's ParseURL with the driver's own parameters taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
@@ -163,7 +141,7 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	hosts, err := splitHosts(u, "26379")
+	hosts, err := splitHostList(u, "26379")
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +191,7 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	hosts, err := splitHosts(u, "6379")
+	hosts, err := splitHostList(u, "6379")
 	if err != nil {
 		return nil, err
 	}
@@ -245,4 +223,14 @@ func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, o
 		return nil, fmt.Errorf("redisdlock: connecting to %s: %w", u.Redacted(), err)
 	}
 	return d, nil
+}
+
+// splitHostList splits the URL's comma-separated host list, adding port def
+// where it is missing.
+func splitHostList(u *url.URL, def string) ([]string, error) {
+	hosts, err := urlutil.Hosts(u, def)
+	if err == nil && len(hosts) == 0 {
+		err = urlError(u, "names no host")
+	}
+	return hosts, err
 }

@@ -1,0 +1,38 @@
+// Package urlutil holds the URL parsing that several backends' URL openers
+// share.
+package urlutil
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/dlockhq/dlock"
+)
+
+// Error returns an *dlock.ArgError for the URL u (shown redacted).
+func Error(u *url.URL, format string, args ...any) error {
+	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+}
+
+// Hosts splits u.Host, a comma-separated list of host[:port], adding
+// defaultPort where a port is missing. Empty entries are skipped; a list
+// with no entry returns no hosts and no error, so that callers can say what
+// they expected. A malformed address is an Error.
+func Hosts(u *url.URL, defaultPort string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, defaultPort)
+		}
+		if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
+			return nil, Error(u, "bad address %q", h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
