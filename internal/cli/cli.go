@@ -173,6 +173,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 		if a.verbose {
 			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
+		routeStoreLogs(a.log)
 		return nil
 	}
 	pf := root.PersistentFlags()
