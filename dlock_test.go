@@ -65,14 +65,19 @@ func (f *faulty) set(fn func(*faulty)) {
 }
 
 type events struct {
-	mu sync.Mutex
-	ev []dlock.Event
+	mu   sync.Mutex
+	ev   []dlock.Event
+	lost chan struct{} // if not nil, closed at the first EventLost
 }
 
 func (e *events) Observe(ev dlock.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ev = append(e.ev, ev)
+	if ev.Kind == dlock.EventLost && e.lost != nil {
+		close(e.lost)
+		e.lost = nil
+	}
 }
 
 func (e *events) kinds() []dlock.EventKind {
@@ -98,7 +103,8 @@ func newClient(t *testing.T, d driver.Driver, opts ...dlock.Option) *dlock.Clien
 func TestRenewalFailureLosesLock(t *testing.T) {
 	store := memdlock.New()
 	f := &faulty{Driver: store.Share()}
-	var ev events
+	lost := make(chan struct{})
+	ev := events{lost: lost}
 	c := newClient(t, f, dlock.WithObserver(&ev))
 	l, err := c.Lock(context.Background(), "k", dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
@@ -111,6 +117,13 @@ func TestRenewalFailureLosesLock(t *testing.T) {
 	}
 	if err := l.Refresh(context.Background()); !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Refresh after loss = %v; want ErrLost", err)
+	}
+	// The context is cancelled first (the signal must not wait for
+	// observers); the lost event follows.
+	select {
+	case <-lost:
+	case <-time.After(time.Minute):
+		t.Fatal("no lost event")
 	}
 	kinds := ev.kinds()
 	if kinds[0] != dlock.EventAcquired || kinds[len(kinds)-1] != dlock.EventLost {

@@ -133,7 +133,9 @@ type Event struct {
 
 // Observer receives events about locks. Adapters for Prometheus or
 // OpenTelemetry implement it outside the core package, so that the core does
-// not depend on them.
+// not depend on them. EventLost and EventReleased are delivered after the
+// lock's context was cancelled: the signal to stop work never waits for an
+// observer.
 type Observer interface {
 	Observe(Event)
 }
