@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the database servers the tests start (see internal/testsrv:
 # PostgreSQL, MariaDB, Redis — redis-server also runs the sentinel, with
-# --sentinel — and memcached), if their programs are missing. Idempotent:
-# does nothing when all are present.
+# --sentinel —, memcached, etcd and ZooKeeper), if their programs are
+# missing. Idempotent: does nothing when all are present.
 # Debian/Ubuntu only (apt-get). Runs apt through sudo when not root.
 #
 # System services are not started: a policy-rc.d that forbids service starts
@@ -17,9 +17,8 @@ REQUIRED=(
 	"mariadb-install-db  mariadb-server   /usr/bin"
 	"redis-server        redis-server     /usr/bin /usr/local/bin /usr/sbin"
 	"memcached           memcached        /usr/bin /usr/local/bin /usr/sbin"
-	# Later:
-	# "zkServer.sh         zookeeper        /usr/share/zookeeper/bin"
-	# "etcd                etcd-server      /usr/bin"
+	"etcd                etcd-server      /usr/bin /usr/local/bin"
+	"zkServer.sh         zookeeper        /usr/share/zookeeper/bin"
 )
 
 # have PROGRAM DIR... : is PROGRAM an executable file in PATH or in one of
@@ -70,7 +69,8 @@ if ((EUID != 0)); then
 fi
 
 # Forbid service starts during the install, so apt leaves no system
-# postgres/mariadb/redis/memcached running. Only ours is removed afterwards.
+# postgres/mariadb/redis/memcached/etcd/zookeeper running. Only ours is
+# removed afterwards.
 POLICY=/usr/sbin/policy-rc.d
 created_policy=
 cleanup() {

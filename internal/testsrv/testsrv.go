@@ -1,6 +1,6 @@
 // Package testsrv starts real, throwaway database servers (PostgreSQL,
 // MariaDB, Redis — standalone, Cluster, Sentinel and a set of independent
-// servers for quorum locks — and memcached) for tests.
+// servers for quorum locks —, memcached, etcd and ZooKeeper) for tests.
 //
 // Every server runs from its own temporary directory (data, unix socket, pid
 // file and log), listens on a free port on 127.0.0.1 only, and is tuned for
@@ -19,8 +19,8 @@
 //		...
 //	}
 //
-// Redis and memcached servers have no databases to create: tests use
-// Server.URL (or Addr/Addrs) directly and keep apart by key names.
+// Redis, memcached, etcd and ZooKeeper servers have no databases to create:
+// tests use Server.URL (or Addr/Addrs) directly and keep apart by key names.
 package testsrv
 
 import (
@@ -69,6 +69,11 @@ const (
 	RedisQuorum = "redis-quorum"
 	// Memcached is the name of a memcached server (StartMemcached).
 	Memcached = "memcached"
+	// Etcd is the name of a single-member etcd cluster (StartEtcd).
+	Etcd = "etcd"
+	// ZooKeeper is the name of a standalone ZooKeeper server
+	// (StartZooKeeper).
+	ZooKeeper = "zookeeper"
 )
 
 // DefaultDatabase is the name of the database created on every server.
@@ -88,28 +93,29 @@ const (
 // processes together.
 type Server struct {
 	// Name is the server's name as given to Run and Get: "postgres",
-	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum"
-	// or "memcached".
+	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum",
+	// "memcached", "etcd" or "zookeeper".
 	Name string
 	// Addr is the TCP address the server listens on, 127.0.0.1:port; for
 	// the multi-process kinds, the first of Addrs.
 	Addr string
 	// Addrs lists the addresses of all the server's processes: the nodes
 	// of a Redis Cluster; master, replica and sentinel of redis-sentinel;
-	// the independent servers of redis-quorum. For standalone Redis and
-	// memcached it holds Addr alone; it is nil for PostgreSQL and MariaDB.
+	// the independent servers of redis-quorum. For standalone Redis,
+	// memcached, etcd and ZooKeeper it holds Addr alone; it is nil for
+	// PostgreSQL and MariaDB.
 	Addrs []string
 	// URL is a dlock-style URL of the server: for PostgreSQL and MariaDB,
 	// of the default database "dlock":
 	// postgres://postgres@127.0.0.1:port/dlock?sslmode=disable or
 	// mysql://root@127.0.0.1:port/dlock. The Start functions document the
 	// others (redis://, redis+cluster://, redis+sentinel://, redlock://,
-	// memcached://).
+	// memcached://, etcd://, zk://).
 	URL string
 	// DSN is the driver-native DSN of the default database: for postgres the
 	// same URL (pgx accepts it); for mariadb the go-sql-driver/mysql DSN
-	// "root@tcp(127.0.0.1:port)/dlock?parseTime=true". Empty for Redis and
-	// memcached.
+	// "root@tcp(127.0.0.1:port)/dlock?parseTime=true". Empty for the
+	// others.
 	DSN string
 	// Dir is the temporary directory holding the server's data, socket and
 	// log (for the multi-process kinds, one subdirectory per process). Stop
@@ -128,9 +134,10 @@ type Server struct {
 	dbURL    func(db string) (url, dsn string)
 }
 
-// Stop shuts the server down (SIGTERM for MariaDB and Redis, SIGINT —
+// Stop shuts the server down (SIGTERM for MariaDB, Redis and etcd, SIGINT —
 // PostgreSQL's "fast" shutdown, which does not wait for clients — for
-// PostgreSQL, SIGKILL for memcached, which has nothing to save), waits for
+// PostgreSQL, SIGKILL for memcached and ZooKeeper, which have nothing to
+// save), waits for
 // it to exit (killing it after 30 s), and removes its temporary directory.
 // A multi-process server stops all its processes in parallel. It is
 // idempotent: later calls return the result of the first.
@@ -178,8 +185,8 @@ func (s *Server) stop() error {
 // the original appended, so distinct names map to distinct databases. The
 // returned URL and DSN carry the actual name.
 //
-// Redis and memcached servers have no databases: NewDatabase returns an
-// error for them.
+// Redis, memcached, etcd and ZooKeeper servers have no databases:
+// NewDatabase returns an error for them.
 func (s *Server) NewDatabase(ctx context.Context, name string) (url, dsn string, err error) {
 	if s.newDB == nil {
 		return "", "", fmt.Errorf("testsrv: %s has no databases to create", s.Name)
@@ -315,12 +322,13 @@ func runTool(ctx context.Context, path string, args []string, dir string, cred *
 }
 
 // cleanEnv returns the environment for server processes, without the
-// client variables (PGHOST, MYSQL_HOST, ...) that could redirect them.
+// client variables (PGHOST, MYSQL_HOST, ...) that could redirect them, and
+// etcd's ETCD_* configuration variables, which etcd reads as flags.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "MYSQL") || strings.HasPrefix(k, "MARIADB") {
+		if strings.HasPrefix(k, "PG") || strings.HasPrefix(k, "MYSQL") || strings.HasPrefix(k, "MARIADB") || strings.HasPrefix(k, "ETCD") {
 			continue
 		}
 		env = append(env, kv)
@@ -534,11 +542,14 @@ var starters = map[string]func(context.Context) (*Server, error){
 	RedisSentinel: StartRedisSentinel,
 	RedisQuorum:   func(ctx context.Context) (*Server, error) { return StartRedisQuorum(ctx, 5) },
 	Memcached:     StartMemcached,
+	Etcd:          StartEtcd,
+	ZooKeeper:     StartZooKeeper,
 }
 
 // Run is for TestMain: it starts the named servers (Postgres, MariaDB,
-// Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached) in parallel,
-// runs m.Run(), stops them, and returns the exit code:
+// Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd,
+// ZooKeeper) in parallel, runs m.Run(), stops them, and returns the exit
+// code:
 //
 //	func TestMain(m *testing.M) { os.Exit(testsrv.Run(m, "postgres", "mariadb")) }
 //

@@ -15,7 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached)
+	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, ZooKeeper)
 	// Stopped servers must not leave goroutines behind.
 	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintf(os.Stderr, "goroutine leak after stopping servers: %v\n", err)
@@ -254,9 +254,12 @@ func TestDatabaseName(t *testing.T) {
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	oldPG, oldMaria, oldRedis, oldMemcached := postgresGlobs, mariadbDirs, redisDirs, memcachedDirs
+	oldEtcd, oldZK, oldJava := etcdDirs, zkJarDirs, javaDirs
 	postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = nil, nil, nil, nil
+	etcdDirs, zkJarDirs, javaDirs = nil, nil, nil
 	t.Cleanup(func() {
 		postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = oldPG, oldMaria, oldRedis, oldMemcached
+		etcdDirs, zkJarDirs, javaDirs = oldEtcd, oldZK, oldJava
 	})
 	for name, start := range starters {
 		s, err := start(context.Background())

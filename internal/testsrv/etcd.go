@@ -1,0 +1,121 @@
+package testsrv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// etcdDirs are searched for etcd after PATH.
+var etcdDirs = []string{"/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"}
+
+// StartEtcd starts a single-member etcd cluster (member "default") on two
+// free ports on 127.0.0.1 — the client port and the peer port — with its
+// data in a new temporary directory, and waits until GET /health on the
+// client port reports {"health":"true"}. Its log (zap, error level and
+// above) goes to the server log in that directory. etcd has no option to
+// skip fsync before 3.5 (--unsafe-no-fsync); it is passed when the
+// installed etcd lists it in --help.
+//
+// Server.Addr is the client address "127.0.0.1:port", Addrs holds Addr
+// alone, and URL is "etcd://127.0.0.1:port". The error wraps ErrMissing if
+// etcd cannot be found.
+func StartEtcd(ctx context.Context) (_ *Server, err error) {
+	bin := lookPath([]string{"etcd"}, etcdDirs...)
+	if bin == "" {
+		return nil, fmt.Errorf("%w: etcd (etcd not found in PATH or %s)", ErrMissing, strings.Join(etcdDirs, ", "))
+	}
+	dir, err := makeTempDir(Etcd, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: Etcd, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			err = fmt.Errorf("testsrv: starting etcd: %w", err)
+		}
+	}()
+	noFsync := etcdSupports(ctx, bin, "--unsafe-no-fsync")
+	data := filepath.Join(dir, "data")
+	start := func(port int, log *os.File) (*exec.Cmd, error) {
+		peerPort, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		// A fresh member on every attempt: no state from one that failed
+		// to bind its ports.
+		if err := os.RemoveAll(data); err != nil {
+			return nil, err
+		}
+		client := "http://" + loopbackAddr(port)
+		peer := "http://" + loopbackAddr(peerPort)
+		args := []string{
+			"--name", "default",
+			"--data-dir", data,
+			"--listen-client-urls", client,
+			"--advertise-client-urls", client,
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "default=" + peer,
+			"--initial-cluster-state", "new",
+			"--logger", "zap",
+			"--log-level", "error",
+			"--log-outputs", "stderr", // the server log
+		}
+		if noFsync {
+			args = append(args, "--unsafe-no-fsync")
+		}
+		return startProcess(bin, args, dir, nil, log)
+	}
+	if err := s.launch(ctx, start, etcdHealthy); err != nil {
+		return nil, err
+	}
+	s.Addr = loopbackAddr(s.port)
+	s.Addrs = []string{s.Addr}
+	s.URL = "etcd://" + s.Addr
+	return s, nil
+}
+
+// etcdSupports reports whether etcd --help lists the option.
+func etcdSupports(ctx context.Context, bin, option string) bool {
+	cmd := exec.CommandContext(ctx, bin, "--help")
+	cmd.Env = cleanEnv()
+	out, _ := cmd.CombinedOutput() // etcd 3.4 exits non-zero after --help
+	return strings.Contains(string(out), option+" ") || strings.Contains(string(out), option+"\n") || strings.Contains(string(out), option+"=")
+}
+
+// etcdHealthy is the readiness check of etcd: GET /health on the client
+// port must answer {"health":"true"} (the member has a leader and serves
+// requests). It uses a fresh connection each time and keeps none.
+func etcdHealthy(ctx context.Context, port int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+loopbackAddr(port)+"/health", nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return fmt.Errorf("GET /health: %w", err)
+	}
+	var h struct {
+		Health string `json:"health"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &h) != nil || h.Health != "true" {
+		return fmt.Errorf("GET /health: %s: %q", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
