@@ -165,31 +165,17 @@ func (p legacyProto) acquire(ctx context.Context, k layout, req driver.Request, 
 			}
 		}
 		// Free, or the timestamp has passed: take the lock.
-		last, err := fence.Int64()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("fencing counter %q: %w", k.fence, err)
-		}
-		token := last + 1
 		v := p.stamp(now, ttl)
-		var incr *redis.IntCmd
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		token, err := takeFenced(ctx, tx, k, fence, func(pipe redis.Pipeliner, token int64) {
 			pipe.Set(ctx, k.lock, v, ttl)
 			pipe.Del(ctx, k.holder)
 			pipe.HSet(ctx, k.holder, fieldOwner, req.Owner, fieldValue, v, fieldToken, token, fieldInfo, req.Info)
 			pipe.PExpire(ctx, k.holder, ttl)
-			incr = pipe.Incr(ctx, k.fence)
-			return nil
 		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return nil // another client got there first: not acquired
+		if err != nil || token == 0 {
+			return err // token 0: another client got there first
 		}
-		if err != nil {
-			return err
-		}
-		if incr.Val() != token {
-			return fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
-		}
-		res = driver.Result{Acquired: true, Token: uint64(token)}
+		res = driver.Result{Acquired: true, Token: token}
 		return p.d.awaitReplicas(ctx, tx)
 	}, k.lock, k.holder, k.fence)
 	return res, err

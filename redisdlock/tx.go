@@ -49,28 +49,14 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 		owner, _ := vals[0].(string)
 		switch {
 		case owner == "":
-			last, err := fence.Int64()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("fencing counter %q: %w", k.fence, err)
-			}
-			token := last + 1
-			var incr *redis.IntCmd
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				incr = pipe.Incr(ctx, k.fence)
+			token, err := takeFenced(ctx, tx, k, fence, func(pipe redis.Pipeliner, token int64) {
 				pipe.HSet(ctx, k.lock, fieldOwner, req.Owner, fieldToken, token, fieldInfo, req.Info)
 				pipe.PExpire(ctx, k.lock, ttl)
-				return nil
 			})
-			if errors.Is(err, redis.TxFailedErr) {
-				return nil // another client got there first: not acquired
+			if err != nil || token == 0 {
+				return err // token 0: another client got there first
 			}
-			if err != nil {
-				return err
-			}
-			if incr.Val() != token {
-				return fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
-			}
-			res = driver.Result{Acquired: true, Token: uint64(token)}
+			res = driver.Result{Acquired: true, Token: token}
 		case owner == req.Owner:
 			tokStr, _ := vals[1].(string)
 			token, err := strconv.ParseUint(tokStr, 10, 64)
@@ -163,4 +149,33 @@ func (p txProto) list(ctx context.Context, node *redis.Client, prefix string) ([
 
 func (p txProto) count(ctx context.Context, node *redis.Client, prefix string) (int, error) {
 	return countHashes(ctx, p.d, node, prefix)
+}
+
+// takeFenced takes a free lock inside a WATCH transaction: it runs write and
+// increments the fencing counter (whose value before, read under the same
+// WATCH, is in fence) in one MULTI/EXEC, and returns the new token. It
+// returns token 0 and no error when EXEC found a watched key changed: another
+// client got there first and nothing was written.
+func takeFenced(ctx context.Context, tx *redis.Tx, k layout, fence *redis.StringCmd, write func(pipe redis.Pipeliner, token int64)) (uint64, error) {
+	last, err := fence.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("fencing counter %q: %w", k.fence, err)
+	}
+	token := last + 1
+	var incr *redis.IntCmd
+	_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		write(pipe, token)
+		incr = pipe.Incr(ctx, k.fence)
+		return nil
+	})
+	if errors.Is(err, redis.TxFailedErr) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if incr.Val() != token {
+		return 0, fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
+	}
+	return uint64(token), nil
 }
