@@ -1,0 +1,155 @@
+package testsrv
+
+import (
+	"net"
+	"sync"
+)
+
+// Proxy forwards TCP connections from a loopback port to a server, and can
+// cut them off: Block stops every byte in both directions without closing
+// anything, as a network partition does, so that clients see silence rather
+// than a reset.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	blocked chan struct{} // non-nil while blocked; closed by Unblock
+}
+
+// StartProxy listens on a free port on 127.0.0.1 and forwards each connection
+// to target.
+func StartProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.serve)
+	return p, nil
+}
+
+// Addr returns the address to dial instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Block stops forwarding on current and new connections. New connections are
+// still accepted, but nothing flows until Unblock.
+func (p *Proxy) Block() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.blocked == nil {
+		p.blocked = make(chan struct{})
+	}
+}
+
+// Unblock resumes forwarding, delivering what was held back.
+func (p *Proxy) Unblock() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.blocked != nil {
+		close(p.blocked)
+		p.blocked = nil
+	}
+}
+
+// Close stops listening, closes every connection and waits for the
+// forwarding goroutines to end.
+func (p *Proxy) Close() error {
+	err := p.ln.Close()
+	p.mu.Lock()
+	select {
+	case <-p.done:
+	default:
+		close(p.done)
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, s) {
+			return
+		}
+		p.wg.Go(func() { p.pipe(s, c) })
+		p.wg.Go(func() { p.pipe(c, s) })
+	}
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	default:
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// pipe copies src to dst, holding each chunk back while the proxy is blocked.
+// When one side ends, both connections are closed.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, dst)
+		delete(p.conns, src)
+		p.mu.Unlock()
+		dst.Close()
+		src.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.wait() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // io.EOF or a closed connection: either ends both
+		}
+	}
+}
+
+// wait returns when the proxy is not blocked, or false once it is closed.
+func (p *Proxy) wait() bool {
+	for {
+		p.mu.Lock()
+		ch := p.blocked
+		p.mu.Unlock()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-p.done:
+			return false
+		}
+	}
+}
