@@ -28,6 +28,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		info = *cfg.info
 	}
 	req := driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: driver.Exclusive, Info: info}
+	// A FIFO store keeps a waiter's place in the queue between attempts.
+	req.Queue = wait && c.caps.FIFO
 	begin := time.Now()
 	l, err := c.acquireLoop(ctx, req, cfg, wait)
 	if err != nil {
@@ -75,6 +77,11 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			c.cleanup(req)
 			if ctx.Err() != nil {
 				return nil, notAcquired(req.Key, ctx.Err())
+			}
+			if req.Queue && reached && errors.Is(err, driver.ErrNotHeld) {
+				// The waiter's place in the queue ended with its session
+				// or lease: it must not carry on as if it had waited.
+				return nil, fmt.Errorf("%w: %q: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, req.Key, ErrLost, err)
 			}
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -417,5 +418,57 @@ func TestReleaseAfterCoarseClock(t *testing.T) {
 	// lease a unit early still holds the lock for at least 2.5s.
 	if want := 4500 * time.Millisecond; len(d.ttls) != 1 || d.ttls[0] != want {
 		t.Errorf("ReleaseAfter asked for leases %v; want [%v]", d.ttls, want)
+	}
+}
+
+// queueing declares FIFO over an in-process store and records the requests
+// it sees; from the attempt numbered vanishAt on, a queued Acquire reports
+// that the owner's place in the queue has gone.
+type queueing struct {
+	*memdlock.Driver
+	vanishAt int
+	mu       sync.Mutex
+	reqs     []driver.Request
+}
+
+func (q *queueing) Capabilities() driver.Capabilities {
+	caps := q.Driver.Capabilities()
+	caps.FIFO = true
+	return caps
+}
+
+func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	q.mu.Lock()
+	q.reqs = append(q.reqs, req)
+	n := len(q.reqs)
+	q.mu.Unlock()
+	if req.Queue && q.vanishAt > 0 && n >= q.vanishAt {
+		return driver.Result{}, fmt.Errorf("queue entry of %q: %w", req.Key, driver.ErrNotHeld)
+	}
+	return q.Driver.Acquire(ctx, req)
+}
+
+func TestQueuedWaitEndsWhenPlaceIsLost(t *testing.T) {
+	store := memdlock.New()
+	holder := newClient(t, store.Share())
+	l, err := holder.Lock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+
+	q := &queueing{Driver: store.Share(), vanishAt: 2}
+	waiter := newClient(t, q)
+	_, err = waiter.Lock(t.Context(), "k")
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Lock after the queue entry vanished: %v; want ErrNotAcquired and ErrLost", err)
+	}
+	if _, err := waiter.TryLock(t.Context(), "k"); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrLost) {
+		t.Errorf("TryLock: %v; want ErrNotAcquired only", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.reqs) != 3 || !q.reqs[0].Queue || !q.reqs[1].Queue || q.reqs[2].Queue {
+		t.Errorf("requests %+v; want two queued attempts of Lock, then TryLock unqueued", q.reqs)
 	}
 }

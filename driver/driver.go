@@ -23,6 +23,12 @@
 //   - Leases. Every hold expires after the TTL it was last given unless it is
 //     refreshed. Where the store has a clock (a database, Redis, a consensus
 //     service), expiry is measured on that clock, never on the client's.
+//     A store whose records live as long as a client session (ZooKeeper's
+//     ephemeral nodes, keys on an etcd lease kept alive by the client) ends
+//     the holds of a client that dies or is cut off when its session expires
+//     on the server, and its driver ends a live client's unrefreshed holds
+//     at their TTL itself; it reports a Result.TTL no longer than the time
+//     the session is known to outlive the request.
 //   - Fencing tokens. Each successful Acquire returns a token greater than every
 //     token previously returned for the same key by any client, including tokens
 //     of holders that released or expired. Tokens need not be dense.
@@ -144,6 +150,11 @@ type Request struct {
 	// TTL of its own, renewed by each further Acquire for the same owner, and
 	// is removed by a successful Acquire or by Release. Drivers without FIFO
 	// ignore it.
+	//
+	// Once an owner is queued, its place must not be silently lost: if the
+	// entry has vanished (its lease or session ended) a further Acquire
+	// returns an error wrapping ErrNotHeld instead of queueing the owner
+	// again at the back, and package dlock ends the wait with ErrLost.
 	Queue bool
 	// Info is free-form text about the holder (host, process) shown by
 	// Lister. It may be empty.
