@@ -404,7 +404,7 @@ func (s *suite) testNotification(t *testing.T) {
 	}
 	sub.Close()
 	a := s.client(t)
-	sp := &spy{Driver: s.cfg.NewDriver(t), waiting: make(chan struct{})}
+	sp := newSpy(s.cfg.NewDriver(t))
 	b, err := dlock.New(sp)
 	if err != nil {
 		t.Fatal(err)
@@ -438,13 +438,19 @@ func (s *suite) testNotification(t *testing.T) {
 
 // spy forwards to a driver and closes waiting once an Acquire has failed
 // after a subscription was made: the waiter is then asleep on its
-// subscription.
+// subscription. It closes queued once an Acquire with Request.Queue set has
+// failed: the waiter then has its place in a FIFO driver's queue.
 type spy struct {
 	driver.Driver
 	waiting    chan struct{} // closed once the waiter sleeps
+	queued     chan struct{} // closed once the waiter is queued
 	mu         sync.Mutex
 	subscribed bool
 	signalled  bool
+}
+
+func newSpy(d driver.Driver) *spy {
+	return &spy{Driver: d, waiting: make(chan struct{}), queued: make(chan struct{})}
 }
 
 func (s *spy) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
@@ -455,6 +461,13 @@ func (s *spy) Acquire(ctx context.Context, req driver.Request) (driver.Result, e
 		close(s.waiting)
 		s.signalled = true
 	}
+	if err == nil && !res.Acquired && req.Queue {
+		select {
+		case <-s.queued:
+		default:
+			close(s.queued)
+		}
+	}
 	return res, err
 }
 
@@ -464,6 +477,64 @@ func (s *spy) Subscribe(ctx context.Context, req driver.Request) (driver.Subscri
 	s.subscribed = err == nil
 	s.mu.Unlock()
 	return sub, err
+}
+
+// testFIFO checks that waiters on separate clients acquire in the order they
+// started waiting, on drivers that declare FIFO.
+func (s *suite) testFIFO(t *testing.T) {
+	if !s.caps.FIFO {
+		t.Skip("driver does not declare FIFO")
+	}
+	key := prefix(t) + "k"
+	l, err := s.client(t).Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	const waiters = 5
+	order := make(chan int, waiters)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range waiters {
+		sp := newSpy(s.cfg.NewDriver(t))
+		c, err := dlock.New(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		wg.Go(func() {
+			l, err := c.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+			if err != nil {
+				t.Errorf("waiter %d: Lock: %v", i, err)
+				return
+			}
+			order <- i
+			if err := l.Release(ctx(t)); err != nil {
+				t.Errorf("waiter %d: Release: %v", i, err)
+			}
+		})
+		// The next waiter starts only once this one has its place.
+		select {
+		case <-sp.queued:
+		case <-time.After(waitTimeout):
+			t.Fatalf("waiter %d never queued (no Acquire with Request.Queue failed)", i)
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wg.Wait()
+	close(order)
+	want := 0
+	for i := range order {
+		if i != want {
+			t.Errorf("waiter %d acquired in place %d; want waiters in the order they queued", i, want)
+		}
+		want++
+	}
+	if want != waiters {
+		t.Errorf("%d waiters acquired; want %d", want, waiters)
+	}
+	s.assertNoResidue(t, key)
 }
 
 func (s *suite) testReleaseAndClose(t *testing.T) {

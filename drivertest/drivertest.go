@@ -68,6 +68,7 @@ func Run(t *testing.T, cfg Config) {
 		{"LostSignal", s.testLostSignal},
 		{"CancelledWait", s.testCancelledWait},
 		{"Notification", s.testNotification},
+		{"FIFO", s.testFIFO},
 		{"ReleaseAndClose", s.testReleaseAndClose},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
