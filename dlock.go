@@ -273,13 +273,15 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	return hs, err
 }
 
-// OwnerID returns the public identifier of an owner token: a short hash that
-// tells holders apart in listings without revealing the token, which would
-// let its bearer refresh or release the lock. Client.List reports owners this
-// way, and Lock.OwnerID gives the same value for a held lock.
+// OwnerID returns the public identifier of an owner token: 32 hex digits of
+// its SHA-256 hash, which tell holders apart in listings without revealing
+// the token (whose bearer could refresh or release the lock). At 128 bits it
+// is also unique enough for drivers to name a holder's record by it, as the
+// etcd and ZooKeeper drivers do. Client.List reports owners this way, and
+// Lock.OwnerID gives the same value for a held lock.
 func OwnerID(owner string) string {
 	sum := sha256.Sum256([]byte(owner))
-	return hex.EncodeToString(sum[:6])
+	return hex.EncodeToString(sum[:16])
 }
 
 // ForceRelease removes every holder of key, whoever owns it, and reports how

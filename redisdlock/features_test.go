@@ -788,7 +788,7 @@ func TestGrantedTTL(t *testing.T) {
 	}
 }
 
-var holderLine = regexp.MustCompile(`^[0-9a-f]{12}$`)
+var holderLine = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // TestListShowsToken checks List through the portable API: owner IDs, not
 // owner tokens, and the holder's token.
