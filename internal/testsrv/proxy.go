@@ -3,15 +3,18 @@ package testsrv
 import (
 	"net"
 	"sync"
+	"time"
 )
 
-// Proxy forwards TCP connections from a loopback port to a server, and can
-// cut them off: Block stops every byte in both directions without closing
-// anything, as a network partition does, so that clients see silence rather
-// than a reset.
+// Proxy forwards TCP connections from a loopback port to a server. It can
+// delay every chunk of bytes, as a network with a round trip of twice the
+// delay does, and it can cut connections off: Block stops every byte in both
+// directions without closing anything, as a network partition does, so that
+// clients see silence rather than a reset.
 type Proxy struct {
 	ln     net.Listener
 	target string
+	delay  time.Duration
 	done   chan struct{}
 	wg     sync.WaitGroup
 
@@ -22,12 +25,16 @@ type Proxy struct {
 
 // StartProxy listens on a free port on 127.0.0.1 and forwards each connection
 // to target.
-func StartProxy(target string) (*Proxy, error) {
+func StartProxy(target string) (*Proxy, error) { return StartDelayedProxy(target, 0) }
+
+// StartDelayedProxy is StartProxy with every chunk of bytes delivered delay
+// after it was read, in order, in both directions.
+func StartDelayedProxy(target string, delay time.Duration) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, delay: delay, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.serve)
 	return p, nil
 }
@@ -109,32 +116,46 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-// pipe copies src to dst, holding each chunk back while the proxy is blocked.
-// When one side ends, both connections are closed.
+// pipe copies src to dst, each chunk delay after it was read and only while
+// the proxy is not blocked. When one side ends, both connections are closed.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	defer func() {
-		p.mu.Lock()
-		delete(p.conns, dst)
-		delete(p.conns, src)
-		p.mu.Unlock()
-		dst.Close()
-		src.Close()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.wait() {
-				return
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	ch := make(chan chunk, 256)
+	p.wg.Go(func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				ch <- chunk{buf[:n], time.Now().Add(p.delay)}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			if err != nil {
+				return // io.EOF or a closed connection: either ends both
 			}
 		}
-		if err != nil {
-			return // io.EOF or a closed connection: either ends both
+	})
+	for c := range ch {
+		if p.delay > 0 {
+			time.Sleep(time.Until(c.at))
+		}
+		if !p.wait() {
+			break
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			break
 		}
 	}
+	dst.Close()
+	src.Close()
+	for range ch { // let the reader finish
+	}
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
 }
 
 // wait returns when the proxy is not blocked, or false once it is closed.

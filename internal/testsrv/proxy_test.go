@@ -1,6 +1,7 @@
 package testsrv
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -10,21 +11,7 @@ import (
 )
 
 func TestProxyBlock(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // echo server
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	p, err := StartProxy(ln.Addr().String())
+	p, err := StartProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,4 +52,52 @@ func TestProxyBlock(t *testing.T) {
 	if _, err := c.Read(buf); err == nil {
 		t.Error("connection still open after Close")
 	}
+}
+
+func TestDelayedProxy(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	p, err := StartDelayedProxy(echoServer(t), delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := bytes.Repeat([]byte("dlock"), 10000)
+	start := time.Now()
+	go c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	// A lower bound, not a timing measurement: the bytes cannot come back
+	// before they were held back twice.
+	if rtt := time.Since(start); rtt < 2*delay {
+		t.Errorf("round trip %v through the proxy, want at least %v", rtt, 2*delay)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Error("the proxy changed the bytes")
+	}
+}
+
+// echoServer starts a TCP echo server on loopback, closed when t ends.
+func echoServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
 }
