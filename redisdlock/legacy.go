@@ -36,6 +36,14 @@ func (p legacyProto) now() int64 {
 	return time.Now().UnixMilli()
 }
 
+// restamp queues the commands that give the current holder the new timestamp
+// v and a lease of ttl.
+func (p legacyProto) restamp(ctx context.Context, pipe redis.Pipeliner, k layout, v string, ttl time.Duration) {
+	pipe.Set(ctx, k.lock, v, ttl)
+	pipe.HSet(ctx, k.holder, fieldValue, v)
+	pipe.PExpire(ctx, k.holder, ttl)
+}
+
 // stamp returns the timestamp to write for a lease of ttl taken at now: the
 // expiry time plus one unit, as the protocol's writers do
 // (SETNX key <now + timeout + 1>).
@@ -148,17 +156,8 @@ func (p legacyProto) acquire(ctx context.Context, k layout, req driver.Request, 
 					return fmt.Errorf("side key %q has a bad token %q", k.holder, s.token)
 				}
 				v := p.stamp(now, ttl)
-				_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-					pipe.Set(ctx, k.lock, v, ttl)
-					pipe.HSet(ctx, k.holder, fieldValue, v)
-					pipe.PExpire(ctx, k.holder, ttl)
-					return nil
-				})
-				if errors.Is(err, redis.TxFailedErr) {
-					return nil
-				}
-				if err != nil {
-					return err
+				if err := commit(ctx, tx, func(pipe redis.Pipeliner) { p.restamp(ctx, pipe, k, v, ttl) }); err != nil {
+					return lostRace(err)
 				}
 				res = driver.Result{Acquired: true, Token: token}
 				return p.d.awaitReplicas(ctx, tx)
@@ -195,16 +194,7 @@ func (p legacyProto) refresh(ctx context.Context, k layout, req driver.Request, 
 			return driver.ErrNotHeld // the lease has run out
 		}
 		v := p.stamp(now, ttl)
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.Set(ctx, k.lock, v, ttl)
-			pipe.HSet(ctx, k.holder, fieldValue, v)
-			pipe.PExpire(ctx, k.holder, ttl)
-			return nil
-		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return errConflict
-		}
-		return err
+		return commit(ctx, tx, func(pipe redis.Pipeliner) { p.restamp(ctx, pipe, k, v, ttl) })
 	}, k.lock, k.holder)
 }
 
@@ -221,28 +211,16 @@ func (p legacyProto) release(ctx context.Context, k layout, req driver.Request) 
 			// The timestamp is no longer ours (it expired and another
 			// client took the lock, or the key is gone): remove only our
 			// side record.
-			_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				pipe.Del(ctx, k.holder)
-				return nil
-			})
-			if errors.Is(err, redis.TxFailedErr) {
-				return errConflict
-			}
-			if err != nil {
+			if err := commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Del(ctx, k.holder) }); err != nil {
 				return err
 			}
 			return driver.ErrNotHeld
 		}
 		exp, perr := parseStamp(k, s.value)
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
 			pipe.Del(ctx, k.lock, k.holder)
 			pipe.Publish(ctx, k.channel, "")
-			return nil
-		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return errConflict
-		}
-		if err != nil {
+		}); err != nil {
 			return err
 		}
 		if perr != nil || exp < p.now() {

@@ -22,6 +22,28 @@ type txProto struct{ d *Driver }
 // Nothing was written; the caller (package dlock) decides whether to retry.
 var errConflict = errors.New("transaction aborted: the lock changed concurrently (nothing was written)")
 
+// commit runs the commands queue adds in one MULTI/EXEC on tx. It returns
+// errConflict if a watched key changed, in which case nothing was written.
+func commit(ctx context.Context, tx *redis.Tx, queue func(pipe redis.Pipeliner)) error {
+	_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		queue(pipe)
+		return nil
+	})
+	if errors.Is(err, redis.TxFailedErr) {
+		return errConflict
+	}
+	return err
+}
+
+// lostRace turns errConflict into "not acquired": an acquire that lost a race
+// for a free lock simply did not get it.
+func lostRace(err error) error {
+	if errors.Is(err, errConflict) {
+		return nil
+	}
+	return err
+}
+
 func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error) {
 	var res driver.Result
 	err := p.d.client.Watch(ctx, func(tx *redis.Tx) error {
@@ -63,15 +85,8 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 			if err != nil {
 				return fmt.Errorf("lock %q has a bad token %q", k.lock, tokStr)
 			}
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				pipe.PExpire(ctx, k.lock, ttl)
-				return nil
-			})
-			if errors.Is(err, redis.TxFailedErr) {
-				return nil
-			}
-			if err != nil {
-				return err
+			if err := commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) }); err != nil {
+				return lostRace(err)
 			}
 			res = driver.Result{Acquired: true, Token: token}
 		default:
@@ -92,14 +107,7 @@ func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl 
 		if err != nil {
 			return err
 		}
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.PExpire(ctx, k.lock, ttl)
-			return nil
-		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return errConflict
-		}
-		return err
+		return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) })
 	}, k.lock)
 }
 
@@ -112,15 +120,10 @@ func (p txProto) release(ctx context.Context, k layout, req driver.Request) erro
 		if err != nil {
 			return err
 		}
-		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		return commit(ctx, tx, func(pipe redis.Pipeliner) {
 			pipe.Del(ctx, k.lock)
 			pipe.Publish(ctx, k.channel, "")
-			return nil
 		})
-		if errors.Is(err, redis.TxFailedErr) {
-			return errConflict
-		}
-		return err
 	}, k.lock)
 }
 
@@ -163,16 +166,11 @@ func takeFenced(ctx context.Context, tx *redis.Tx, k layout, fence *redis.String
 	}
 	token := last + 1
 	var incr *redis.IntCmd
-	_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+	if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
 		write(pipe, token)
 		incr = pipe.Incr(ctx, k.fence)
-		return nil
-	})
-	if errors.Is(err, redis.TxFailedErr) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
+	}); err != nil {
+		return 0, lostRace(err)
 	}
 	if incr.Val() != token {
 		return 0, fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
