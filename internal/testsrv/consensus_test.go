@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -16,9 +15,6 @@ import (
 	"testing"
 	"time"
 )
-
-// consensusKinds are the servers of etcd.go and zookeeper.go.
-var consensusKinds = []string{Etcd, ZooKeeper}
 
 // checkConsensusServer checks a running etcd or ZooKeeper server: its
 // addresses and URL, its readiness check, and that it serves requests.
@@ -102,64 +98,6 @@ func etcdJSON(ctx context.Context, t *testing.T, addr, path string, in, out any)
 	}
 }
 
-// TestGetConsensus checks the etcd and ZooKeeper servers Run started.
-func TestGetConsensus(t *testing.T) {
-	for _, name := range consensusKinds {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := Get(t, name)
-			if s.Name != name {
-				t.Errorf("Name = %q, want %q", s.Name, name)
-			}
-			checkConsensusServer(t, s)
-		})
-	}
-}
-
-// TestStartStopConsensus starts a separate etcd and ZooKeeper server and
-// checks that Stop ends the process, frees the port and removes the
-// directory, and is idempotent.
-func TestStartStopConsensus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts database servers")
-	}
-	for _, name := range consensusKinds {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			t0 := time.Now()
-			s, err := starters[name](context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s started in %v at %s (dir %s)", name, time.Since(t0).Round(time.Millisecond), s.Addr, s.Dir)
-			checkConsensusServer(t, s)
-			if _, err := os.Stat(s.Dir); err != nil {
-				t.Fatalf("server dir: %v", err)
-			}
-			pid := s.cmd.Process.Pid
-			t1 := time.Now()
-			if err := s.Stop(); err != nil {
-				t.Fatalf("Stop: %v", err)
-			}
-			t.Logf("%s stopped in %v", name, time.Since(t1).Round(time.Millisecond))
-			if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
-				t.Errorf("dir %s still exists after Stop (err %v)", s.Dir, err)
-			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				t.Errorf("server process %d still exists after Stop", pid)
-			}
-			if l, err := net.Listen("tcp", s.Addr); err != nil {
-				t.Errorf("port of %s not free after Stop: %v", s.Addr, err)
-			} else {
-				l.Close()
-			}
-			if err := s.Stop(); err != nil {
-				t.Errorf("second Stop: %v", err)
-			}
-		})
-	}
-}
-
 // TestConsensusMissing checks that StartEtcd and StartZooKeeper report a
 // missing installation with ErrMissing.
 func TestConsensusMissing(t *testing.T) {
@@ -167,7 +105,7 @@ func TestConsensusMissing(t *testing.T) {
 	oldEtcd, oldZK, oldJava := etcdDirs, zkJarDirs, javaDirs
 	t.Cleanup(func() { etcdDirs, zkJarDirs, javaDirs = oldEtcd, oldZK, oldJava })
 	etcdDirs, zkJarDirs = nil, nil
-	for _, name := range consensusKinds {
+	for _, name := range []string{Etcd, ZooKeeper} {
 		if s, err := starters[name](context.Background()); !errors.Is(err, ErrMissing) {
 			s.Stop()
 			t.Errorf("%s without its files: err = %v, want ErrMissing", name, err)

@@ -99,6 +99,7 @@ func StartMariaDB(ctx context.Context) (_ *Server, err error) {
 
 	port := s.port
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	s.Addrs = []string{s.Addr}
 	s.dbURL = func(db string) (string, string) {
 		return fmt.Sprintf("mysql://root@127.0.0.1:%d/%s", port, db), mysqlDSN(port, db, "parseTime=true")
 	}

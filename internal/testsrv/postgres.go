@@ -78,6 +78,7 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 
 	port := s.port
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	s.Addrs = []string{s.Addr}
 	s.dbURL = func(db string) (string, string) {
 		u := pgURL(port, db)
 		return u, u

@@ -16,13 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// newRedisKinds are the servers of redis.go and memcached.go.
-var newRedisKinds = []string{Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached}
-
 // wantAddrs is how many processes each kind has.
 var wantAddrs = map[string]int{Redis: 1, RedisCluster: 3, RedisSentinel: 3, RedisQuorum: 5, Memcached: 1}
 
-// checkServer checks a running server of one of newRedisKinds: its
+// checkServer checks a running server of redis.go or memcached.go: its
 // addresses and URL, and that it stores and returns a value through the
 // client library a backend would use.
 func checkServer(t *testing.T, s *Server) {
@@ -148,20 +145,6 @@ func setGet(ctx context.Context, t *testing.T, c redis.UniversalClient, key, val
 	}
 }
 
-// TestGetRedisMemcached checks the servers Run started.
-func TestGetRedisMemcached(t *testing.T) {
-	for _, name := range newRedisKinds {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			s := Get(t, name)
-			if s.Name != name {
-				t.Errorf("Name = %q, want %q", s.Name, name)
-			}
-			checkServer(t, s)
-		})
-	}
-}
-
 // TestRedisCluster checks the cluster's shape: three masters, all slots
 // assigned, no replicas.
 func TestRedisCluster(t *testing.T) {
@@ -185,68 +168,6 @@ func TestRedisCluster(t *testing.T) {
 				t.Errorf("%s: %s = %q, want %q", a, field, got, want)
 			}
 		}
-	}
-}
-
-// processes returns the server processes of s (one per address).
-func processes(s *Server) []*os.Process {
-	if s.cmd != nil {
-		return []*os.Process{s.cmd.Process}
-	}
-	var ps []*os.Process
-	for _, m := range s.members {
-		ps = append(ps, processes(m)...)
-	}
-	return ps
-}
-
-// TestStartStopRedisMemcached starts a separate server of each kind and
-// checks that Stop ends every process and removes the directory, and is
-// idempotent.
-func TestStartStopRedisMemcached(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts database servers")
-	}
-	for _, name := range newRedisKinds {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			t0 := time.Now()
-			s, err := starters[name](context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s started in %v at %s (dir %s)", name, time.Since(t0).Round(time.Millisecond), s.Addrs, s.Dir)
-			checkServer(t, s)
-			procs := processes(s)
-			if len(procs) != len(s.Addrs) {
-				t.Errorf("%d processes for %d addresses", len(procs), len(s.Addrs))
-			}
-			if _, err := os.Stat(s.Dir); err != nil {
-				t.Fatalf("server dir: %v", err)
-			}
-			t1 := time.Now()
-			if err := s.Stop(); err != nil {
-				t.Fatalf("Stop: %v", err)
-			}
-			t.Logf("%s stopped in %v", name, time.Since(t1).Round(time.Millisecond))
-			if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
-				t.Errorf("dir %s still exists after Stop (err %v)", s.Dir, err)
-			}
-			for _, p := range procs {
-				if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.Pid)); err == nil {
-					t.Errorf("server process %d still exists after Stop", p.Pid)
-				}
-			}
-			for _, a := range s.Addrs {
-				if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
-					c.Close()
-					t.Errorf("%s still accepts connections after Stop", a)
-				}
-			}
-			if err := s.Stop(); err != nil {
-				t.Errorf("second Stop: %v", err)
-			}
-		})
 	}
 }
 

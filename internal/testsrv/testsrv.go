@@ -101,9 +101,8 @@ type Server struct {
 	Addr string
 	// Addrs lists the addresses of all the server's processes: the nodes
 	// of a Redis Cluster; master, replica and sentinel of redis-sentinel;
-	// the independent servers of redis-quorum. For standalone Redis,
-	// memcached, etcd and ZooKeeper it holds Addr alone; it is nil for
-	// PostgreSQL and MariaDB.
+	// the independent servers of redis-quorum. For the single-process
+	// kinds it holds Addr alone.
 	Addrs []string
 	// URL is a dlock-style URL of the server: for PostgreSQL and MariaDB,
 	// of the default database "dlock":

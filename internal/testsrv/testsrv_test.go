@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -53,38 +54,55 @@ func query(t *testing.T, name, dsn, q string) string {
 	return out
 }
 
+// checks holds, for each kind of server, what the tests check of a running
+// one.
+var checks = map[string]func(*testing.T, *Server){
+	Postgres: checkSQLServer, MariaDB: checkSQLServer,
+	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer,
+	Etcd: checkConsensusServer, ZooKeeper: checkConsensusServer,
+}
+
+// TestGet checks the servers Run started.
 func TestGet(t *testing.T) {
-	for _, name := range []string{Postgres, MariaDB} {
+	for _, name := range knownNames() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := Get(t, name)
 			if s.Name != name {
 				t.Errorf("Name = %q, want %q", s.Name, name)
 			}
-			if !strings.HasPrefix(s.Addr, "127.0.0.1:") {
-				t.Errorf("Addr = %q", s.Addr)
-			}
-			wantURL := map[string]string{
-				Postgres: "postgres://postgres@" + s.Addr + "/dlock?sslmode=disable",
-				MariaDB:  "mysql://root@" + s.Addr + "/dlock",
-			}[name]
-			if s.URL != wantURL {
-				t.Errorf("URL = %q, want %q", s.URL, wantURL)
-			}
-			wantDSN := map[string]string{
-				Postgres: wantURL,
-				MariaDB:  "root@tcp(" + s.Addr + ")/dlock?parseTime=true",
-			}[name]
-			if s.DSN != wantDSN {
-				t.Errorf("DSN = %q, want %q", s.DSN, wantDSN)
-			}
-			if got := query(t, name, s.DSN, "SELECT 1"); got != "1" {
-				t.Errorf("SELECT 1 = %q", got)
-			}
-			if got := query(t, name, s.DSN, currentDB(name)); got != "dlock" {
-				t.Errorf("current database = %q, want dlock", got)
-			}
+			checks[name](t, s)
 		})
+	}
+}
+
+// checkSQLServer checks a running PostgreSQL or MariaDB server: its address,
+// URL and DSN, and that it answers queries in the dlock database.
+func checkSQLServer(t *testing.T, s *Server) {
+	t.Helper()
+	name := s.Name
+	if !strings.HasPrefix(s.Addr, "127.0.0.1:") {
+		t.Errorf("Addr = %q", s.Addr)
+	}
+	wantURL := map[string]string{
+		Postgres: "postgres://postgres@" + s.Addr + "/dlock?sslmode=disable",
+		MariaDB:  "mysql://root@" + s.Addr + "/dlock",
+	}[name]
+	if s.URL != wantURL {
+		t.Errorf("URL = %q, want %q", s.URL, wantURL)
+	}
+	wantDSN := map[string]string{
+		Postgres: wantURL,
+		MariaDB:  "root@tcp(" + s.Addr + ")/dlock?parseTime=true",
+	}[name]
+	if s.DSN != wantDSN {
+		t.Errorf("DSN = %q, want %q", s.DSN, wantDSN)
+	}
+	if got := query(t, name, s.DSN, "SELECT 1"); got != "1" {
+		t.Errorf("SELECT 1 = %q", got)
+	}
+	if got := query(t, name, s.DSN, currentDB(name)); got != "dlock" {
+		t.Errorf("current database = %q, want dlock", got)
 	}
 }
 
@@ -158,29 +176,30 @@ func execSQL(t *testing.T, name, dsn, stmt string) {
 	}
 }
 
-// TestStartStop starts a separate SQL server of each kind and checks that
-// Stop ends the process and removes the directory, and is idempotent.
-// (TestStartStopRedisMemcached does the same for the others.)
+// TestStartStop starts a separate server of each kind and checks that Stop
+// ends every process, frees the ports and removes the directory, and is
+// idempotent.
 func TestStartStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts database servers")
 	}
-	for _, name := range []string{Postgres, MariaDB} {
-		start := starters[name]
+	for _, name := range knownNames() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			t0 := time.Now()
-			s, err := start(context.Background())
+			s, err := starters[name](context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s started in %v at %s (dir %s)", name, time.Since(t0).Round(time.Millisecond), s.Addr, s.Dir)
-			if got := query(t, name, s.DSN, "SELECT 1"); got != "1" {
-				t.Errorf("SELECT 1 = %q", got)
+			t.Logf("%s started in %v at %s (dir %s)", name, time.Since(t0).Round(time.Millisecond), s.Addrs, s.Dir)
+			checks[name](t, s)
+			procs := processes(s)
+			if len(procs) != len(s.Addrs) {
+				t.Errorf("%d processes for %d addresses", len(procs), len(s.Addrs))
 			}
 			if _, err := os.Stat(s.Dir); err != nil {
 				t.Fatalf("server dir: %v", err)
 			}
-			pid := s.cmd.Process.Pid
 			t1 := time.Now()
 			if err := s.Stop(); err != nil {
 				t.Fatalf("Stop: %v", err)
@@ -189,14 +208,35 @@ func TestStartStop(t *testing.T) {
 			if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
 				t.Errorf("dir %s still exists after Stop (err %v)", s.Dir, err)
 			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				t.Errorf("server process %d still exists after Stop", pid)
+			for _, p := range procs {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.Pid)); err == nil {
+					t.Errorf("server process %d still exists after Stop", p.Pid)
+				}
+			}
+			for _, a := range s.Addrs {
+				if l, err := net.Listen("tcp", a); err != nil {
+					t.Errorf("port of %s not free after Stop: %v", a, err)
+				} else {
+					l.Close()
+				}
 			}
 			if err := s.Stop(); err != nil {
 				t.Errorf("second Stop: %v", err)
 			}
 		})
 	}
+}
+
+// processes returns the server processes of s (one per address).
+func processes(s *Server) []*os.Process {
+	if s.cmd != nil {
+		return []*os.Process{s.cmd.Process}
+	}
+	var ps []*os.Process
+	for _, m := range s.members {
+		ps = append(ps, processes(m)...)
+	}
+	return ps
 }
 
 // TestStopAfterCrash checks that Stop reports a server that died on its own.
