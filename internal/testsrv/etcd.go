@@ -32,17 +32,12 @@ func StartEtcd(ctx context.Context) (_ *Server, err error) {
 	if bin == "" {
 		return nil, fmt.Errorf("%w: etcd (etcd not found in PATH or %s)", ErrMissing, strings.Join(etcdDirs, ", "))
 	}
-	dir, err := makeTempDir(Etcd, nil)
+	s, err := newServer(Etcd, nil, syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: Etcd, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
-	defer func() {
-		if err != nil {
-			_ = s.Stop()
-			err = fmt.Errorf("testsrv: starting etcd: %w", err)
-		}
-	}()
+	defer s.abandonOnError(&err)
+	dir := s.Dir
 	noFsync := etcdSupports(ctx, bin, "--unsafe-no-fsync")
 	data := filepath.Join(dir, "data")
 	start := func(port int, log *os.File) (*exec.Cmd, error) {

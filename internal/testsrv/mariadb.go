@@ -25,17 +25,12 @@ func StartMariaDB(ctx context.Context) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeTempDir(MariaDB, nil)
+	s, err := newServer(MariaDB, nil, syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: MariaDB, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
-	defer func() {
-		if err != nil {
-			_ = s.Stop()
-			err = fmt.Errorf("testsrv: starting mariadb: %w", err)
-		}
-	}()
+	defer s.abandonOnError(&err)
+	dir := s.Dir
 
 	data := filepath.Join(dir, "data")
 	socket := filepath.Join(dir, "mysql.sock")

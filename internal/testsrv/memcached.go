@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,19 +30,14 @@ func StartMemcached(ctx context.Context) (_ *Server, err error) {
 	if bin == "" {
 		return nil, fmt.Errorf("%w: memcached (memcached not found in PATH or %s)", ErrMissing, strings.Join(memcachedDirs, ", "))
 	}
-	dir, err := makeTempDir(Memcached, nil)
+	// Stop kills memcached: it holds nothing worth a clean shutdown, and a
+	// clean one (SIGTERM) waits up to a second for its clock tick.
+	s, err := newServer(Memcached, nil, syscall.SIGKILL)
 	if err != nil {
 		return nil, err
 	}
-	// Stop kills memcached: it holds nothing worth a clean shutdown, and a
-	// clean one (SIGTERM) waits up to a second for its clock tick.
-	s := &Server{Name: Memcached, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGKILL}
-	defer func() {
-		if err != nil {
-			_ = s.Stop()
-			err = fmt.Errorf("testsrv: starting memcached: %w", err)
-		}
-	}()
+	defer s.abandonOnError(&err)
+	dir := s.Dir
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
 		args := []string{
 			"-l", "127.0.0.1",

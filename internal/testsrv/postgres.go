@@ -30,17 +30,12 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeTempDir(Postgres, cred)
+	s, err := newServer(Postgres, cred, syscall.SIGINT)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: Postgres, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGINT}
-	defer func() {
-		if err != nil {
-			_ = s.Stop()
-			err = fmt.Errorf("testsrv: starting postgres: %w", err)
-		}
-	}()
+	defer s.abandonOnError(&err)
+	dir := s.Dir
 
 	data := filepath.Join(dir, "data")
 	if err := runTool(ctx, initdb, []string{

@@ -426,6 +426,28 @@ func freePort() (int, error) {
 
 // makeTempDir creates the server's temporary directory (owned by cred's
 // user if cred is set) and records the owning process in it, so that a
+
+// newServer makes the temporary directory of a server of kind name (owned by
+// cred's user if cred is not nil) and the Server that owns it, whose Stop
+// sends its process stopSig.
+func newServer(name string, cred *syscall.Credential, stopSig syscall.Signal) (*Server, error) {
+	dir, err := makeTempDir(name, cred)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Name: name, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: stopSig}, nil
+}
+
+// abandonOnError, deferred by a Start function that returns its error in
+// *errp, stops what was started and names the server in the error if the
+// start failed.
+func (s *Server) abandonOnError(errp *error) {
+	if *errp != nil {
+		_ = s.Stop()
+		*errp = fmt.Errorf("testsrv: starting %s: %w", s.Name, *errp)
+	}
+}
+
 // later run can remove directories left behind by killed test processes.
 func makeTempDir(name string, cred *syscall.Credential) (string, error) {
 	base := tempBase(cred != nil)

@@ -81,17 +81,12 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeTempDir(ZooKeeper, nil)
+	s, err := newServer(ZooKeeper, nil, syscall.SIGKILL)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: ZooKeeper, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGKILL}
-	defer func() {
-		if err != nil {
-			_ = s.Stop()
-			err = fmt.Errorf("testsrv: starting zookeeper: %w", err)
-		}
-	}()
+	defer s.abandonOnError(&err)
+	dir := s.Dir
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "zoo.cfg")
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
