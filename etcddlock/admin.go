@@ -1,0 +1,110 @@
+package etcddlock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// List implements driver.Lister. It reads every entry under the prefix in one
+// linearizable request and reports the first entry of each queue (the holder;
+// waiters are not listed), with Info and the raw owner from the entry's value
+// and, as TTL, the time left on its session lease as the server sees it (one
+// LeaseTimeToLive per distinct lease).
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	resp, err := d.cli.Get(ctx, d.prefix+prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcddlock: list %q: %w", prefix, err)
+	}
+	first := map[string]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		key, ok := d.parseEntry(string(kv.Key))
+		if !ok {
+			continue
+		}
+		if f := first[key]; f == nil || kv.CreateRevision < f.CreateRevision {
+			first[key] = kv
+		}
+	}
+	left := map[int64]time.Duration{}
+	hs := make([]driver.Holder, 0, len(first))
+	for key, kv := range first {
+		ttl, ok := left[kv.Lease]
+		if !ok && kv.Lease != 0 { // an entry without a lease (written by hand) lists with TTL 0
+			t, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil && !isLeaseNotFound(err) {
+				return nil, fmt.Errorf("etcddlock: list %q: %w", prefix, err)
+			}
+			if err == nil && t.TTL >= 0 {
+				ttl = time.Duration(t.TTL) * time.Second
+			} else {
+				ttl = -1 // expired meanwhile
+			}
+			left[kv.Lease] = ttl
+		}
+		if ttl < 0 {
+			continue
+		}
+		var v value
+		_ = json.Unmarshal(kv.Value, &v) // a foreign value lists with an empty owner
+		hs = append(hs, driver.Holder{
+			Key:   key,
+			Owner: v.Owner,
+			Mode:  driver.Exclusive,
+			Token: uint64(kv.CreateRevision),
+			Info:  v.Info,
+			TTL:   ttl,
+		})
+	}
+	slices.SortFunc(hs, func(a, b driver.Holder) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Token, b.Token))
+	})
+	return hs, nil
+}
+
+// ForceRelease implements driver.ForceReleaser: one transaction deletes the
+// holder and every waiter of key. The holder finds its lock lost at its next
+// renewal, and the waiters at their next attempt.
+func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := d.check(); err != nil {
+		return 0, err
+	}
+	qp := d.queuePrefix(key)
+	resp, err := d.cli.Txn(ctx).Then(
+		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpDelete(qp, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcddlock: force release %q: %w", key, err)
+	}
+	return len(resp.Responses[0].GetResponseRange().GetKvs()), nil
+}
+
+// IsOwner returns a comparison that holds while l still holds its lock:
+// the lock's entry exists and is the incarnation whose CreateRevision is the
+// lock's token. Put it in the If of a transaction that writes the data the
+// lock protects, so that the write happens only while the lock is held, in
+// the same atomic step:
+//
+//	resp, err := cli.Txn(ctx).If(d.IsOwner(l)).Then(clientv3.OpPut(k, v)).Commit()
+//	// !resp.Succeeded: the lock was lost; nothing was written
+//
+// This fences the write without trusting the holder's clock: a holder that
+// was paused past its lease cannot write once its entry is gone, even before
+// it notices the loss. l must come from a Client over this driver (or another
+// driver with the same prefix).
+func (d *Driver) IsOwner(l *dlock.Lock) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(d.entryKeyByID(l.Key(), l.OwnerID())), "=", int64(l.Token()))
+}

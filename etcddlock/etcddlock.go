@@ -1,0 +1,660 @@
+package etcddlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/holds"
+)
+
+// Defaults of a Driver.
+const (
+	// DefaultPrefix is the prefix of the driver's etcd keys unless
+	// WithPrefix says otherwise.
+	DefaultPrefix = "/dlock/"
+	// DefaultSessionTTL is the TTL of the driver's session lease unless
+	// WithSessionTTL says otherwise.
+	DefaultSessionTTL = 15 * time.Second
+)
+
+const (
+	// maxKeyLen is the longest dlock key.
+	maxKeyLen = 1024
+	// minTTL is the shortest per-request lease: it is kept on this
+	// process's clock, so it can be short.
+	minTTL = 10 * time.Millisecond
+	// backgroundTimeout bounds each request the driver makes on its own: a
+	// session grant, an Acquire whose caller stopped waiting, the deletion
+	// of an expired hold, the revocation of an ended session.
+	backgroundTimeout = 10 * time.Second
+	// closeTimeout bounds the revocation of the session leases on Close.
+	closeTimeout = 5 * time.Second
+	// maxSessionTTL is the longest lease etcd grants.
+	maxSessionTTL = 9_000_000_000 * time.Second
+	// tombstoneTTL is how long the driver remembers an entry it lost.
+	tombstoneTTL = time.Minute
+	// maxRetryDelay caps the pause between attempts of background work that
+	// failed (deleting an expired hold, finding a predecessor to watch).
+	maxRetryDelay = 2 * time.Second
+)
+
+var errClosed = fmt.Errorf("etcddlock: driver closed: %w", dlock.ErrClosed)
+
+// Driver is a dlock driver over an etcd v3 client. Create it with New, or with
+// dlock.Open and an etcd:// URL. Besides driver.Driver it implements
+// driver.Notifier, driver.Lister and driver.ForceReleaser. All methods are
+// safe for concurrent use.
+type Driver struct {
+	cli        *clientv3.Client
+	owns       bool
+	prefix     string
+	sessionTTL int64 // seconds asked of Grant
+	caps       driver.Capabilities
+
+	ctx    context.Context // cancelled by Close: ends all background work
+	cancel context.CancelFunc
+	table  *holds.Table[record] // this driver's entries, by etcd key, with their local deadlines
+	wg     sync.WaitGroup       // background goroutines
+
+	mu      sync.Mutex
+	closed  bool
+	sess    *session                      // the session new entries join; nil before the first
+	leases  map[clientv3.LeaseID]*session // sessions granted and not yet revoked
+	pending map[string]*call              // Acquire transactions in flight, by etcd key
+}
+
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Notifier      = (*Driver)(nil)
+	_ driver.Lister        = (*Driver)(nil)
+	_ driver.ForceReleaser = (*Driver)(nil)
+)
+
+// record is what the driver remembers of one of its entries. When an entry
+// is lost (its deadline passed, its session ended, it was deleted by someone
+// else), its record stays for tombstoneTTL as a tombstone: the owner's later
+// calls are answered ErrNotHeld, a waiter is never queued again at the back,
+// and a late Release never deletes a newer entry of the same name.
+type record struct {
+	rev      int64    // the entry's CreateRevision: its incarnation, and the token once it holds
+	sess     *session // the session the entry is attached to
+	held     bool     // the entry was first in its queue: the owner holds the key
+	lost     bool     // a tombstone: the entry is no longer the owner's
+	released bool     // Release handed the entry back to its deadline after a failed delete
+}
+
+// Option configures a Driver.
+type Option func(*config)
+
+type config struct {
+	prefix     string
+	sessionTTL time.Duration
+}
+
+// WithPrefix sets the prefix of the driver's etcd keys (default
+// DefaultPrefix), to keep applications apart on one cluster. It must not be
+// empty. Drivers that share a lock must use the same prefix.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithSessionTTL sets the TTL of the driver's session lease (default
+// DefaultSessionTTL): how long after its last contact with etcd a process
+// that died, paused or was cut off keeps its locks. etcd leases are whole
+// seconds, so d is rounded up to the next second; the server may raise it
+// further to its minimum lease TTL (about 1.5 times its election timeout,
+// 2s with the defaults). A lock's validity is at most the session TTL the
+// server granted, and the lock is renewed every third of that.
+func WithSessionTTL(d time.Duration) Option {
+	return func(c *config) { c.sessionTTL = d }
+}
+
+// New returns a driver over cli. The driver does not own the client: Close
+// leaves it open. Bad options are reported as a *dlock.ArgError. The session
+// lease is granted by the first acquisition, not by New.
+func New(cli *clientv3.Client, opts ...Option) (*Driver, error) {
+	return newDriver(cli, false, opts)
+}
+
+// configure applies opts to the defaults and checks the result.
+func configure(opts []Option) (config, error) {
+	cfg := config{prefix: DefaultPrefix, sessionTTL: DefaultSessionTTL}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cfg.prefix == "":
+		return cfg, &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: "must not be empty: the driver's keys would mix with every other key of the cluster"}
+	case cfg.sessionTTL <= 0:
+		return cfg, &dlock.ArgError{Name: "session", Value: cfg.sessionTTL, Reason: "must be positive"}
+	case cfg.sessionTTL > maxSessionTTL:
+		return cfg, &dlock.ArgError{Name: "session", Value: cfg.sessionTTL, Reason: fmt.Sprintf("is longer than etcd leases can be (%v)", maxSessionTTL)}
+	}
+	return cfg, nil
+}
+
+func newDriver(cli *clientv3.Client, owns bool, opts []Option) (*Driver, error) {
+	if cli == nil {
+		return nil, &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
+	}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cli:        cli,
+		owns:       owns,
+		prefix:     cfg.prefix,
+		sessionTTL: int64((cfg.sessionTTL + time.Second - 1) / time.Second),
+		caps: driver.Capabilities{
+			Modes:         driver.Modes(driver.Exclusive),
+			FIFO:          true,
+			DurableTokens: true,
+			ServerClock:   true,
+			Consensus:     true,
+			MaxKeyLen:     maxKeyLen,
+			MinTTL:        minTTL,
+		},
+		leases:  map[clientv3.LeaseID]*session{},
+		pending: map[string]*call{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.table = holds.New(d.expire)
+	return d, nil
+}
+
+// Client returns the etcd client the driver uses.
+func (d *Driver) Client() *clientv3.Client { return d.cli }
+
+// Capabilities implements driver.Driver: exclusive locks with a FIFO queue,
+// durable tokens, expiry on the server's clock (through the session lease)
+// and consensus; keys of up to 1024 bytes; TTLs from 10ms. See the package
+// documentation.
+func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
+
+// ---- keys and values ----
+
+// queuePrefix returns the prefix of the entries of key's queue. dlock keys
+// contain no NUL byte, so the NUL ends the key: no key's queue overlaps
+// another's.
+func (d *Driver) queuePrefix(key string) string { return d.prefix + key + "\x00" }
+
+// entryKey returns the etcd key of owner's entry in key's queue.
+func (d *Driver) entryKey(key, owner string) string { return d.entryKeyByID(key, dlock.OwnerID(owner)) }
+
+func (d *Driver) entryKeyByID(key, ownerID string) string { return d.queuePrefix(key) + ownerID }
+
+// parseEntry returns the dlock key of an entry's etcd key.
+func (d *Driver) parseEntry(k string) (key string, ok bool) {
+	rest, ok := strings.CutPrefix(k, d.prefix)
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, 0)
+	if i <= 0 {
+		return "", false
+	}
+	return rest[:i], true
+}
+
+// value is an entry's value: the raw owner (Lister reports it) and the
+// holder's Info.
+type value struct {
+	Owner string `json:"owner"`
+	Info  string `json:"info,omitempty"`
+}
+
+func encodeValue(owner, info string) string {
+	b, _ := json.Marshal(value{Owner: owner, Info: info}) // strings always marshal
+	return string(b)
+}
+
+// ---- the driver contract ----
+
+func (d *Driver) check() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	return nil
+}
+
+func notHeld(key, why string) error {
+	return fmt.Errorf("etcddlock: %q: %s: %w", key, why, driver.ErrNotHeld)
+}
+
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
+
+// sameRev compares the CreateRevision of an entry: the entry exists and is
+// the incarnation rev.
+func sameRev(name string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(name), "=", rev)
+}
+
+// validity returns the lease to report for a hold acquired by a call that
+// started at start: the request's TTL, but no more than the session's TTL and
+// than the session lease is known to last from then.
+func validity(req driver.Request, s *session, start time.Time) time.Duration {
+	return min(req.TTL, s.ttl, s.left(start))
+}
+
+// renewal starts a KeepAliveOnce of s's lease for an acquisition that starts
+// at t, to run alongside its transaction, unless an earlier renewal leaves
+// enough of the lease (see session.needsProof); it returns nil then.
+func (d *Driver) renewal(ctx context.Context, s *session, t time.Time, req driver.Request) *proof {
+	if !s.needsProof(t, min(req.TTL, s.ttl)) {
+		return nil
+	}
+	return d.keepAlive(ctx, s.id, s, s.ttl)
+}
+
+// Acquire implements driver.Driver. A new owner's entry is created in one
+// transaction; an owner the driver already knows (a waiter asking again, a
+// holder acquiring again) is checked by its entry's CreateRevision. A
+// KeepAliveOnce of the session lease runs alongside when the latest renewal
+// does not cover the lease to report. See the package documentation.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if err := d.check(); err != nil {
+		return driver.Result{}, err
+	}
+	if req.Mode != driver.Exclusive {
+		return driver.Result{}, fmt.Errorf("etcddlock: %v mode: %w", req.Mode, driver.ErrUnsupported)
+	}
+	name := d.entryKey(req.Key, req.Owner)
+	if err := d.settle(ctx, name); err != nil {
+		return driver.Result{}, err
+	}
+	if rec, ok := d.table.Get(name); ok {
+		if rec.lost {
+			return driver.Result{}, notHeld(req.Key, "its entry was lost")
+		}
+		return d.reacquire(ctx, req, name, rec)
+	}
+	res, retry, err := d.create(ctx, req, name)
+	if retry {
+		// The session had ended on the server before this process
+		// noticed; nothing was created. Start a new one.
+		res, _, err = d.create(ctx, req, name)
+	}
+	return res, err
+}
+
+// reacquire is Acquire for an owner whose entry the driver knows.
+func (d *Driver) reacquire(ctx context.Context, req driver.Request, name string, rec record) (driver.Result, error) {
+	if rec.sess.ended() {
+		d.lose(name, rec)
+		return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
+	}
+	start := time.Now()
+	p := d.renewal(ctx, rec.sess, start, req)
+	resp, err := d.cli.Txn(ctx).
+		If(sameRev(name, rec.rev)).
+		Then(clientv3.OpGet(d.queuePrefix(req.Key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
+		Commit()
+	if err != nil {
+		p.stop()
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+	}
+	_, kerr := p.wait()
+	if !resp.Succeeded {
+		d.lose(name, rec)
+		return driver.Result{}, notHeld(req.Key, "its entry is gone")
+	}
+	if kerr != nil {
+		if isLeaseNotFound(kerr) {
+			rec.sess.kill()
+			d.lose(name, rec)
+			return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
+		}
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
+	}
+	held := isFirst(resp.Responses[0], name)
+	if held && !rec.held {
+		d.table.Update(name, func(r record) record { r.held = true; return r })
+	}
+	if !d.table.Touch(name, req.TTL) {
+		return driver.Result{}, notHeld(req.Key, "its lease ran out")
+	}
+	if !held {
+		return driver.Result{}, nil
+	}
+	return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, rec.sess, start)}, nil
+}
+
+// isFirst reports whether the range response (a Get of a queue with
+// WithFirstCreate) names the entry name.
+func isFirst(r *pb.ResponseOp, name string) bool {
+	kvs := r.GetResponseRange().GetKvs()
+	return len(kvs) > 0 && string(kvs[0].Key) == name
+}
+
+// create is Acquire for an owner the driver does not know: one transaction
+// that creates its entry when it may (always with Queue; only if the queue is
+// empty without), and otherwise reads what is there. retry reports that the
+// session had ended unnoticed and nothing was created.
+func (d *Driver) create(ctx context.Context, req driver.Request, name string) (_ driver.Result, retry bool, _ error) {
+	s, err := d.session(ctx)
+	if err != nil {
+		return driver.Result{}, false, err
+	}
+	qp := d.queuePrefix(req.Key)
+	put := clientv3.OpPut(name, encodeValue(req.Owner, req.Info), clientv3.WithLease(s.id))
+	first := clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	cond := clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()
+	then := []clientv3.Op{put}
+	if req.Queue {
+		cond = clientv3.Compare(clientv3.CreateRevision(name), "=", 0)
+		then = append(then, first)
+	}
+	orElse := []clientv3.Op{clientv3.OpGet(name), first}
+	created := func(resp *clientv3.TxnResponse) (record, bool) {
+		if !resp.Succeeded {
+			return record{}, false
+		}
+		rec := record{rev: resp.Header.Revision, sess: s, held: true}
+		if req.Queue {
+			rec.held = isFirst(resp.Responses[1], name)
+		}
+		return rec, true
+	}
+
+	start := time.Now()
+	p := d.renewal(ctx, s, start, req)
+	c, err := d.commitDetached(name, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return d.cli.Txn(ctx).If(cond).Then(then...).Else(orElse...).Commit()
+	}, func(resp *clientv3.TxnResponse) {
+		// The caller stopped waiting: record what was created, so
+		// that its Release (or the deadline) removes it.
+		if rec, ok := created(resp); ok {
+			d.table.Put(name, rec, req.TTL)
+		}
+	})
+	if err != nil {
+		p.stop()
+		return driver.Result{}, false, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if d.abandon(c) {
+			p.stop()
+			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, ctx.Err())
+		}
+	}
+	if c.err != nil {
+		p.stop()
+		if isLeaseNotFound(c.err) {
+			s.kill()
+			return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
+		}
+		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
+	}
+	rec, ok := created(c.resp)
+	if ok {
+		d.table.Put(name, rec, req.TTL)
+	}
+	if _, kerr := p.wait(); kerr != nil {
+		// A created entry stays recorded: the Release that follows an
+		// error removes it.
+		if isLeaseNotFound(kerr) {
+			s.kill()
+		}
+		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
+	}
+	if ok {
+		if !rec.held {
+			return driver.Result{}, false, nil
+		}
+		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+	}
+
+	// Nothing was created: the key is held (without Queue), or the owner
+	// already has an entry that this driver does not know.
+	mine := c.resp.Responses[0].GetResponseRange().GetKvs()
+	if len(mine) == 0 {
+		return driver.Result{}, false, nil
+	}
+	kv := mine[0]
+	if ls := d.sessionOf(clientv3.LeaseID(kv.Lease)); ls != nil {
+		if ls.ended() {
+			return driver.Result{}, false, nil // it goes with its session
+		}
+		// An entry of this driver that it no longer records: its lease
+		// ran out and it is being removed.
+		return driver.Result{}, false, notHeld(req.Key, "its lease ran out")
+	}
+	// The owner's entry was made by another driver (another process
+	// acquiring for the same owner).
+	if !isFirst(c.resp.Responses[1], name) {
+		return driver.Result{}, false, nil
+	}
+	session, err := d.prove(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		if isLeaseNotFound(err) {
+			return driver.Result{}, false, nil
+		}
+		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, err)
+	}
+	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, false, nil
+}
+
+// Refresh implements driver.Driver: it checks that the owner's entry is the
+// same incarnation and still holds the key, proves the session alive with a
+// KeepAliveOnce sent alongside, and moves the entry's local deadline to
+// req.TTL from now.
+func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	name := d.entryKey(req.Key, req.Owner)
+	rec, ok := d.table.Get(name)
+	switch {
+	case !ok:
+		return d.refreshUnknown(ctx, req, name)
+	case rec.lost:
+		return notHeld(req.Key, "its entry was lost")
+	case !rec.held:
+		return notHeld(req.Key, "the owner waits in the queue")
+	case rec.sess.ended():
+		d.lose(name, rec)
+		return notHeld(req.Key, "the session of its entry ended")
+	}
+	p := d.keepAlive(ctx, rec.sess.id, rec.sess, rec.sess.ttl)
+	resp, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Commit()
+	if err != nil {
+		p.stop()
+		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
+	}
+	_, kerr := p.wait()
+	if !resp.Succeeded {
+		d.lose(name, rec)
+		return notHeld(req.Key, "its entry is gone")
+	}
+	if kerr != nil {
+		if isLeaseNotFound(kerr) {
+			rec.sess.kill()
+			d.lose(name, rec)
+			return notHeld(req.Key, "the session of its entry ended")
+		}
+		return fmt.Errorf("etcddlock: refresh %q: renewing the session: %w", req.Key, kerr)
+	}
+	if !d.table.Touch(name, req.TTL) {
+		return notHeld(req.Key, "its lease ran out")
+	}
+	return nil
+}
+
+// refreshUnknown is Refresh of an owner whose entry the driver does not
+// record: it succeeds only for a hold made by another driver.
+func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request, name string) error {
+	resp, err := d.cli.Txn(ctx).Then(
+		clientv3.OpGet(name),
+		clientv3.OpGet(d.queuePrefix(req.Key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
+	}
+	mine := resp.Responses[0].GetResponseRange().GetKvs()
+	switch {
+	case len(mine) == 0:
+		return notHeld(req.Key, "the owner has no entry")
+	case d.sessionOf(clientv3.LeaseID(mine[0].Lease)) != nil:
+		return notHeld(req.Key, "its lease ran out")
+	case !isFirst(resp.Responses[1], name):
+		return notHeld(req.Key, "the owner waits in the queue")
+	}
+	if _, err := d.prove(ctx, clientv3.LeaseID(mine[0].Lease)); err != nil {
+		if isLeaseNotFound(err) {
+			return notHeld(req.Key, "the session of its entry ended")
+		}
+		return fmt.Errorf("etcddlock: refresh %q: renewing the session: %w", req.Key, err)
+	}
+	return nil
+}
+
+// Release implements driver.Driver: it deletes the owner's entry (hold or
+// queue entry) if it is still the incarnation the driver recorded. Without a
+// record (a reply that was lost, an entry of another driver) it finds the
+// entry by its name first.
+func (d *Driver) Release(ctx context.Context, req driver.Request) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	name := d.entryKey(req.Key, req.Owner)
+	if err := d.settle(ctx, name); err != nil {
+		return err
+	}
+	if rec, ok := d.table.Take(name); ok {
+		if rec.lost {
+			// Whatever has this name now is a newer entry.
+			return notHeld(req.Key, "its entry was lost")
+		}
+		resp, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Then(clientv3.OpDelete(name)).Commit()
+		if err != nil {
+			// Let the deadline handler delete it, retrying.
+			rec.released = true
+			d.table.Put(name, rec, 0)
+			return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
+		}
+		if !resp.Succeeded || rec.sess.ended() {
+			return notHeld(req.Key, "its entry was gone")
+		}
+		return nil
+	}
+	g, err := d.cli.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
+	}
+	if len(g.Kvs) == 0 {
+		return notHeld(req.Key, "the owner has no entry")
+	}
+	kv := g.Kvs[0]
+	resp, err := d.cli.Txn(ctx).If(sameRev(name, kv.CreateRevision)).Then(clientv3.OpDelete(name)).Commit()
+	switch {
+	case err != nil:
+		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
+	case !resp.Succeeded:
+		return notHeld(req.Key, "its entry was gone")
+	case d.sessionOf(clientv3.LeaseID(kv.Lease)) != nil:
+		// An entry of this driver that it no longer recorded: its
+		// lease had run out.
+		return notHeld(req.Key, "its lease had run out")
+	}
+	return nil
+}
+
+// lose replaces the record of an entry that is no longer the owner's with a
+// tombstone.
+func (d *Driver) lose(name string, rec record) {
+	if cur, ok := d.table.Get(name); ok && cur.rev == rec.rev && !cur.lost {
+		d.bury(name, rec)
+	}
+}
+
+func (d *Driver) bury(name string, rec record) {
+	d.table.Put(name, record{rev: rec.rev, sess: rec.sess, lost: true}, tombstoneTTL)
+}
+
+// expire runs when an entry's local deadline passed: the owner stopped
+// refreshing (or re-asking, for a queue entry). It deletes the entry, if it is
+// still the same incarnation, retrying until that succeeds, the session ends
+// (which removes the entry) or the driver is closed.
+func (d *Driver) expire(name string, rec record) {
+	if rec.lost {
+		return // a tombstone's time is up
+	}
+	if !rec.released {
+		d.bury(name, rec)
+	}
+	delay := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+		_, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Then(clientv3.OpDelete(name)).Commit()
+		cancel()
+		if err == nil || rec.sess.ended() || !sleep(d.ctx, delay) {
+			return
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
+}
+
+// sleep waits for d or the end of ctx, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Close implements driver.Driver: it stops the driver's background work,
+// revokes its session leases (which deletes every entry attached to them)
+// and closes the client if the driver opened it.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()
+	d.table.Close()
+	d.wg.Wait()
+
+	d.mu.Lock()
+	leases := make([]clientv3.LeaseID, 0, len(d.leases))
+	for id := range d.leases {
+		leases = append(leases, id)
+	}
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var errs []error
+	for _, id := range leases {
+		if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+			errs = append(errs, fmt.Errorf("etcddlock: revoking session lease %x: %w", int64(id), err))
+		}
+	}
+	if d.owns {
+		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,296 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// session is one lease of the driver, kept alive in the background by the
+// client's lessor. Every entry the driver creates is attached to the current
+// session; when the session ends, its entries are gone.
+type session struct {
+	ready  chan struct{} // closed when the grant has finished
+	done   chan struct{} // closed when the session has ended (or failed to start)
+	cancel context.CancelFunc
+	lost   atomic.Bool // the server no longer knows the lease
+
+	// Set before ready is closed.
+	id    clientv3.LeaseID
+	ttl   time.Duration // the TTL the server granted
+	start time.Time     // when the grant was sent
+	err   error         // why the session could not start
+
+	proof atomic.Int64 // the send time of the latest renewal known to have succeeded, after start
+}
+
+// ended reports whether the session is over: its keep-alive stopped (the
+// lease expired, or went unanswered for its TTL) or a request found the
+// lease gone.
+func (s *session) ended() bool {
+	if s.lost.Load() {
+		return true
+	}
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends a session whose lease the server no longer has.
+func (s *session) kill() {
+	s.lost.Store(true)
+	s.cancel()
+}
+
+// session returns the current session, starting one if there is none or it
+// has ended. Concurrent callers share one grant.
+func (d *Driver) session(ctx context.Context) (*session, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, errClosed
+	}
+	s := d.sess
+	if s == nil || s.ended() {
+		s = &session{ready: make(chan struct{}), done: make(chan struct{})}
+		var kctx context.Context
+		kctx, s.cancel = context.WithCancel(d.ctx)
+		d.sess = s
+		d.wg.Add(1)
+		go d.runSession(kctx, s)
+	}
+	d.mu.Unlock()
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("etcddlock: starting a session: %w", ctx.Err())
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// runSession grants the session's lease, keeps it alive until ctx ends or the
+// keep-alive stops, and then revokes it (unless the driver is closing: Close
+// revokes every lease itself).
+func (d *Driver) runSession(ctx context.Context, s *session) {
+	defer d.wg.Done()
+	defer close(s.done)
+	defer s.cancel()
+	gctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
+	s.start = time.Now()
+	g, err := d.cli.Grant(gctx, d.sessionTTL)
+	cancel()
+	if err != nil {
+		s.err = fmt.Errorf("etcddlock: starting a session: %w", err)
+		close(s.ready)
+		return
+	}
+	s.id, s.ttl = g.ID, time.Duration(g.TTL)*time.Second
+	d.mu.Lock()
+	d.leases[g.ID] = s
+	d.mu.Unlock()
+	ch, err := d.cli.KeepAlive(ctx, g.ID)
+	if err != nil {
+		s.err = fmt.Errorf("etcddlock: keeping the session alive: %w", err)
+		close(s.ready)
+		d.revoke(s)
+		return
+	}
+	close(s.ready)
+	for range ch {
+	}
+	s.lost.Store(true)
+	d.revoke(s)
+}
+
+// revoke revokes an ended session's lease, so that entries it may still have
+// on the server (if the keep-alive only went unanswered) go at once.
+func (d *Driver) revoke(s *session) {
+	if d.ctx.Err() != nil {
+		return // Close revokes
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+	defer cancel()
+	if _, err := d.cli.Revoke(ctx, s.id); err == nil || isLeaseNotFound(err) {
+		d.mu.Lock()
+		delete(d.leases, s.id)
+		d.mu.Unlock()
+	}
+}
+
+// sessionOf returns the driver's session whose lease is id, or nil if id is
+// not a lease of this driver.
+func (d *Driver) sessionOf(id clientv3.LeaseID) *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.leases[id]
+}
+
+// proof is a KeepAliveOnce in flight.
+type proof struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	ttl    time.Duration
+	err    error
+}
+
+// keepAlive sends a KeepAliveOnce of lease now, to run alongside a
+// transaction. A successful reply proves that the lease existed when the
+// request arrived and that the server then moved its expiry to at least its
+// TTL from then, hence from the time the request was sent. If s is not nil
+// (lease is s's), s records that time. The request gives up after limit,
+// when the proof would be of no use.
+func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID, s *session, limit time.Duration) *proof {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	p := &proof{done: make(chan struct{}), cancel: cancel}
+	sent := time.Now()
+	go func() {
+		defer close(p.done)
+		resp, err := d.cli.KeepAliveOnce(ctx, lease)
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.ttl = time.Duration(resp.TTL) * time.Second
+		if s != nil {
+			s.proved(sent)
+		}
+	}()
+	return p
+}
+
+// wait returns the lease's granted TTL, or why it could not be renewed. A nil
+// proof (none was needed) returns nothing.
+func (p *proof) wait() (time.Duration, error) {
+	if p == nil {
+		return 0, nil
+	}
+	<-p.done
+	p.cancel()
+	return p.ttl, p.err
+}
+
+// stop abandons the proof.
+func (p *proof) stop() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+}
+
+// prove renews lease at once (a lease of another driver, whose TTL is not
+// known beforehand) and returns its granted TTL.
+func (d *Driver) prove(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
+	return d.keepAlive(ctx, lease, nil, time.Duration(d.sessionTTL)*time.Second+backgroundTimeout).wait()
+}
+
+// proved records that a renewal of the session's lease sent at t succeeded:
+// the lease then lasts until at least t plus its TTL, unless it is revoked.
+func (s *session) proved(t time.Time) {
+	at := int64(t.Sub(s.start))
+	for {
+		old := s.proof.Load()
+		if at <= old || s.proof.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}
+
+// left returns how long after t the lease is known to last, by the latest
+// renewal the driver saw succeed and the time it was sent (negative if that
+// guarantee has run out). The keep-alive of the client's lessor renews the
+// lease too, but its replies do not say when their requests were sent, so
+// they are not counted.
+func (s *session) left(t time.Time) time.Duration {
+	return s.start.Add(time.Duration(s.proof.Load()) + s.ttl).Sub(t)
+}
+
+// needsProof reports whether an acquisition that starts at t and wants a
+// lease of want (at most the session's TTL) must renew the session to report
+// a useful one: when the latest proven renewal leaves less than two thirds of
+// want. Otherwise the acquisition reports min(want, left) without a request
+// of its own.
+func (s *session) needsProof(t time.Time, want time.Duration) bool {
+	return s.left(t) < want*2/3
+}
+
+// call is a transaction that creates an entry, run on a goroutine of its own
+// so that it completes even if its caller stops waiting: its outcome is then
+// recorded, and the Release that follows removes what it created.
+type call struct {
+	done      chan struct{} // closed when resp and err are set
+	resp      *clientv3.TxnResponse
+	err       error
+	abandoned bool // guarded by Driver.mu
+}
+
+// commitDetached starts txn for the entry name. If the caller abandons the
+// call, adopt receives the response of a successful transaction before the
+// call counts as done.
+func (d *Driver) commitDetached(name string, txn func(context.Context) (*clientv3.TxnResponse, error), adopt func(*clientv3.TxnResponse)) (*call, error) {
+	c := &call{done: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, errClosed
+	}
+	d.pending[name] = c
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.wg.Done()
+		ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+		resp, err := txn(ctx)
+		cancel()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		c.resp, c.err = resp, err
+		if c.abandoned && err == nil {
+			adopt(resp)
+		}
+		if d.pending[name] == c {
+			delete(d.pending, name)
+		}
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// abandon marks c as abandoned by its caller, unless it has completed: then
+// it returns false and the caller uses its outcome.
+func (d *Driver) abandon(c *call) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-c.done:
+		return false
+	default:
+		c.abandoned = true
+		return true
+	}
+}
+
+// settle waits until no Acquire transaction for the entry name is in flight.
+func (d *Driver) settle(ctx context.Context, name string) error {
+	d.mu.Lock()
+	c := d.pending[name]
+	d.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("etcddlock: waiting for an earlier request of the same owner: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,89 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/urlutil"
+)
+
+func init() {
+	dlock.Register("etcd", open)
+}
+
+// Defaults of clients opened from a URL.
+const (
+	defaultPort        = "2379"
+	defaultDialTimeout = 5 * time.Second
+)
+
+// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=].
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return nil, urlutil.Error(u, "has a path (%q); write etcd://host:port[,host:port] and give a key prefix with ?prefix=", u.Path)
+	}
+	hosts, err := urlutil.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 {
+		return nil, urlutil.Error(u, "names no server")
+	}
+	cfg := clientv3.Config{Endpoints: hosts, DialTimeout: defaultDialTimeout, Logger: zap.NewNop()}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	var opts []Option
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "session":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, urlutil.Error(u, "session=%q is not a positive duration (write 15s, 1m)", v)
+			}
+			opts = append(opts, WithSessionTTL(d))
+		case "prefix":
+			opts = append(opts, WithPrefix(v))
+		case "dial-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, urlutil.Error(u, "dial-timeout=%q is not a positive duration (write 500ms, 5s)", v)
+			}
+			cfg.DialTimeout = d
+		default:
+			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix and dial-timeout)", k)
+		}
+	}
+	// Check the options before dialing.
+	if _, err := configure(opts); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", u.Redacted(), err)
+	}
+	d, err := newDriver(cli, true, opts)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	// clientv3 dials in the background: ask once, so that a bad address or
+	// bad credentials fail the Open.
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, d.prefix, clientv3.WithCountOnly()); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", u.Redacted(), err)
+	}
+	return d, nil
+}
