@@ -73,24 +73,32 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 		sent := time.Now()
 		res, err := c.drv.Acquire(ctx, req)
 		if err != nil {
-			// The outcome is unknown: make sure nothing stays behind.
-			c.cleanup(req)
+			// The outcome is unknown. Whoever stops here makes sure that
+			// nothing stays behind; a queued waiter that rides out a blip
+			// keeps its place, which the next attempt finds again.
 			if ctx.Err() != nil {
+				c.cleanup(req)
 				return nil, notAcquired(req.Key, ctx.Err())
 			}
 			if req.Queue && reached && errors.Is(err, driver.ErrNotHeld) {
 				// The waiter's place in the queue ended with its session
 				// or lease: it must not carry on as if it had waited.
+				c.cleanup(req)
 				return nil, fmt.Errorf("%w: %q: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, req.Key, ErrLost, err)
 			}
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure
 			// while waiting is taken as a blip and ridden out.
 			if !wait || !reached || errors.Is(err, driver.ErrUnsupported) {
+				c.cleanup(req)
 				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
+			}
+			if !req.Queue {
+				c.cleanup(req)
 			}
 			c.cfg.logger.Warn("dlock: acquire attempt failed while waiting; retrying", "key", req.Key, "err", err)
 			if err := sleep(ctx, bo.next(), nil); err != nil {
+				c.cleanup(req)
 				return nil, notAcquired(req.Key, err)
 			}
 			continue

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -426,9 +428,18 @@ func TestReleaseAfterCoarseClock(t *testing.T) {
 // that the owner's place in the queue has gone.
 type queueing struct {
 	*memdlock.Driver
-	vanishAt int
+	vanishAt int // from this attempt on, the queue entry is gone
+	blipAt   int // this attempt fails without reaching the store
 	mu       sync.Mutex
 	reqs     []driver.Request
+	releases int
+}
+
+func (q *queueing) Release(ctx context.Context, req driver.Request) error {
+	q.mu.Lock()
+	q.releases++
+	q.mu.Unlock()
+	return q.Driver.Release(ctx, req)
 }
 
 func (q *queueing) Capabilities() driver.Capabilities {
@@ -444,6 +455,9 @@ func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Resu
 	q.mu.Unlock()
 	if req.Queue && q.vanishAt > 0 && n >= q.vanishAt {
 		return driver.Result{}, fmt.Errorf("queue entry of %q: %w", req.Key, driver.ErrNotHeld)
+	}
+	if n == q.blipAt {
+		return driver.Result{}, errors.New("connection reset")
 	}
 	return q.Driver.Acquire(ctx, req)
 }
@@ -470,5 +484,47 @@ func TestQueuedWaitEndsWhenPlaceIsLost(t *testing.T) {
 	defer q.mu.Unlock()
 	if len(q.reqs) != 3 || !q.reqs[0].Queue || !q.reqs[1].Queue || q.reqs[2].Queue {
 		t.Errorf("requests %+v; want two queued attempts of Lock, then TryLock unqueued", q.reqs)
+	}
+}
+
+// TestQueuedWaitKeepsPlaceOverBlip checks that a queued waiter whose attempt
+// fails keeps its place: it does not release its queue entry before trying
+// again.
+func TestQueuedWaitKeepsPlaceOverBlip(t *testing.T) {
+	store := memdlock.New()
+	holder := newClient(t, store.Share())
+	l, err := holder.Lock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &queueing{Driver: store.Share(), blipAt: 2}
+	waiter := newClient(t, q, dlock.WithLogger(slog.New(slog.DiscardHandler)))
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(t.Context(), "k", dlock.WithBackoff(time.Millisecond, time.Millisecond))
+		if err == nil {
+			err = wl.Release(t.Context())
+		}
+		got <- err
+	}()
+	for {
+		q.mu.Lock()
+		n := len(q.reqs)
+		q.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.releases != 1 {
+		t.Errorf("%d releases; want 1 (the waiter's own, after it acquired): the blip must not give up the place in the queue", q.releases)
 	}
 }
