@@ -65,11 +65,16 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 	}()
 	subscribe := wait && c.notifier != nil
 	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
-	reached := false // the store has answered an attempt
+	reached := false   // the store has answered an attempt
+	attempted := false // an attempt was made: a queue entry may exist
 	for {
 		if err := c.check(ctx); err != nil {
+			if attempted {
+				c.cleanup(req)
+			}
 			return nil, err
 		}
+		attempted = true
 		sent := time.Now()
 		res, err := c.drv.Acquire(ctx, req)
 		if err != nil {
@@ -143,6 +148,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 				continue
 			}
 			if ctx.Err() != nil {
+				c.cleanup(req)
 				return nil, notAcquired(req.Key, ctx.Err())
 			}
 			if !errors.Is(err, driver.ErrUnsupported) {
