@@ -103,8 +103,18 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 //
 // This fences the write without trusting the holder's clock: a holder that
 // was paused past its lease cannot write once its entry is gone, even before
-// it notices the loss. l must come from a Client over this driver (or another
-// driver with the same prefix).
+// it notices the loss. Entry names are reused by later holders, so the
+// comparison is on the token, never on the name alone.
+//
+// l must have been acquired through this driver, which knows the name of its
+// entry. For a lock the driver does not know, or no longer holds by its
+// records (released, expired, lost, or acquired through another driver),
+// IsOwner returns a comparison that never holds: a CreateRevision below
+// zero, of a key the driver never creates.
 func (d *Driver) IsOwner(l *dlock.Lock) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(d.entryKeyByID(l.Key(), l.OwnerID())), "=", int64(l.Token()))
+	rec, ok := d.table.Get(holdID(l.Key(), l.OwnerID()))
+	if !ok || rec.lost || !rec.held || uint64(rec.rev) != l.Token() {
+		return clientv3.Compare(clientv3.CreateRevision(d.queuePrefix("")), "<", 0)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(rec.name), "=", rec.rev)
 }

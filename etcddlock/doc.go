@@ -12,14 +12,31 @@
 // # Records
 //
 // The wait queue of the dlock key K is the set of etcd keys that start with
-// PREFIX K "\x00" (PREFIX is "/dlock/" unless WithPrefix says otherwise). An
-// owner's entry in it is PREFIX K "\x00" ID, where ID is dlock.OwnerID of
-// the owner (32 hex digits), and its value is JSON holding the raw owner and
-// the holder's Info, for listings. dlock keys contain no NUL byte, so the
-// NUL ends the key and no two keys share a queue ("a" and "a/b" and "a\x01"
-// are apart). The entry with the lowest CreateRevision holds the key; the
-// others wait in CreateRevision order, so the lock is granted in the order
-// owners first asked.
+// PREFIX K "\x00" (PREFIX is "/dlock/" unless WithPrefix says otherwise).
+// dlock keys contain no NUL byte, so the NUL ends the key and no two keys
+// share a queue ("a" and "a/b" and "a\x01" are apart). The entry with the
+// lowest CreateRevision holds the key; the others wait in CreateRevision
+// order, so the lock is granted in the order owners first asked.
+//
+// An entry is PREFIX K "\x00" LEASE "." SLOT: LEASE is the ID of the
+// driver's session lease (16 hex digits, see Sessions) and SLOT the lowest
+// number (8 hex digits) that no other owner of this driver uses on K and
+// that lease. A driver usually has one owner of a key at a time, so every
+// acquisition re-creates the same name, slot 0, as etcd's concurrency.Mutex
+// does: etcd keeps each deleted key in its index until the history is
+// compacted, and reads of a queue walk those, so a new name for every
+// acquisition would slow a busy key down until the next compaction.
+// Overlapping owners of one driver (a waiter while a holder releases, two
+// Clients sharing the driver) take slots 1, 2 and so on. A slot is in use
+// until the driver knows its entry is gone.
+//
+// The value of an entry is JSON holding the raw owner and the holder's Info:
+// it says whose entry it is, and listings show it. Since names are reused,
+// every transaction that checks, refreshes or deletes an entry compares both
+// its value (the owner, unique per acquisition) and its CreateRevision (the
+// incarnation: each creation of a key gets the revision of its transaction),
+// so a late call for an earlier owner never touches a later owner's entry of
+// the same name.
 //
 // # Sessions
 //
@@ -79,16 +96,18 @@
 //     otherwise read; so a TryLock never waits in line. The owner holds the
 //     key if its entry is first.
 //   - A waiter's later Acquire checks that its entry is the same
-//     incarnation (its CreateRevision) and whether it is first, in one
-//     transaction. An entry that is gone is never created again: the
+//     incarnation (its value and CreateRevision) and whether it is first,
+//     in one transaction. An entry that is gone is never created again: the
 //     waiter gets driver.ErrNotHeld.
 //   - Refresh checks the entry's incarnation and that it holds, renews the
 //     session alongside, and moves the local deadline.
 //   - Release deletes the entry if it is still the incarnation the driver
-//     recorded (a compare on its CreateRevision and the delete in one
-//     transaction), so it never deletes a newer entry of the same name. An
-//     entry the driver has no record of (the reply to its Acquire was lost)
-//     is looked up by its name, which the owner determines.
+//     recorded (a compare on its value and CreateRevision and the delete in
+//     one transaction), so it never deletes a newer entry of the same name.
+//     Entries the driver has no record of (the reply to their Acquire was
+//     lost, or another driver made them) are found by their owner among the
+//     values of the key's queue, and each is deleted only if it is still
+//     the incarnation read.
 //   - An Acquire whose context ends before the reply runs to completion in
 //     the background; the Release that follows (package dlock calls it
 //     after an error) waits for it and removes what it created, so nothing
@@ -103,7 +122,9 @@
 // holder returns the same token.
 //
 // IsOwner returns a comparison that holds only while a lock's entry exists
-// with the lock's token as CreateRevision. A transaction that writes the
+// with the lock's token as CreateRevision (the driver knows the entry's name
+// from its records; for a lock it does not hold, the comparison never
+// holds). A transaction that writes the
 // data the lock protects under that comparison writes only if the lock is
 // still held, in the same atomic step: a holder that was paused past its
 // lease cannot write, even before it notices the loss.
@@ -136,15 +157,17 @@
 //     Choose S with that in mind.
 //   - Lock.ReleaseAfter keeps the hold only while the driver is open (Close
 //     revokes the session) and at most S after its process stopped.
-//   - Every acquisition creates an etcd key and its release deletes it;
-//     etcd keeps deleted keys in its index until the history is compacted,
-//     and the reads of a key's queue walk them. Run etcd with automatic
+//   - Every acquisition writes a revision of an etcd key and its release
+//     deletes it. Names are reused per session, so the index grows by one
+//     key per session and lock, not per acquisition, but the revisions
+//     stay until the history is compacted: run etcd with automatic
 //     compaction (--auto-compaction-retention), as any etcd in production
-//     should, or a busy key slows down with its history.
+//     should.
 //   - The deadlines of request TTLs are kept on the local monotonic clock;
 //     a hold made by one driver is refreshed and released through that
 //     driver (another driver with the same owner can check, refresh and
-//     release the entry, but does not move its deadline).
+//     release the entry, but does not move its deadline, and its IsOwner
+//     does not know the lock).
 //
 // # URL
 //

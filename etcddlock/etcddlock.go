@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -64,14 +67,14 @@ type Driver struct {
 
 	ctx    context.Context // cancelled by Close: ends all background work
 	cancel context.CancelFunc
-	table  *holds.Table[record] // this driver's entries, by etcd key, with their local deadlines
+	table  *holds.Table[record] // this driver's entries, by holdID, with their local deadlines
 	wg     sync.WaitGroup       // background goroutines
 
 	mu      sync.Mutex
 	closed  bool
 	sess    *session                      // the session new entries join; nil before the first
 	leases  map[clientv3.LeaseID]*session // sessions granted and not yet revoked
-	pending map[string]*call              // Acquire transactions in flight, by etcd key
+	pending map[string]*call              // Acquire transactions in flight, by holdID
 }
 
 var (
@@ -87,12 +90,18 @@ var (
 // calls are answered ErrNotHeld, a waiter is never queued again at the back,
 // and a late Release never deletes a newer entry of the same name.
 type record struct {
+	name     string   // the entry's etcd key
+	val      string   // the entry's value
 	rev      int64    // the entry's CreateRevision: its incarnation, and the token once it holds
 	sess     *session // the session the entry is attached to
+	slot     *slot    // the entry's name while in use; nil in a tombstone
 	held     bool     // the entry was first in its queue: the owner holds the key
 	lost     bool     // a tombstone: the entry is no longer the owner's
 	released bool     // Release handed the entry back to its deadline after a failed delete
 }
+
+// is compares the entry with the incarnation the record describes.
+func (r record) is() []clientv3.Cmp { return isEntry(r.name, r.rev, r.val) }
 
 // Option configures a Driver.
 type Option func(*config)
@@ -183,17 +192,27 @@ func (d *Driver) Client() *clientv3.Client { return d.cli }
 // documentation.
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
-// ---- keys and values ----
+// ---- names and values ----
 
 // queuePrefix returns the prefix of the entries of key's queue. dlock keys
 // contain no NUL byte, so the NUL ends the key: no key's queue overlaps
 // another's.
 func (d *Driver) queuePrefix(key string) string { return d.prefix + key + "\x00" }
 
-// entryKey returns the etcd key of owner's entry in key's queue.
-func (d *Driver) entryKey(key, owner string) string { return d.entryKeyByID(key, dlock.OwnerID(owner)) }
+// entryName returns the etcd key of the entry of key's queue that has slot n
+// of lease: the queue prefix, the lease ID in 16 hex digits, a dot and the
+// slot in 8 hex digits. Only the driver that holds the lease creates names
+// with it.
+func (d *Driver) entryName(key string, lease clientv3.LeaseID, n uint32) string {
+	return fmt.Sprintf("%s%016x.%08x", d.queuePrefix(key), uint64(lease), n)
+}
 
-func (d *Driver) entryKeyByID(key, ownerID string) string { return d.queuePrefix(key) + ownerID }
+// holdID identifies the hold of the owner with dlock.OwnerID ownerID on key in
+// the driver's table and among its Acquire calls in flight. Entry names are
+// reused by later owners, so the driver keeps its records by owner.
+func holdID(key, ownerID string) string { return key + "\x00" + ownerID }
+
+func reqID(req driver.Request) string { return holdID(req.Key, dlock.OwnerID(req.Owner)) }
 
 // parseEntry returns the dlock key of an entry's etcd key.
 func (d *Driver) parseEntry(k string) (key string, ok bool) {
@@ -208,6 +227,65 @@ func (d *Driver) parseEntry(k string) (key string, ok bool) {
 	return rest[:i], true
 }
 
+// slot is an entry name of a session, in use by one owner of the driver from
+// claim until the driver knows that the entry is gone from the store (it was
+// released, or expired and deleted, or found missing, or the Acquire that
+// claimed it created nothing). A driver normally has one owner per key at a
+// time, so it creates the same name, slot 0 of its session, over and over:
+// etcd then keeps one key in its index per session and lock rather than one
+// per acquisition (deleted keys stay in the index, and range reads of the
+// queue walk them, until the next compaction).
+type slot struct {
+	name  string
+	key   string
+	n     uint32
+	sess  *session
+	freed atomic.Bool
+}
+
+// claim returns the lowest slot of key on s that no owner of the driver uses.
+func (d *Driver) claim(s *session, key string) *slot {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	if s.slots == nil {
+		s.slots = map[string][]uint64{}
+	}
+	used := s.slots[key]
+	i := 0
+	for i < len(used) && used[i] == ^uint64(0) {
+		i++
+	}
+	if i == len(used) {
+		used = append(used, 0)
+	}
+	b := bits.TrailingZeros64(^used[i])
+	used[i] |= 1 << b
+	s.slots[key] = used
+	n := uint32(i*64 + b)
+	return &slot{name: d.entryName(key, s.id, n), key: key, n: n, sess: s}
+}
+
+// free hands the slot back for reuse; only the first call counts. A nil slot
+// (of a tombstone) is ignored.
+func (sl *slot) free() {
+	if sl == nil || !sl.freed.CompareAndSwap(false, true) {
+		return
+	}
+	s := sl.sess
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	used := s.slots[sl.key]
+	used[sl.n/64] &^= 1 << (sl.n % 64)
+	for len(used) > 0 && used[len(used)-1] == 0 {
+		used = used[:len(used)-1]
+	}
+	if len(used) == 0 {
+		delete(s.slots, sl.key)
+	} else {
+		s.slots[sl.key] = used
+	}
+}
+
 // value is an entry's value: the raw owner (Lister reports it) and the
 // holder's Info.
 type value struct {
@@ -218,6 +296,36 @@ type value struct {
 func encodeValue(owner, info string) string {
 	b, _ := json.Marshal(value{Owner: owner, Info: info}) // strings always marshal
 	return string(b)
+}
+
+// ownerOf returns the raw owner in an entry's value ("" for a foreign value
+// or a nil entry).
+func ownerOf(kv *mvccpb.KeyValue) string {
+	if kv == nil {
+		return ""
+	}
+	var v value
+	_ = json.Unmarshal(kv.Value, &v)
+	return v.Owner
+}
+
+// isEntry compares an entry with one incarnation of it: the entry name exists,
+// holds val and was created at revision rev.
+//
+// Names are reused, so a name alone does not say whose entry it is: after an
+// owner's entry is gone, a later owner of the same driver and key may create
+// the same name again. Every transaction that checks, refreshes or deletes an
+// entry on behalf of an owner therefore compares both the value, which holds
+// the raw owner (unique per acquisition), and the CreateRevision, the
+// incarnation: etcd gives each creation of a key the revision of its
+// transaction, so no two incarnations of a name share one. A late Release,
+// Refresh or expiry of an earlier owner then finds the newer entry different
+// and leaves it alone.
+func isEntry(name string, rev int64, val string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
+		clientv3.Compare(clientv3.Value(name), "=", val),
+	}
 }
 
 // ---- the driver contract ----
@@ -237,10 +345,24 @@ func notHeld(key, why string) error {
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
-// sameRev compares the CreateRevision of an entry: the entry exists and is
-// the incarnation rev.
-func sameRev(name string, rev int64) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(name), "=", rev)
+// firstOp reads the first entry of key's queue (the holder), with its value.
+func (d *Driver) firstOp(key string) clientv3.Op {
+	return clientv3.OpGet(d.queuePrefix(key), clientv3.WithFirstCreate()...)
+}
+
+// firstKV returns the entry a firstOp read, or nil if the queue was empty.
+func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// isFirst reports whether the range response (a Get of a queue with
+// WithFirstCreate) names the entry name.
+func isFirst(r *pb.ResponseOp, name string) bool {
+	kv := firstKV(r)
+	return kv != nil && string(kv.Key) == name
 }
 
 // validity returns the lease to report for a hold acquired by a call that
@@ -262,8 +384,8 @@ func (d *Driver) renewal(ctx context.Context, s *session, t time.Time, req drive
 
 // Acquire implements driver.Driver. A new owner's entry is created in one
 // transaction; an owner the driver already knows (a waiter asking again, a
-// holder acquiring again) is checked by its entry's CreateRevision. A
-// KeepAliveOnce of the session lease runs alongside when the latest renewal
+// holder acquiring again) is checked by its entry's value and CreateRevision.
+// A KeepAliveOnce of the session lease runs alongside when the latest renewal
 // does not cover the lease to report. See the package documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if err := d.check(); err != nil {
@@ -272,35 +394,36 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	if req.Mode != driver.Exclusive {
 		return driver.Result{}, fmt.Errorf("etcddlock: %v mode: %w", req.Mode, driver.ErrUnsupported)
 	}
-	name := d.entryKey(req.Key, req.Owner)
-	if err := d.settle(ctx, name); err != nil {
+	id := reqID(req)
+	if err := d.settle(ctx, id); err != nil {
 		return driver.Result{}, err
 	}
-	if rec, ok := d.table.Get(name); ok {
+	if rec, ok := d.table.Get(id); ok {
 		if rec.lost {
 			return driver.Result{}, notHeld(req.Key, "its entry was lost")
 		}
-		return d.reacquire(ctx, req, name, rec)
+		return d.reacquire(ctx, req, id, rec)
 	}
-	res, retry, err := d.create(ctx, req, name)
+	res, retry, err := d.create(ctx, req, id)
 	if retry {
-		// The session had ended on the server before this process
-		// noticed; nothing was created. Start a new one.
-		res, _, err = d.create(ctx, req, name)
+		// Nothing was created: the session had ended on the server
+		// before this process noticed (start a new one), or the name
+		// was taken (take the next).
+		res, _, err = d.create(ctx, req, id)
 	}
 	return res, err
 }
 
 // reacquire is Acquire for an owner whose entry the driver knows.
-func (d *Driver) reacquire(ctx context.Context, req driver.Request, name string, rec record) (driver.Result, error) {
+func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, rec record) (driver.Result, error) {
 	if rec.sess.ended() {
-		d.lose(name, rec)
+		d.lose(id, rec)
 		return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
 	}
 	start := time.Now()
 	p := d.renewal(ctx, rec.sess, start, req)
 	resp, err := d.cli.Txn(ctx).
-		If(sameRev(name, rec.rev)).
+		If(rec.is()...).
 		Then(clientv3.OpGet(d.queuePrefix(req.Key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
 		Commit()
 	if err != nil {
@@ -309,22 +432,22 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, name string,
 	}
 	_, kerr := p.wait()
 	if !resp.Succeeded {
-		d.lose(name, rec)
+		d.lose(id, rec)
 		return driver.Result{}, notHeld(req.Key, "its entry is gone")
 	}
 	if kerr != nil {
 		if isLeaseNotFound(kerr) {
 			rec.sess.kill()
-			d.lose(name, rec)
+			d.lose(id, rec)
 			return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
 		}
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	held := isFirst(resp.Responses[0], name)
+	held := isFirst(resp.Responses[0], rec.name)
 	if held && !rec.held {
-		d.table.Update(name, func(r record) record { r.held = true; return r })
+		d.table.Update(id, func(r record) record { r.held = true; return r })
 	}
-	if !d.table.Touch(name, req.TTL) {
+	if !d.table.Touch(id, req.TTL) {
 		return driver.Result{}, notHeld(req.Key, "its lease ran out")
 	}
 	if !held {
@@ -333,56 +456,58 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, name string,
 	return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, rec.sess, start)}, nil
 }
 
-// isFirst reports whether the range response (a Get of a queue with
-// WithFirstCreate) names the entry name.
-func isFirst(r *pb.ResponseOp, name string) bool {
-	kvs := r.GetResponseRange().GetKvs()
-	return len(kvs) > 0 && string(kvs[0].Key) == name
-}
-
 // create is Acquire for an owner the driver does not know: one transaction
-// that creates its entry when it may (always with Queue; only if the queue is
-// empty without), and otherwise reads what is there. retry reports that the
-// session had ended unnoticed and nothing was created.
-func (d *Driver) create(ctx context.Context, req driver.Request, name string) (_ driver.Result, retry bool, _ error) {
+// that creates its entry, in a slot of the session it claims, when it may
+// (always with Queue; only if the queue is empty without), and otherwise reads
+// the holder. retry reports that nothing was created and another attempt may
+// succeed: the session had ended unnoticed, or the slot's name was taken.
+func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ driver.Result, retry bool, _ error) {
 	s, err := d.session(ctx)
 	if err != nil {
 		return driver.Result{}, false, err
 	}
+	sl := d.claim(s, req.Key)
 	qp := d.queuePrefix(req.Key)
-	put := clientv3.OpPut(name, encodeValue(req.Owner, req.Info), clientv3.WithLease(s.id))
-	first := clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	val := encodeValue(req.Owner, req.Info)
+	first := d.firstOp(req.Key)
 	cond := clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()
-	then := []clientv3.Op{put}
+	then := []clientv3.Op{clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id))}
 	if req.Queue {
-		cond = clientv3.Compare(clientv3.CreateRevision(name), "=", 0)
+		// Never overwrite: a Put on an existing key keeps its
+		// CreateRevision, which would hand out an old token.
+		cond = clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0)
 		then = append(then, first)
 	}
-	orElse := []clientv3.Op{clientv3.OpGet(name), first}
 	created := func(resp *clientv3.TxnResponse) (record, bool) {
 		if !resp.Succeeded {
 			return record{}, false
 		}
-		rec := record{rev: resp.Header.Revision, sess: s, held: true}
+		rec := record{name: sl.name, val: val, rev: resp.Header.Revision, sess: s, slot: sl, held: true}
 		if req.Queue {
-			rec.held = isFirst(resp.Responses[1], name)
+			rec.held = isFirst(resp.Responses[1], sl.name)
 		}
 		return rec, true
 	}
 
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
-	c, err := d.commitDetached(name, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return d.cli.Txn(ctx).If(cond).Then(then...).Else(orElse...).Commit()
+	c, err := d.commitDetached(id, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return d.cli.Txn(ctx).If(cond).Then(then...).Else(first).Commit()
 	}, func(resp *clientv3.TxnResponse) {
 		// The caller stopped waiting: record what was created, so
 		// that its Release (or the deadline) removes it.
+		// Without Queue, a transaction that created nothing found the
+		// key held; with Queue, it found the name taken, which stays
+		// in use.
 		if rec, ok := created(resp); ok {
-			d.table.Put(name, rec, req.TTL)
+			d.table.Put(id, rec, req.TTL)
+		} else if !req.Queue {
+			sl.free()
 		}
 	})
 	if err != nil {
 		p.stop()
+		sl.free()
 		return driver.Result{}, false, err
 	}
 	select {
@@ -397,13 +522,17 @@ func (d *Driver) create(ctx context.Context, req driver.Request, name string) (_
 		p.stop()
 		if isLeaseNotFound(c.err) {
 			s.kill()
+			sl.free()
 			return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
 		}
+		// The entry may have been created: its slot stays in use for
+		// the rest of the session, and the Release that follows an
+		// error finds the entry by its owner.
 		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
 	}
 	rec, ok := created(c.resp)
 	if ok {
-		d.table.Put(name, rec, req.TTL)
+		d.table.Put(id, rec, req.TTL)
 	}
 	if _, kerr := p.wait(); kerr != nil {
 		// A created entry stays recorded: the Release that follows an
@@ -413,41 +542,59 @@ func (d *Driver) create(ctx context.Context, req driver.Request, name string) (_
 		}
 		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	if ok {
-		if !rec.held {
-			return driver.Result{}, false, nil
-		}
+	switch {
+	case ok && rec.held:
 		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+	case ok:
+		kv := firstKV(c.resp.Responses[1])
+		if ownerOf(kv) != req.Owner {
+			return driver.Result{}, false, nil // queued
+		}
+		// The owner holds the key through an entry this driver does
+		// not record: it needs no place in the queue.
+		d.table.Take(id)
+		if _, err := d.remove(ctx, id, rec); err != nil {
+			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+		}
+		res, err := d.heldElsewhere(ctx, req, kv)
+		return res, false, err
+	case req.Queue:
+		// The name is taken by an entry this driver did not know of
+		// (created by a request whose outcome it never learnt): its
+		// slot stays in use for the rest of the session.
+		return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: entry name %q in use", req.Key, sl.name)
 	}
-
-	// Nothing was created: the key is held (without Queue), or the owner
-	// already has an entry that this driver does not know.
-	mine := c.resp.Responses[0].GetResponseRange().GetKvs()
-	if len(mine) == 0 {
+	// Nothing was created: the key is held.
+	sl.free()
+	kv := firstKV(c.resp.Responses[0])
+	if ownerOf(kv) != req.Owner {
 		return driver.Result{}, false, nil
 	}
-	kv := mine[0]
+	res, err := d.heldElsewhere(ctx, req, kv)
+	return res, false, err
+}
+
+// heldElsewhere is Acquire for an owner whose entry kv holds the key but is
+// not recorded by the driver.
+func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvccpb.KeyValue) (driver.Result, error) {
 	if ls := d.sessionOf(clientv3.LeaseID(kv.Lease)); ls != nil {
 		if ls.ended() {
-			return driver.Result{}, false, nil // it goes with its session
+			return driver.Result{}, nil // it goes with its session
 		}
 		// An entry of this driver that it no longer records: its lease
 		// ran out and it is being removed.
-		return driver.Result{}, false, notHeld(req.Key, "its lease ran out")
+		return driver.Result{}, notHeld(req.Key, "its lease ran out")
 	}
 	// The owner's entry was made by another driver (another process
 	// acquiring for the same owner).
-	if !isFirst(c.resp.Responses[1], name) {
-		return driver.Result{}, false, nil
-	}
 	session, err := d.prove(ctx, clientv3.LeaseID(kv.Lease))
 	if err != nil {
 		if isLeaseNotFound(err) {
-			return driver.Result{}, false, nil
+			return driver.Result{}, nil
 		}
-		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, err)
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, err)
 	}
-	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, false, nil
+	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, nil
 }
 
 // Refresh implements driver.Driver: it checks that the owner's entry is the
@@ -458,39 +605,39 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	name := d.entryKey(req.Key, req.Owner)
-	rec, ok := d.table.Get(name)
+	id := reqID(req)
+	rec, ok := d.table.Get(id)
 	switch {
 	case !ok:
-		return d.refreshUnknown(ctx, req, name)
+		return d.refreshUnknown(ctx, req)
 	case rec.lost:
 		return notHeld(req.Key, "its entry was lost")
 	case !rec.held:
 		return notHeld(req.Key, "the owner waits in the queue")
 	case rec.sess.ended():
-		d.lose(name, rec)
+		d.lose(id, rec)
 		return notHeld(req.Key, "the session of its entry ended")
 	}
 	p := d.keepAlive(ctx, rec.sess.id, rec.sess, rec.sess.ttl)
-	resp, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Commit()
+	resp, err := d.cli.Txn(ctx).If(rec.is()...).Commit()
 	if err != nil {
 		p.stop()
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
 	_, kerr := p.wait()
 	if !resp.Succeeded {
-		d.lose(name, rec)
+		d.lose(id, rec)
 		return notHeld(req.Key, "its entry is gone")
 	}
 	if kerr != nil {
 		if isLeaseNotFound(kerr) {
 			rec.sess.kill()
-			d.lose(name, rec)
+			d.lose(id, rec)
 			return notHeld(req.Key, "the session of its entry ended")
 		}
 		return fmt.Errorf("etcddlock: refresh %q: renewing the session: %w", req.Key, kerr)
 	}
-	if !d.table.Touch(name, req.TTL) {
+	if !d.table.Touch(id, req.TTL) {
 		return notHeld(req.Key, "its lease ran out")
 	}
 	return nil
@@ -498,24 +645,22 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 
 // refreshUnknown is Refresh of an owner whose entry the driver does not
 // record: it succeeds only for a hold made by another driver.
-func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request, name string) error {
-	resp, err := d.cli.Txn(ctx).Then(
-		clientv3.OpGet(name),
-		clientv3.OpGet(d.queuePrefix(req.Key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-	).Commit()
+func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request) error {
+	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
-	mine := resp.Responses[0].GetResponseRange().GetKvs()
-	switch {
-	case len(mine) == 0:
-		return notHeld(req.Key, "the owner has no entry")
-	case d.sessionOf(clientv3.LeaseID(mine[0].Lease)) != nil:
-		return notHeld(req.Key, "its lease ran out")
-	case !isFirst(resp.Responses[1], name):
-		return notHeld(req.Key, "the owner waits in the queue")
+	var kv *mvccpb.KeyValue
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
 	}
-	if _, err := d.prove(ctx, clientv3.LeaseID(mine[0].Lease)); err != nil {
+	switch {
+	case ownerOf(kv) != req.Owner:
+		return notHeld(req.Key, "the owner does not hold the key")
+	case d.sessionOf(clientv3.LeaseID(kv.Lease)) != nil:
+		return notHeld(req.Key, "its lease ran out")
+	}
+	if _, err := d.prove(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
 		if isLeaseNotFound(err) {
 			return notHeld(req.Key, "the session of its entry ended")
 		}
@@ -527,83 +672,119 @@ func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request, name st
 // Release implements driver.Driver: it deletes the owner's entry (hold or
 // queue entry) if it is still the incarnation the driver recorded. Without a
 // record (a reply that was lost, an entry of another driver) it finds the
-// entry by its name first.
+// owner's entries by their value among those of the key's queue.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	name := d.entryKey(req.Key, req.Owner)
-	if err := d.settle(ctx, name); err != nil {
+	id := reqID(req)
+	if err := d.settle(ctx, id); err != nil {
 		return err
 	}
-	if rec, ok := d.table.Take(name); ok {
+	if rec, ok := d.table.Take(id); ok {
 		if rec.lost {
 			// Whatever has this name now is a newer entry.
 			return notHeld(req.Key, "its entry was lost")
 		}
-		resp, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Then(clientv3.OpDelete(name)).Commit()
-		if err != nil {
-			// Let the deadline handler delete it, retrying.
-			rec.released = true
-			d.table.Put(name, rec, 0)
+		deleted, err := d.remove(ctx, id, rec)
+		switch {
+		case err != nil:
 			return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
-		}
-		if !resp.Succeeded || rec.sess.ended() {
+		case !deleted || rec.sess.ended():
 			return notHeld(req.Key, "its entry was gone")
 		}
 		return nil
 	}
-	g, err := d.cli.Get(ctx, name)
+	return d.releaseUnknown(ctx, req)
+}
+
+// remove deletes the entry of rec, which the caller took from the table, if
+// it is still that incarnation, and reports whether it was. If the request
+// fails, the record goes back to the table with its deadline passed, so that
+// expire deletes the entry, retrying.
+func (d *Driver) remove(ctx context.Context, id string, rec record) (deleted bool, _ error) {
+	resp, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
+	if err != nil {
+		rec.released = true
+		d.table.Put(id, rec, 0)
+		return false, err
+	}
+	rec.slot.free()
+	return resp.Succeeded, nil
+}
+
+// releaseUnknown is Release of an owner the driver has no record of. The
+// owner's entries are found by the owner in their values: the driver reads
+// the whole queue, so that entries of any session of this driver (the current
+// one, one that just ended) or of another driver are found. Each is deleted
+// only if it is still the incarnation read, so a live entry of another owner
+// is never deleted. The slots of entries of this driver found here stay in use
+// for the rest of their session.
+func (d *Driver) releaseUnknown(ctx context.Context, req driver.Request) error {
+	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
 	}
-	if len(g.Kvs) == 0 {
-		return notHeld(req.Key, "the owner has no entry")
+	var deleted, mine bool
+	for _, kv := range resp.Kvs {
+		if ownerOf(kv) != req.Owner {
+			continue
+		}
+		name := string(kv.Key)
+		r, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision, string(kv.Value))...).Then(clientv3.OpDelete(name)).Commit()
+		if err != nil {
+			return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
+		}
+		if r.Succeeded {
+			deleted = true
+			mine = mine || d.sessionOf(clientv3.LeaseID(kv.Lease)) != nil
+		}
 	}
-	kv := g.Kvs[0]
-	resp, err := d.cli.Txn(ctx).If(sameRev(name, kv.CreateRevision)).Then(clientv3.OpDelete(name)).Commit()
 	switch {
-	case err != nil:
-		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
-	case !resp.Succeeded:
-		return notHeld(req.Key, "its entry was gone")
-	case d.sessionOf(clientv3.LeaseID(kv.Lease)) != nil:
+	case !deleted:
+		return notHeld(req.Key, "the owner has no entry")
+	case mine:
 		// An entry of this driver that it no longer recorded: its
-		// lease had run out.
+		// lease had run out, or the Acquire that made it failed.
 		return notHeld(req.Key, "its lease had run out")
 	}
 	return nil
 }
 
-// lose replaces the record of an entry that is no longer the owner's with a
-// tombstone.
-func (d *Driver) lose(name string, rec record) {
-	if cur, ok := d.table.Get(name); ok && cur.rev == rec.rev && !cur.lost {
-		d.bury(name, rec)
+// lose replaces the record of an entry that is no longer the owner's (it is
+// gone, or its session ended) with a tombstone, and frees its slot.
+func (d *Driver) lose(id string, rec record) {
+	if cur, ok := d.table.Get(id); ok && cur.rev == rec.rev && !cur.lost {
+		d.bury(id, rec)
+		rec.slot.free()
 	}
 }
 
-func (d *Driver) bury(name string, rec record) {
-	d.table.Put(name, record{rev: rec.rev, sess: rec.sess, lost: true}, tombstoneTTL)
+func (d *Driver) bury(id string, rec record) {
+	d.table.Put(id, record{name: rec.name, rev: rec.rev, sess: rec.sess, lost: true}, tombstoneTTL)
 }
 
 // expire runs when an entry's local deadline passed: the owner stopped
 // refreshing (or re-asking, for a queue entry). It deletes the entry, if it is
 // still the same incarnation, retrying until that succeeds, the session ends
 // (which removes the entry) or the driver is closed.
-func (d *Driver) expire(name string, rec record) {
+func (d *Driver) expire(id string, rec record) {
 	if rec.lost {
 		return // a tombstone's time is up
 	}
 	if !rec.released {
-		d.bury(name, rec)
+		d.bury(id, rec)
 	}
 	delay := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
-		_, err := d.cli.Txn(ctx).If(sameRev(name, rec.rev)).Then(clientv3.OpDelete(name)).Commit()
+		_, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
 		cancel()
-		if err == nil || rec.sess.ended() || !sleep(d.ctx, delay) {
+		if err == nil {
+			rec.slot.free()
+			return
+		}
+		if rec.sess.ended() || !sleep(d.ctx, delay) {
 			return
 		}
 		delay = min(2*delay, maxRetryDelay)

@@ -467,7 +467,7 @@ func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 	}()
 	// The request is on its way (held by the proxy) once the call is
 	// pending.
-	for !pending(d, d.entryKey(k, r.Owner)) {
+	for !pending(d, reqID(r)) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -486,10 +486,10 @@ func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 	}
 }
 
-func pending(d *Driver, name string) bool {
+func pending(d *Driver, id string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.pending[name] != nil
+	return d.pending[id] != nil
 }
 
 func TestListReportsHolder(t *testing.T) {
@@ -541,4 +541,167 @@ func TestUnknownOwnerRelease(t *testing.T) {
 	if err := d.Refresh(ctx(t), req(key(t))); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Refresh of an unknown owner = %v; want ErrNotHeld", err)
 	}
+}
+
+// entries returns the etcd keys of key's queue, in creation order, with
+// their CreateRevisions.
+func entries(t *testing.T, cli *clientv3.Client, key string) (names []string, revs []int64) {
+	t.Helper()
+	resp, err := cli.Get(ctx(t), DefaultPrefix+key+"\x00", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		names = append(names, string(kv.Key))
+		revs = append(revs, kv.CreateRevision)
+	}
+	return names, revs
+}
+
+// One driver re-creates the same entry name for each acquisition of a key,
+// so etcd's index holds one key per session and lock; owners of one driver
+// that overlap on a key get names of their own, and the queue stays in the
+// order of creation whatever the names.
+func TestEntryNamesAreReused(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := admin(t)
+	d := newTestDriver(t, srv.Addr)
+	c := newLockClient(t, d)
+	k := key(t)
+	var last uint64
+	for i := range 5 {
+		l, err := c.Lock(ctx(t), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, _ := entries(t, cli, k)
+		d.mu.Lock()
+		want := d.entryName(k, d.sess.id, 0)
+		d.mu.Unlock()
+		if len(names) != 1 || names[0] != want {
+			t.Errorf("acquisition %d: entries %q; want only %q", i, names, want)
+		}
+		if l.Token() <= last {
+			t.Errorf("acquisition %d: token %d after %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Overlapping owners of one driver: each has a name of its own.
+	k2 := key(t)
+	h, w1, w2, w3 := req(k2), req(k2), req(k2), req(k2)
+	w1.Queue, w2.Queue, w3.Queue = true, true, true
+	if res, err := d.Acquire(ctx(t), h); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	for _, w := range []driver.Request{w1, w2} {
+		if res, err := d.Acquire(ctx(t), w); err != nil || res.Acquired {
+			t.Fatalf("queued Acquire = %+v, %v; want queued", res, err)
+		}
+	}
+	names, _ := entries(t, cli, k2)
+	if len(names) != 3 || names[0] == names[1] || names[1] == names[2] || names[0] == names[2] {
+		t.Fatalf("entries of a holder and two waiters of one driver = %q; want three names", names)
+	}
+	if err := d.Release(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's name is free again: the next waiter takes it, and
+	// queues behind the earlier waiters all the same.
+	if res, err := d.Acquire(ctx(t), w3); err != nil || res.Acquired {
+		t.Fatalf("queued Acquire = %+v, %v; want queued", res, err)
+	}
+	if got, _ := entries(t, cli, k2); len(got) != 3 || got[2] != names[0] {
+		t.Errorf("entries after the holder's release and a new waiter = %q; want the new waiter last under the name %q", got, names[0])
+	}
+	for i, w := range []driver.Request{w1, w2, w3} {
+		res, err := d.Acquire(ctx(t), w)
+		if err != nil || !res.Acquired {
+			t.Fatalf("waiter %d: Acquire = %+v, %v; want acquired", i+1, res, err)
+		}
+		for _, later := range []driver.Request{w1, w2, w3}[i+1:] {
+			if res, err := d.Acquire(ctx(t), later); err != nil || res.Acquired {
+				t.Fatalf("a later waiter's Acquire while waiter %d holds = %+v, %v; want queued", i+1, res, err)
+			}
+		}
+		if err := d.Release(ctx(t), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertEmpty(t, cli, "etcd:"+t.Name())
+}
+
+// Late calls for an earlier owner of a reused name (a stale record: same
+// name, another owner's newer incarnation) touch nothing; a Release without a
+// record removes the owner's entry only.
+func TestStaleCallsOnReusedName(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := admin(t)
+	d := newTestDriver(t, srv.Addr)
+	defer d.Close()
+	k := key(t)
+	a, b := req(k), req(k)
+	if res, err := d.Acquire(ctx(t), a); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	stale, _ := d.table.Get(reqID(a))
+	if err := d.Release(ctx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Acquire(ctx(t), b)
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	if names, revs := entries(t, cli, k); len(names) != 1 || names[0] != stale.name || revs[0] != int64(res.Token) {
+		t.Fatalf("entries = %q at %v; want the name %q again at revision %d", names, revs, stale.name, res.Token)
+	}
+	intact := func(how string) {
+		t.Helper()
+		if names, revs := entries(t, cli, k); len(names) != 1 || revs[0] != int64(res.Token) {
+			t.Errorf("after %s: entries %q at %v; want the new owner's only", how, names, revs)
+		}
+	}
+	d.table.Put(reqID(a), stale, time.Minute)
+	if err := d.Refresh(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("stale Refresh = %v; want ErrNotHeld", err)
+	}
+	intact("a stale Refresh")
+	d.table.Put(reqID(a), stale, time.Minute)
+	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("stale Release = %v; want ErrNotHeld", err)
+	}
+	intact("a stale Release")
+	d.expire(reqID(a), stale)
+	intact("a stale expiry")
+	d.table.Take(reqID(a))
+	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release without a record = %v; want ErrNotHeld", err)
+	}
+	intact("a Release without a record")
+
+	// A Release without a record (as after an Acquire whose reply was
+	// lost) finds the owner's entry by its value, and leaves the other
+	// owner's queue entry alone.
+	w := req(k)
+	w.Queue = true
+	if res, err := d.Acquire(ctx(t), w); err != nil || res.Acquired {
+		t.Fatalf("queued Acquire = %+v, %v; want queued", res, err)
+	}
+	d.table.Take(reqID(b))
+	if err := d.Release(ctx(t), b); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release without a record = %v", err)
+	}
+	if names, _ := entries(t, cli, k); len(names) != 1 {
+		t.Errorf("entries after the Release without a record = %q; want the waiter's only", names)
+	}
+	if res, err := d.Acquire(ctx(t), w); err != nil || !res.Acquired {
+		t.Errorf("waiter's Acquire = %+v, %v; want acquired", res, err)
+	}
+	if err := d.Release(ctx(t), w); err != nil {
+		t.Error(err)
+	}
+	assertEmpty(t, cli, k)
 }

@@ -129,7 +129,7 @@ func TestHolderSessionEnds(t *testing.T) {
 }
 
 // IsOwner guards a write: it succeeds while the lock is held and fails once
-// the lock was lost and taken over.
+// the lock was lost and taken over, or released and its entry name reused.
 func TestIsOwnerGuardsWrites(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	cli := admin(t)
@@ -170,8 +170,25 @@ func TestIsOwnerGuardsWrites(t *testing.T) {
 	if write(d2, l2, "released") {
 		t.Error("guarded write after Release succeeded")
 	}
+	// The next lock of the same driver re-creates l2's entry name: the
+	// guard of l2 still fails, that of the new lock holds, and a driver
+	// that does not know the lock never lets it write.
+	l3, err := c2.Lock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l3.Release(ctx(t))
+	if write(d2, l2, "stale") {
+		t.Error("guarded write by the earlier holder of the reused name succeeded")
+	}
+	if write(d1, l3, "other driver") {
+		t.Error("guarded write through a driver that does not know the lock succeeded")
+	}
+	if !write(d2, l3, "3") {
+		t.Error("guarded write by the holder of the reused name failed")
+	}
 	resp, err := cli.Get(ctx(t), data)
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
-		t.Errorf("data = %v, %v; want the new holder's write", resp, err)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
+		t.Errorf("data = %v, %v; want the last holder's write", resp, err)
 	}
 }

@@ -57,13 +57,12 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	name := d.entryKey(req.Key, req.Owner)
 	var (
 		myRev int64
 		pred  string
 		ended <-chan struct{}
 	)
-	rec, ok := d.table.Get(name)
+	rec, ok := d.table.Get(reqID(req))
 	if ok {
 		myRev, ended = rec.rev, rec.sess.done
 	}

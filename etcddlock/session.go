@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,9 @@ type session struct {
 	err   error         // why the session could not start
 
 	proof atomic.Int64 // the send time of the latest renewal known to have succeeded, after start
+
+	slotMu sync.Mutex
+	slots  map[string][]uint64 // the slots in use, a bit set per dlock key (see Driver.claim)
 }
 
 // ended reports whether the session is over: its keep-alive stopped (the
@@ -233,17 +237,17 @@ type call struct {
 	abandoned bool // guarded by Driver.mu
 }
 
-// commitDetached starts txn for the entry name. If the caller abandons the
+// commitDetached starts txn for the hold id. If the caller abandons the
 // call, adopt receives the response of a successful transaction before the
 // call counts as done.
-func (d *Driver) commitDetached(name string, txn func(context.Context) (*clientv3.TxnResponse, error), adopt func(*clientv3.TxnResponse)) (*call, error) {
+func (d *Driver) commitDetached(id string, txn func(context.Context) (*clientv3.TxnResponse, error), adopt func(*clientv3.TxnResponse)) (*call, error) {
 	c := &call{done: make(chan struct{})}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return nil, errClosed
 	}
-	d.pending[name] = c
+	d.pending[id] = c
 	d.wg.Add(1)
 	d.mu.Unlock()
 	go func() {
@@ -257,8 +261,8 @@ func (d *Driver) commitDetached(name string, txn func(context.Context) (*clientv
 		if c.abandoned && err == nil {
 			adopt(resp)
 		}
-		if d.pending[name] == c {
-			delete(d.pending, name)
+		if d.pending[id] == c {
+			delete(d.pending, id)
 		}
 		close(c.done)
 	}()
@@ -279,10 +283,10 @@ func (d *Driver) abandon(c *call) bool {
 	}
 }
 
-// settle waits until no Acquire transaction for the entry name is in flight.
-func (d *Driver) settle(ctx context.Context, name string) error {
+// settle waits until no Acquire transaction for the hold id is in flight.
+func (d *Driver) settle(ctx context.Context, id string) error {
 	d.mu.Lock()
-	c := d.pending[name]
+	c := d.pending[id]
 	d.mu.Unlock()
 	if c == nil {
 		return nil

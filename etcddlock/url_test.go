@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
@@ -47,7 +49,7 @@ func TestURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := admin(t).Get(ctx(t), "/app1/"+k+"\x00"+l.OwnerID())
+	resp, err := admin(t).Get(ctx(t), "/app1/"+k+"\x00", clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Errorf("entry under the URL's prefix: %v, %v", resp, err)
 	}
