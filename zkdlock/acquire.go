@@ -1,0 +1,363 @@
+package zkdlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// Acquire implements driver.Driver with the ZooKeeper lock recipe: it
+// creates an ephemeral sequential node under the key's znode, then lists the
+// key's nodes and reads its own node's stat (two requests in flight
+// together). The first node in sequence order holds the lock. See the
+// package documentation.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if err := check(req); err != nil {
+		return driver.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
+	}
+	if err := d.enterAcquire(ctx, req.Owner); err != nil {
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
+	}
+	var (
+		mu        sync.Mutex
+		finished  bool // the caller takes the outcome
+		abandoned bool // the caller has gone
+		res       driver.Result
+		err       error
+	)
+	done, ok := d.spawn(func() {
+		defer d.leaveAcquire(req.Owner)
+		r, made, e := d.acquire(ctx, req)
+		mu.Lock()
+		drop := abandoned && made != ""
+		finished, res, err = !abandoned, r, e
+		mu.Unlock()
+		if drop {
+			// Nobody will learn of the node: remove it.
+			d.drop(req.Owner, made)
+		}
+	})
+	if !ok {
+		d.leaveAcquire(req.Owner)
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, errClosed)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !finished {
+		abandoned = true
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, ctx.Err())
+	}
+	if err != nil {
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// enterAcquire waits until no Acquire of owner runs and registers one.
+func (d *Driver) enterAcquire(ctx context.Context, owner string) error {
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return errClosed
+		}
+		ch := d.inflight[owner]
+		if ch == nil {
+			d.inflight[owner] = make(chan struct{})
+			d.mu.Unlock()
+			return nil
+		}
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (d *Driver) leaveAcquire(owner string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	close(d.inflight[owner])
+	delete(d.inflight, owner)
+}
+
+// waitAcquire waits until no Acquire of owner runs, so that a Release
+// finds whatever an abandoned Acquire left.
+func (d *Driver) waitAcquire(ctx context.Context, owner string) error {
+	d.mu.Lock()
+	ch := d.inflight[owner]
+	d.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// acquire does the work of Acquire. made is the node of this driver's
+// session that the call left for the owner, if any, for removal should the
+// caller have gone.
+func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Result, made string, err error) {
+	if h, ok := d.holds.Get(req.Owner); ok {
+		res, err := d.reacquire(req, h)
+		return res, "", err
+	}
+	if req.Queue {
+		if _, ok := d.lost.Take(req.Owner); ok {
+			return driver.Result{}, "", notHeld("the lease of the queue entry ran out")
+		}
+	}
+	parent := d.parentPath(req.Key)
+	created, createErr := d.create(parent, nodeBase(req.Owner), encodeData(req.Owner, req.Info))
+	if createErr != nil && !maybeApplied(createErr) {
+		return driver.Result{}, "", createErr
+	}
+	// createErr != nil: the reply was lost and the node may exist. Look for
+	// it by its owner's name before anything else.
+	if createErr == nil && ctx.Err() != nil {
+		return driver.Result{}, created, ctx.Err()
+	}
+	sid := d.conn.SessionID()
+	children, st, err := d.look(parent, created)
+	if err != nil {
+		if createErr != nil {
+			err = errors.Join(createErr, err)
+		}
+		return driver.Result{}, created, err
+	}
+	q := queue(children)
+	id := dlock.OwnerID(req.Owner)
+	i := find(q, id)
+	if i < 0 {
+		if createErr != nil {
+			return driver.Result{}, "", createErr // it was not created
+		}
+		return driver.Result{}, "", fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", created, sid)
+	}
+	// Normally the owner has just the node made now; an earlier attempt
+	// whose reply was lost, or another driver, may have made one too. The
+	// oldest keeps its place; the others go.
+	keep := parent + "/" + q[i].name
+	crowded := false
+	for _, n := range q[i+1:] {
+		if n.ownerID != id {
+			crowded = true
+			continue
+		}
+		p := parent + "/" + n.name
+		if err := d.conn.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			d.retry(parent, p, sid)
+		}
+	}
+	if keep != created {
+		created = ""
+		var exists bool
+		if exists, st, err = d.conn.Exists(keep); err != nil {
+			return driver.Result{}, "", err
+		} else if !exists {
+			st = nil
+		}
+	}
+	if st == nil {
+		return driver.Result{}, "", fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", keep, sid)
+	}
+	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
+	s, known := d.sess.timeoutOf(st.EphemeralOwner)
+	switch {
+	case own && !known:
+		// Without the granted timeout no validity can be promised.
+		d.holds.Put(req.Owner, hold{parent: parent, path: keep, czxid: st.Czxid, session: sid}, req.TTL)
+		return driver.Result{}, keep, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", sid)
+	case !own && (keep == created || d.sess.ours(st.EphemeralOwner)):
+		// The session changed under the call: the node goes with the
+		// old one.
+		return driver.Result{}, "", fmt.Errorf("zkdlock: the session of node %s ended during the call", keep)
+	case !own:
+		// Another session's node (another driver's, for the same owner):
+		// this driver can neither renew its session nor know its timeout.
+		s = cmp.Or(d.sess.latest(), d.ttl)
+	}
+	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded}
+	if i > 0 {
+		h.pred = q[i-1].name
+	}
+	if own {
+		made = keep
+	}
+	switch {
+	case i == 0:
+		if own {
+			d.holds.Put(req.Owner, h, req.TTL)
+		}
+		return driver.Result{Acquired: true, Token: uint64(st.Czxid), TTL: min(req.TTL, s)}, made, nil
+	case req.Queue:
+		if own {
+			d.holds.Put(req.Owner, h, req.TTL)
+		}
+		return driver.Result{}, made, nil
+	case own:
+		// A single attempt leaves nothing behind.
+		if _, err := d.removeNode(parent, keep, true); err != nil {
+			d.retry(parent, keep, sid)
+			return driver.Result{}, "", err
+		}
+	}
+	return driver.Result{}, "", nil
+}
+
+// reacquire is Acquire by an owner with a node of this driver: a renewal of
+// a queue entry, or an Acquire by the holder.
+func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
+	if h.session != d.conn.SessionID() {
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("the session of its node ended")
+	}
+	children, st, err := d.look(h.parent, h.path)
+	if errors.Is(err, zk.ErrSessionExpired) {
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("the session of its node expired")
+	}
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if st == nil || st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("its node is gone")
+	}
+	s, ok := d.sess.timeoutOf(h.session)
+	if !ok {
+		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", h.session)
+	}
+	q := queue(children)
+	i := slices.IndexFunc(q, func(n node) bool { return n.name == path.Base(h.path) })
+	if i < 0 {
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("its node is gone")
+	}
+	if !d.holds.Touch(req.Owner, req.TTL) {
+		return driver.Result{}, notHeld("its lease ran out")
+	}
+	h.pred, h.crowded = "", i < len(q)-1
+	if i > 0 {
+		h.pred = q[i-1].name
+	}
+	d.holds.Update(req.Owner, func(hold) hold { return h })
+	switch {
+	case i == 0:
+		return driver.Result{Acquired: true, Token: uint64(h.czxid), TTL: min(req.TTL, s)}, nil
+	case req.Queue:
+		return driver.Result{}, nil
+	}
+	// A single attempt by an owner that queued before: leave the queue.
+	d.holds.Take(req.Owner)
+	if _, err := d.removeNode(h.parent, h.path, true); err != nil {
+		d.retry(h.parent, h.path, h.session)
+		return driver.Result{}, err
+	}
+	return driver.Result{}, nil
+}
+
+// create creates the contender's ephemeral sequential node under parent,
+// creating parent first if it is missing, and returns its path.
+func (d *Driver) create(parent, name string, data []byte) (string, error) {
+	var err error
+	for range createAttempts {
+		var p string
+		p, err = d.conn.Create(parent+"/"+name, data, zk.FlagEphemeralSequential, acl)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return "", err
+		}
+		if err = d.ensureParent(parent); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("zkdlock: %s keeps vanishing: %w", parent, err)
+}
+
+// ensureParent creates a key's znode, as a container (which the server
+// deletes once it is empty, should the driver's own deletion not happen),
+// and the prefix's znodes if they are missing.
+func (d *Driver) ensureParent(parent string) error {
+	_, err := d.conn.CreateContainer(parent, nil, zk.FlagContainer, acl)
+	if errors.Is(err, zk.ErrNoNode) {
+		p := ""
+		for c := range strings.SplitSeq(d.root[1:], "/") {
+			p += "/" + c
+			if _, err := d.conn.Create(p, nil, zk.FlagPersistent, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
+			}
+		}
+		_, err = d.conn.CreateContainer(parent, nil, zk.FlagContainer, acl)
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	return nil
+}
+
+// look lists parent's children and, if p is not empty, reads p's stat (nil
+// if p does not exist), with the two requests in flight together. A
+// missing parent has no children.
+func (d *Driver) look(parent, p string) (children []string, st *zk.Stat, err error) {
+	var (
+		exists bool
+		serr   error
+		wg     sync.WaitGroup
+	)
+	if p != "" {
+		wg.Go(func() { exists, st, serr = d.conn.Exists(p) })
+	}
+	children, _, err = d.conn.Children(parent)
+	wg.Wait()
+	if errors.Is(err, zk.ErrNoNode) {
+		children, err = nil, nil
+	}
+	if err = cmp.Or(err, serr); err != nil {
+		return nil, nil, err
+	}
+	if !exists {
+		st = nil
+	}
+	return children, st, nil
+}
+
+// maybeApplied reports whether a request that failed with err may have
+// been applied all the same: its reply was lost with the connection.
+func maybeApplied(err error) bool {
+	for _, e := range []error{
+		zk.ErrSessionExpired, zk.ErrNoServer, zk.ErrClosing, errClosed,
+		zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNoAuth, zk.ErrBadVersion, zk.ErrNoChildrenForEphemerals,
+		zk.ErrNotEmpty, zk.ErrInvalidACL, zk.ErrAuthFailed, zk.ErrInvalidPath, zk.ErrInvalidFlags, zk.ErrBadArguments,
+	} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,165 @@
+// Package zkdlock is a dlock backend over Apache ZooKeeper (3.5 or later),
+// through github.com/go-zookeeper/zk.
+//
+// It implements the ZooKeeper lock recipe, as Curator's InterProcessMutex
+// does: every contender for a key creates an ephemeral sequential node
+// under the key's znode, the node with the lowest sequence number holds
+// the lock, and every other contender waits for the node just ahead of its
+// own to go. Waiters acquire in the order they first asked
+// (Capabilities.FIFO), and a release wakes exactly one of them.
+//
+// # Sessions
+//
+// ZooKeeper ties ephemeral nodes to a client session, which the server
+// ends when it has not heard from the client for the session timeout: it
+// then deletes the session's nodes. A per-lock session would cost round
+// trips, so each Driver keeps one session (its connection's), with a
+// timeout S asked for with WithSessionTTL (15s by default) and clamped by
+// the server to its minSessionTimeout and maxSessionTimeout. The client
+// keeps the session alive in the background, and every hold and queue
+// entry of the driver is a node of that session. Then:
+//
+//   - A process that dies, pauses or is cut off from the servers loses all
+//     its holds when its session expires, S after its last contact, on the
+//     server's clock.
+//   - A live process that stops refreshing a lock (dlock.WithoutRenewal, or
+//     a reservation with a business TTL) still loses it after the
+//     request's TTL: the driver keeps each hold's deadline on its own clock
+//     and deletes the node when the deadline passes. Refresh moves the
+//     deadline, as does a repeated Acquire for a queue entry.
+//   - The lease the driver reports (driver.Result.TTL) is the smaller of
+//     the request's TTL and the session timeout the server granted, which
+//     the driver learns from the client's log of the session set-up
+//     (go-zookeeper exports it nowhere else); an Acquire fails with an
+//     error if it is unknown. The lease is safe: every Acquire and Refresh
+//     makes a request of the session after the call started, which resets
+//     the session's expiry on the server to at least the call's start plus
+//     S, and checks that the hold's node belongs to that session. A
+//     Refresh therefore needs a round trip: a holder cut off from the
+//     servers cannot renew, and its lock reports the loss when its
+//     validity ends, before the server can expire the session and let
+//     another contender in.
+//   - When the session expires (the client learns so when it reconnects),
+//     every hold and queue entry of it is lost: Refresh and Release report
+//     driver.ErrNotHeld, and so does the owner's next queued Acquire, which
+//     ends the wait with dlock.ErrLost rather than queueing again at the
+//     back. The client sets up a new session by itself, and new
+//     acquisitions use it.
+//
+// Holds are tied to the session of the driver that made them. Another
+// driver (another session) asked about the same owner recognises the hold
+// by its node's name, but cannot renew that session: its Refresh only
+// confirms that the node is still there, and it keeps no deadline for it.
+//
+// ReleaseAfter hands the lock to the driver's deadline, which lasts only as
+// long as the process: if the process exits, the server frees the lock
+// when the session expires.
+//
+// # Nodes
+//
+// The key K lives in the znode PREFIX/esc(K) (PREFIX is "/dlock" unless
+// WithPrefix says otherwise). esc maps keys injectively to znode names:
+// ASCII letters, digits and "-_.:,=+@~" stand for themselves and every
+// other byte, '/' and '%' among them, becomes %XX; the names "." and ".."
+// become "%2E" and "%2E%2E". The key's znode is a container node, which the
+// server deletes on its own some time after its last child goes, should
+// the driver's deletion not happen (a session that expired, a connection
+// lost at the wrong moment).
+//
+// A contender's node is PREFIX/esc(K)/_c_<ID>-lock-<SEQ>: ID is
+// dlock.OwnerID of the owner (32 hexadecimal digits), the "_c_<ID>-" prefix
+// marks it as the owner's, as Curator's protected nodes are, and SEQ is
+// the ten-digit sequence number ZooKeeper appends. Its data is the owner,
+// prefixed with its length ("LEN:OWNER"), followed by the holder's Info.
+//
+// # Requests
+//
+//   - Acquire creates the node (one round trip), then lists the key's
+//     nodes and reads its own node's stat, two requests in flight together
+//     (one round trip). If the node is first, the lock is held. If not,
+//     and the request asks to queue (driver.Request.Queue), the node stays
+//     as the queue entry; otherwise it is deleted (with the key's znode, if
+//     that left it empty) before Acquire returns. A repeated Acquire by an
+//     owner with a node lists and reads again, and reports the existing
+//     token if the node is now first.
+//   - Refresh reads the node's stat (one round trip): it must be there,
+//     with the same creation zxid, in the driver's current session.
+//   - Release deletes the node and, if no other node is left, the key's
+//     znode. When the owner was alone at its last look, both go in one
+//     multi-operation (one round trip), which fails as a whole if others
+//     have come since; otherwise, and then, the node is deleted alone and
+//     the key's znode after it (two round trips), a deletion that fails
+//     harmlessly while other nodes remain, so that the last node to go
+//     takes the key's znode with it. A contender that finds the key's
+//     znode gone creates it again.
+//   - Subscribe (driver.Notifier) watches the node just ahead of the
+//     owner's (or, for an owner without a node, the holder's): no herd of
+//     waiters wakes on a release. When that node goes, the subscription
+//     signals and moves on to the node now ahead.
+//   - List (driver.Lister) reads the first node of each key's queue; waiters
+//     are not listed. Holder.TTL is the session timeout the driver was
+//     granted: an upper bound of how long a hold outlives its holder.
+//   - ForceRelease (driver.ForceReleaser) deletes every node of the key,
+//     and the key's znode.
+//
+// # Lost replies
+//
+// A Create whose reply is lost with the connection may have created the
+// node. Acquire then lists the key's nodes and looks for one with the
+// owner's name before anything else, and so do Release and Refresh when
+// the driver has no record of the owner's node (package dlock releases
+// after every Acquire that failed). A repeated Acquire that finds an older
+// node of the owner keeps that one, with its place in the queue, and
+// deletes the newer. A deletion that fails for want of a connection is
+// tried again every second until the node is gone or its session has
+// ended.
+//
+// # Fencing tokens
+//
+// The token is the holder node's creation zxid (Stat.Czxid): ZooKeeper's
+// transaction IDs grow with every change of the ensemble's state and are
+// never reused, across restarts and leader changes, so tokens are durable
+// (Capabilities.DurableTokens), strictly increasing per key, and they stay
+// so after the node is deleted. They are not dense.
+//
+// # Guarantees
+//
+// ZooKeeper replicates every change through a majority of the ensemble
+// before it applies it (Capabilities.Consensus), and applies the changes
+// of one client in the order the client sent them. Reads, though, are
+// served by the server the client is connected to, which may lag behind
+// the leader. The driver's decision does not depend on fresh reads of
+// other clients' changes: Acquire lists the key's nodes after its own
+// node's creation, in the same session, so the listing includes every
+// node created before its own (those are the only ones that can come
+// first); a lagging server can only show a node that has already gone,
+// which makes the contender wait for a deletion it is then told of.
+//
+// The client's clock is used only to measure durations: the session's
+// expiry runs on the server's clock, and the lease reported to package
+// dlock starts before the request that proved the session alive was sent.
+//
+// # Contexts
+//
+// go-zookeeper's calls take no context. The driver runs each call on a
+// goroutine of its own and returns when the call's context is done; the
+// abandoned request finishes in the background (Close waits for it). An
+// Acquire whose caller has gone deletes the node it made, and Release
+// waits for such an Acquire of the same owner first.
+//
+// # URL
+//
+// Importing the package registers the zk scheme with package dlock:
+//
+//	zk://host:port[,host:port...][/chroot][?session=15s&prefix=/dlock]
+//
+// The port defaults to 2181. A chroot path is put in front of the prefix.
+// session is the session timeout to ask for (a Go duration) and prefix the
+// znode under which locks are kept. Open waits until a server has answered.
+//
+// # Logging
+//
+// go-zookeeper logs through the standard logger by default; the driver
+// sends its lines to the slog logger given with WithLogger, at debug level,
+// and drops them otherwise.
+package zkdlock

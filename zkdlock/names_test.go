@@ -1,0 +1,158 @@
+package zkdlock
+
+import (
+	"crypto/rand"
+	"strings"
+	"testing"
+	"testing/quick"
+	"unicode/utf8"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/testsrv"
+)
+
+// oddKeys are keys that are not znode names as they are.
+var oddKeys = []string{
+	"a", "a/b", "a%2Fb", "a%2fb", ".", "..", "...", "%2E", "%2E%2E", "x.y",
+	"/", "//", "a/../b", "sp ace", "ctl\x01\x1f\x7f", "\u0085", "\uf000", "\ufff0",
+	"ключ", "🔒", "zookeeper", "_c_", "%", "%%", "%zz",
+}
+
+func TestEscape(t *testing.T) {
+	seen := map[string]string{}
+	for _, k := range oddKeys {
+		e := escape(k)
+		if why := checkPath("/" + e); why != "" || strings.Contains(e, "/") {
+			t.Errorf("escape(%q) = %q: not a znode name: %s", k, e, why)
+		}
+		if back, ok := unescape(e); !ok || back != k {
+			t.Errorf("unescape(escape(%q)) = %q, %v", k, back, ok)
+		}
+		if other, dup := seen[e]; dup {
+			t.Errorf("keys %q and %q both escape to %q", k, other, e)
+		}
+		seen[e] = k
+	}
+	roundTrip := func(k string) bool {
+		if k == "" || !utf8.ValidString(k) || strings.Contains(k, "\x00") {
+			return true
+		}
+		back, ok := unescape(escape(k))
+		return ok && back == k && checkPath("/"+escape(k)) == ""
+	}
+	if err := quick.Check(roundTrip, nil); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{"", "a%2", "a%G0", "a%2e", "a b", "a/b", "%2E"} {
+		if k, ok := unescape(name); ok && escape(k) != name {
+			t.Errorf("unescape(%q) = %q, true; want it rejected", name, k)
+		}
+	}
+}
+
+func TestParseNode(t *testing.T) {
+	owner := "owner"
+	name := nodeBase(owner) + "0000000042"
+	n, ok := parseNode(name)
+	if !ok || n.ownerID != dlock.OwnerID(owner) || n.seq != 42 || n.name != name {
+		t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+	}
+	for _, bad := range []string{"", "lock-0000000001", "_c_x-lock-0000000001", nodeBase(owner), nodeBase(owner) + "x"} {
+		if n, ok := parseNode(bad); ok {
+			t.Errorf("parseNode(%q) = %+v; want rejected", bad, n)
+		}
+	}
+	q := queue([]string{nodeBase("b") + "0000000010", "other", nodeBase("a") + "0000000002", nodeBase("c") + "0000000100"})
+	if len(q) != 3 || q[0].seq != 2 || q[1].seq != 10 || q[2].seq != 100 {
+		t.Errorf("queue = %+v; want the three contenders by sequence number", q)
+	}
+	for _, tc := range []struct{ owner, info string }{{"o", ""}, {"o:1", "host:pid"}, {"", "x"}, {"12:ab", ":"}} {
+		o, i, ok := decodeData(encodeData(tc.owner, tc.info))
+		if !ok || o != tc.owner || i != tc.info {
+			t.Errorf("decodeData(encodeData(%q, %q)) = %q, %q, %v", tc.owner, tc.info, o, i, ok)
+		}
+	}
+}
+
+// TestOddKeys locks keys that need escaping, all at once: they are distinct
+// locks, and listing names them as they are.
+func TestOddKeys(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	d := newTestDriver(t, srv.Addr)
+	p := "odd:" + rand.Text()[:8] + ":"
+	var reqs []driver.Request
+	for _, k := range oddKeys {
+		r := req(p + k)
+		r.Info = "info " + k
+		res, err := d.Acquire(ctx(t), r)
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire(%q) = %+v, %v", r.Key, res, err)
+		}
+		reqs = append(reqs, r)
+	}
+	hs, err := d.List(ctx(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != len(oddKeys) {
+		t.Errorf("List = %d holders; want %d", len(hs), len(oddKeys))
+	}
+	byKey := map[string]driver.Holder{}
+	for _, h := range hs {
+		byKey[h.Key] = h
+	}
+	for _, r := range reqs {
+		h, ok := byKey[r.Key]
+		if !ok || h.Owner != r.Owner || h.Info != r.Info || h.TTL <= 0 {
+			t.Errorf("holder of %q = %+v, %v; want owner %q, info %q", r.Key, h, ok, r.Owner, r.Info)
+		}
+		if err := d.Release(ctx(t), r); err != nil {
+			t.Errorf("Release(%q) = %v", r.Key, err)
+		}
+	}
+	assertNoResidue(t, srv.Addr, p)
+}
+
+// TestSubscribePredecessor checks that a waiter is woken by its
+// predecessor's release, and then follows the next one.
+func TestSubscribePredecessor(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	d := newTestDriver(t, srv.Addr)
+	k := key(t)
+	a, b, c := req(k), req(k), req(k)
+	b.Queue, c.Queue = true, true
+	for _, r := range []driver.Request{a, b, c} {
+		if _, err := d.Acquire(ctx(t), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, _ := d.holds.Get(c.Owner); h.pred == "" {
+		t.Fatalf("c's record has no predecessor")
+	}
+	sub, err := d.Subscribe(ctx(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// b leaves the queue: c's predecessor is gone.
+	if err := d.Release(ctx(t), b); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, sub.C(), "signal for the predecessor's release")
+	if res, err := d.Acquire(ctx(t), c); err != nil || res.Acquired {
+		t.Fatalf("c's Acquire with a still holding = %+v, %v", res, err)
+	}
+	// a releases: c's new predecessor is gone.
+	if err := d.Release(ctx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, sub.C(), "signal for the holder's release")
+	if res, err := d.Acquire(ctx(t), c); err != nil || !res.Acquired {
+		t.Fatalf("c's Acquire after the holder's release = %+v, %v", res, err)
+	}
+	if err := d.Release(ctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	assertNoResidue(t, srv.Addr, k)
+}

@@ -1,0 +1,262 @@
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// Refresh implements driver.Driver: it reads the stat of the owner's node
+// and checks that it is the same node (creation zxid) of the driver's
+// current session, which the request itself proves alive, then moves the
+// lease's local deadline.
+func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
+	if err := check(req); err != nil {
+		return err
+	}
+	if err := call(ctx, d, func() error { return d.refresh(req) }); err != nil {
+		return fmt.Errorf("zkdlock: refresh %q: %w", req.Key, err)
+	}
+	return nil
+}
+
+func (d *Driver) refresh(req driver.Request) error {
+	h, ok := d.holds.Get(req.Owner)
+	if !ok {
+		return d.refreshUnrecorded(req)
+	}
+	if h.session != d.conn.SessionID() {
+		d.forget(req.Owner, h)
+		return notHeld("the session of its node ended")
+	}
+	exists, st, err := d.conn.Exists(h.path)
+	if errors.Is(err, zk.ErrSessionExpired) {
+		d.forget(req.Owner, h)
+		return notHeld("the session of its node expired")
+	}
+	if err != nil {
+		return err
+	}
+	if !exists || st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
+		d.forget(req.Owner, h)
+		return notHeld("its node is gone")
+	}
+	if !d.holds.Touch(req.Owner, req.TTL) {
+		return notHeld("its lease ran out")
+	}
+	return nil
+}
+
+// refreshUnrecorded refreshes a hold the driver has no record of: found by
+// its owner's name, it is another driver's (whose session this driver
+// cannot renew), or one of this session that an Acquire made without
+// reporting it, which the driver takes into its records.
+func (d *Driver) refreshUnrecorded(req driver.Request) error {
+	parent := d.parentPath(req.Key)
+	sid := d.conn.SessionID()
+	children, _, err := d.look(parent, "")
+	if err != nil {
+		return err
+	}
+	q := queue(children)
+	i := find(q, dlock.OwnerID(req.Owner))
+	if i < 0 {
+		return notHeld("no node of this owner")
+	}
+	p := parent + "/" + q[i].name
+	exists, st, err := d.conn.Exists(p)
+	if err != nil {
+		return err
+	}
+	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
+	if !exists || !own && d.sess.ours(st.EphemeralOwner) {
+		return notHeld("its node is gone")
+	}
+	if own {
+		h := hold{parent: parent, path: p, czxid: st.Czxid, session: sid, crowded: i < len(q)-1}
+		if i > 0 {
+			h.pred = q[i-1].name
+		}
+		d.holds.Put(req.Owner, h, req.TTL)
+	}
+	return nil
+}
+
+// Release implements driver.Driver: it deletes the owner's node, and the
+// key's znode with it if no other node is left (one multi-operation when
+// the owner was alone at its last look; otherwise a delete of the node and
+// then of the key's znode, which fails harmlessly if others remain). An
+// owner the driver has no record of is looked up by its name.
+func (d *Driver) Release(ctx context.Context, req driver.Request) error {
+	if req.Mode != driver.Exclusive {
+		return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
+	}
+	err := d.waitAcquire(ctx, req.Owner)
+	if err == nil {
+		err = call(ctx, d, func() error { return d.release(req) })
+	}
+	if err != nil {
+		return fmt.Errorf("zkdlock: release %q: %w", req.Key, err)
+	}
+	return nil
+}
+
+func (d *Driver) release(req driver.Request) error {
+	d.lost.Take(req.Owner)
+	h, ok := d.holds.Take(req.Owner)
+	if !ok {
+		return d.releaseUnrecorded(req)
+	}
+	if h.session != d.conn.SessionID() {
+		// The server deleted the node with its session.
+		d.deleteParent(h.parent)
+		return notHeld("the session of its node ended")
+	}
+	existed, err := d.removeNode(h.parent, h.path, h.crowded)
+	if err != nil {
+		d.retry(h.parent, h.path, h.session)
+		return err
+	}
+	if !existed {
+		return notHeld("its node is gone")
+	}
+	return nil
+}
+
+func (d *Driver) releaseUnrecorded(req driver.Request) error {
+	parent := d.parentPath(req.Key)
+	children, _, err := d.look(parent, "")
+	if err != nil {
+		return err
+	}
+	if len(children) == 0 {
+		d.deleteParent(parent) // a leftover of an ended session, if it exists
+		return notHeld("no node of this owner")
+	}
+	q := queue(children)
+	id := dlock.OwnerID(req.Owner)
+	removed := 0
+	for _, n := range q {
+		if n.ownerID != id {
+			continue
+		}
+		p := parent + "/" + n.name
+		existed, err := d.removeNode(parent, p, len(children) > 1)
+		if err != nil {
+			d.retry(parent, p, 0)
+			return err
+		}
+		if existed {
+			removed++
+		}
+	}
+	if removed == 0 {
+		return notHeld("no node of this owner")
+	}
+	return nil
+}
+
+// removeNode deletes the node p and then, if no other node is left, the
+// key's znode parent. When the owner was alone at its last look (crowded
+// false), both go in one multi-operation, which fails as a whole if others
+// have come; otherwise, and then, the node is deleted alone and the parent
+// after it (a delete that fails harmlessly while others remain: the last
+// node to go takes the parent with it). existed reports whether p was
+// there.
+func (d *Driver) removeNode(parent, p string, crowded bool) (existed bool, err error) {
+	if !crowded {
+		_, err := d.conn.Multi(&zk.DeleteRequest{Path: p, Version: -1}, &zk.DeleteRequest{Path: parent, Version: -1})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNoNode):
+			d.deleteParent(parent)
+			return false, nil
+		case !errors.Is(err, zk.ErrNotEmpty):
+			return false, err
+		}
+	}
+	err = d.conn.Delete(p, -1)
+	switch {
+	case err == nil:
+		existed = true
+	case !errors.Is(err, zk.ErrNoNode):
+		return false, err
+	}
+	d.deleteParent(parent)
+	return existed, nil
+}
+
+// deleteParent deletes a key's znode if it is empty. Failures are left to
+// the server, which deletes empty containers on its own.
+func (d *Driver) deleteParent(parent string) {
+	_ = d.conn.Delete(parent, -1)
+}
+
+// forget drops owner's record if it is still h.
+func (d *Driver) forget(owner string, h hold) {
+	if cur, ok := d.holds.Get(owner); ok && cur.path == h.path {
+		d.holds.Take(owner)
+	}
+}
+
+// drop removes the node p that an abandoned Acquire made for owner.
+func (d *Driver) drop(owner, p string) {
+	if h, ok := d.holds.Get(owner); ok && h.path == p {
+		d.holds.Take(owner)
+	}
+	parent := path.Dir(p)
+	if _, err := d.removeNode(parent, p, true); err != nil {
+		d.retry(parent, p, 0)
+	}
+}
+
+// expire runs when the lease of a hold or queue entry ran out: it deletes
+// the node.
+func (d *Driver) expire(owner string, h hold) {
+	if h.pred != "" {
+		d.lost.Put(owner, struct{}{}, gone)
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	err := call(ctx, d, func() error {
+		if h.session != d.conn.SessionID() {
+			d.deleteParent(h.parent) // the node went with its session
+			return nil
+		}
+		_, err := d.removeNode(h.parent, h.path, h.crowded)
+		return err
+	})
+	if err != nil {
+		d.retry(h.parent, h.path, h.session)
+	}
+}
+
+// retry schedules another attempt to delete the node p of session (0: of
+// any session).
+func (d *Driver) retry(parent, p string, session int64) {
+	d.trash.Put(p, garbage{parent: parent, path: p, session: session}, retryDelay)
+}
+
+// retryDelete tries again to delete a node, until it is gone, its session
+// has ended, or the driver closes.
+func (d *Driver) retryDelete(p string, g garbage) {
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	err := call(ctx, d, func() error {
+		if g.session != 0 && g.session != d.conn.SessionID() {
+			return nil // the node went with its session
+		}
+		_, err := d.removeNode(g.parent, g.path, true)
+		return err
+	})
+	if err != nil {
+		d.trash.Put(p, g, retryDelay) // ignored after Close
+	}
+}

@@ -1,0 +1,211 @@
+package zkdlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// authFormat is the message go-zookeeper logs each time the server accepts
+// a session (a new one, or the same one again after a reconnection), with
+// the session ID and the negotiated timeout in milliseconds. The client
+// keeps the negotiated timeout to itself; this message is the only place it
+// shows.
+const authFormat = "authenticated: id=%d, timeout=%d"
+
+// session records what the server granted the driver's connection.
+type session struct {
+	mu      sync.Mutex
+	id      int64
+	timeout time.Duration
+	next    chan struct{}  // closed at the next set
+	granted map[int64]bool // every session ID granted
+}
+
+func newSession() *session {
+	return &session{next: make(chan struct{}), granted: map[int64]bool{}}
+}
+
+func (s *session) set(id int64, timeout time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id, s.timeout = id, timeout
+	s.granted[id] = true
+	close(s.next)
+	s.next = make(chan struct{})
+}
+
+// current returns the latest session's ID and a channel closed when the
+// server next grants a session (the same one again after a reconnection,
+// or a new one).
+func (s *session) current() (int64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id, s.next
+}
+
+// timeoutOf returns the negotiated timeout of session id, if id is the
+// latest session the server granted.
+func (s *session) timeoutOf(id int64) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == 0 || id != s.id || s.timeout <= 0 {
+		return 0, false
+	}
+	return s.timeout, true
+}
+
+// ours reports whether the server ever granted session id to the driver.
+func (s *session) ours(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.granted[id]
+}
+
+// latest returns the latest session's negotiated timeout, or 0.
+func (s *session) latest() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.timeout
+}
+
+// zkLogger receives go-zookeeper's log lines: it learns the negotiated
+// session timeout from them and passes them on to an slog logger at debug
+// level, or drops them.
+type zkLogger struct {
+	s   *session
+	log *slog.Logger // nil: drop
+}
+
+// Printf implements zk.Logger.
+func (l zkLogger) Printf(format string, args ...any) {
+	if format == authFormat && len(args) == 2 {
+		id, ok1 := args[0].(int64)
+		ms, ok2 := args[1].(int32)
+		if ok1 && ok2 {
+			l.s.set(id, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	if l.log != nil {
+		l.log.Debug(fmt.Sprintf(format, args...), "client", "go-zookeeper")
+	}
+}
+
+// dialer dials the driver's connections (through another dialer, if one was
+// given) and keeps track of them, so that Close can end a connection the
+// client is stuck on: go-zookeeper waits for a silent server for up to ten
+// times its receive timeout while it sets up a session.
+type dialer struct {
+	dial zk.Dialer
+
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool
+}
+
+func newDialer(d zk.Dialer) *dialer {
+	if d == nil {
+		d = net.DialTimeout
+	}
+	return &dialer{dial: d, conns: map[*trackedConn]struct{}{}}
+}
+
+// Dial implements zk.Dialer.
+func (d *dialer) Dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := d.dial(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, d: d}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	d.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// closeAll closes every connection and refuses new ones.
+func (d *dialer) closeAll() {
+	d.mu.Lock()
+	d.closed = true
+	conns := d.conns
+	d.conns = map[*trackedConn]struct{}{}
+	d.mu.Unlock()
+	for c := range conns {
+		c.Conn.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	d    *dialer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// run runs fn on a goroutine of the driver (go-zookeeper's calls take no
+// context) and returns when fn has returned or ctx is done, whichever comes
+// first. A call whose caller stopped waiting goes on in the background; the
+// client ends it at the latest when the connection closes, and Close waits
+// for it.
+func (d *Driver) run(ctx context.Context, fn func()) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done, ok := d.spawn(fn)
+	if !ok {
+		return errClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// spawn runs fn on a goroutine that Close waits for, and returns a channel
+// closed when fn has returned. It reports false after Close.
+func (d *Driver) spawn(fn func()) (<-chan struct{}, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, false
+	}
+	done := make(chan struct{})
+	d.wg.Go(func() {
+		defer close(done)
+		fn()
+	})
+	return done, true
+}
+
+// call runs fn with run and returns its error, or ctx's.
+func call(ctx context.Context, d *Driver, fn func() error) error {
+	var err error
+	if rerr := d.run(ctx, func() { err = fn() }); rerr != nil {
+		return rerr
+	}
+	return err
+}

@@ -1,0 +1,257 @@
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/holds"
+)
+
+const (
+	// DefaultPrefix is the znode under which the driver keeps its locks
+	// unless WithPrefix says otherwise.
+	DefaultPrefix = "/dlock"
+	// DefaultSessionTTL is the session timeout the driver asks for unless
+	// WithSessionTTL says otherwise.
+	DefaultSessionTTL = 15 * time.Second
+
+	// maxKeyLen is the longest dlock key, in bytes.
+	maxKeyLen = 1024
+	// minTTL is the shortest lease: leases are kept on this process's
+	// clock, so it only has to leave room for a round trip.
+	minTTL = 10 * time.Millisecond
+	// createAttempts bounds the attempts to create a contender's node when
+	// the key's parent znode keeps vanishing.
+	createAttempts = 3
+	// cleanupTimeout bounds a deletion the driver makes in the background.
+	cleanupTimeout = 5 * time.Second
+	// retryDelay separates the attempts to delete a node whose deletion
+	// failed for want of a connection.
+	retryDelay = time.Second
+	// gone is how long the driver remembers a queue entry whose lease ran
+	// out, so that the owner's next queued Acquire reports the loss instead
+	// of queueing again at the back.
+	gone = 10 * time.Minute
+)
+
+var acl = zk.WorldACL(zk.PermAll)
+
+var errClosed = errors.New("zkdlock: driver closed")
+
+// Driver is a dlock driver over ZooKeeper. Create it with New, or with
+// dlock.Open and a zk:// URL. Besides driver.Driver it implements
+// driver.Notifier, driver.Lister and driver.ForceReleaser. All methods are
+// safe for concurrent use.
+type Driver struct {
+	conn   *zk.Conn
+	root   string // the znode holding one child per key
+	ttl    time.Duration
+	sess   *session
+	dialer *dialer
+	caps   driver.Capabilities
+
+	holds *holds.Table[hold]     // this driver's holds and queue entries, by owner
+	trash *holds.Table[garbage]  // deletions to try again, by path
+	lost  *holds.Table[struct{}] // owners whose queue entry ran out
+
+	ctx    context.Context // ends when Close starts
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup           // goroutines of the driver
+	inflight map[string]chan struct{} // running Acquire calls, by owner
+}
+
+// hold is a node of this driver's session: a hold (the first in its queue)
+// or a queue entry.
+type hold struct {
+	parent  string // the key's znode
+	path    string // the node
+	czxid   int64  // the node's creation zxid: its fencing token
+	session int64  // the session the node belongs to
+	pred    string // the node ahead of it at the last look, or ""
+	crowded bool   // other nodes followed it at the last look
+}
+
+// garbage is a node whose deletion failed for want of a connection.
+type garbage struct {
+	parent, path string
+	session      int64
+}
+
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Notifier      = (*Driver)(nil)
+	_ driver.Lister        = (*Driver)(nil)
+	_ driver.ForceReleaser = (*Driver)(nil)
+)
+
+// Option configures a Driver.
+type Option func(*config)
+
+type config struct {
+	prefix   string
+	ttl      time.Duration
+	logger   *slog.Logger
+	dial     zk.Dialer
+	connOpts []func(*zk.Conn)
+}
+
+// WithPrefix sets the znode under which the driver keeps its locks (default
+// DefaultPrefix): an absolute path such as "/myapp/locks". The driver
+// creates it (and its ancestors) as persistent znodes when needed.
+func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithSessionTTL sets the session timeout the driver asks the server for
+// (default DefaultSessionTTL). The server clamps it to its
+// minSessionTimeout and maxSessionTimeout (by default 2 and 20 times its
+// tickTime); the driver uses the timeout the server granted. A process that
+// dies or is cut off loses its locks that long after its last contact.
+func WithSessionTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithLogger sends go-zookeeper's log lines to l at debug level. Without it
+// they are dropped.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithDialer makes the connection dial servers with d instead of
+// net.DialTimeout.
+func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dial = d } }
+
+// WithConnectOptions passes options to go-zookeeper's Connect, such as
+// zk.WithHostProvider or zk.WithMaxBufferSize. The driver sets the
+// connection's logger, log level and dialer itself (see WithLogger and
+// WithDialer), after these options.
+func WithConnectOptions(opts ...func(*zk.Conn)) Option {
+	return func(c *config) { c.connOpts = append(c.connOpts, opts...) }
+}
+
+// New connects to the ZooKeeper servers (host:port, port 2181 if missing)
+// and returns a driver with a session of its own. It returns at once; the
+// connection and session are set up in the background and the first calls
+// wait for them. Bad options are reported as a *dlock.ArgError. Close ends
+// the session.
+func New(servers []string, opts ...Option) (*Driver, error) {
+	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(servers) == 0 {
+		return nil, &dlock.ArgError{Name: "servers", Value: servers, Reason: "names no server"}
+	}
+	for _, s := range servers {
+		if s == "" {
+			return nil, &dlock.ArgError{Name: "servers", Value: servers, Reason: "has an empty address"}
+		}
+	}
+	if why := checkPath(cfg.prefix); why != "" {
+		return nil, &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: why}
+	}
+	if cfg.ttl < time.Millisecond || cfg.ttl > math.MaxInt32*time.Millisecond {
+		return nil, &dlock.ArgError{Name: "session", Value: cfg.ttl, Reason: "must be between 1ms and about 24 days"}
+	}
+	d := &Driver{
+		root:   cfg.prefix,
+		ttl:    cfg.ttl,
+		sess:   newSession(),
+		dialer: newDialer(cfg.dial),
+		caps: driver.Capabilities{
+			Modes:         driver.Modes(driver.Exclusive),
+			FIFO:          true,
+			DurableTokens: true,
+			ServerClock:   true,
+			Consensus:     true,
+			MaxKeyLen:     maxKeyLen,
+			MinTTL:        minTTL,
+		},
+		inflight: map[string]chan struct{}{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.holds = holds.New(d.expire)
+	d.trash = holds.New(d.retryDelete)
+	d.lost = holds.New(func(string, struct{}) {})
+	userOpts := func(c *zk.Conn) {
+		for _, o := range cfg.connOpts {
+			o(c)
+		}
+	}
+	conn, events, err := zk.Connect(servers, cfg.ttl, userOpts,
+		zk.WithLogger(zkLogger{s: d.sess, log: cfg.logger}),
+		zk.WithLogInfo(true), // the negotiated timeout is logged as information
+		zk.WithDialer(d.dialer.Dial))
+	if err != nil {
+		d.cancel()
+		return nil, fmt.Errorf("zkdlock: connecting to %s: %w", strings.Join(servers, ","), err)
+	}
+	d.conn = conn
+	// The client closes its event channel when its last goroutine ends.
+	d.wg.Go(func() {
+		for range events {
+		}
+	})
+	return d, nil
+}
+
+// Conn returns the driver's ZooKeeper connection, for requests of the
+// program's own. Closing it ends the session, and with it every hold of the
+// driver; the driver is unusable afterwards.
+func (d *Driver) Conn() *zk.Conn { return d.conn }
+
+// SessionTimeout returns the session timeout the server granted the
+// driver's current session, or zero before the first session is set up.
+func (d *Driver) SessionTimeout() time.Duration { return d.sess.latest() }
+
+// Capabilities implements driver.Driver: exclusive locks, FIFO queues,
+// durable fencing tokens, server-side session expiry over a consensus
+// protocol, keys of up to 1024 bytes, leases from 10ms. See the package
+// documentation.
+func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
+
+func (d *Driver) parentPath(key string) string { return d.root + "/" + escape(key) }
+
+func check(req driver.Request) error {
+	if req.Mode != driver.Exclusive {
+		return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
+	}
+	if req.TTL <= 0 {
+		return fmt.Errorf("zkdlock: TTL %v is not positive: %w", req.TTL, driver.ErrUnsupported)
+	}
+	return nil
+}
+
+// notHeld returns an error wrapping driver.ErrNotHeld.
+func notHeld(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{driver.ErrNotHeld}, args...)...)
+}
+
+// Close implements driver.Driver: it stops the leases' timers, closes the
+// connection, which ends the session (the server deletes its nodes at
+// once), and waits for the driver's goroutines and the client's to end.
+// Holds are not released one by one: package dlock does that first.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()
+	d.holds.Close()
+	d.trash.Close()
+	d.lost.Close()
+	d.conn.Close()
+	d.dialer.closeAll()
+	d.wg.Wait()
+	return nil
+}

@@ -1,0 +1,210 @@
+package zkdlock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/testsrv"
+)
+
+func TestMain(m *testing.M) {
+	code := testsrv.Run(m, testsrv.ZooKeeper)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "zkdlock: leaked goroutines: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newTestDriver returns a driver over addr, closed when t ends.
+func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
+	t.Helper()
+	d, err := New([]string{addr}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func suiteConfig(t testing.TB) drivertest.Config {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	return drivertest.Config{
+		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		Residue: func(ctx context.Context, prefix string) (int, error) {
+			return residue(ctx, srv.Addr, DefaultPrefix, prefix)
+		},
+	}
+}
+
+func TestConformance(t *testing.T) { drivertest.Run(t, suiteConfig(t)) }
+
+func BenchmarkDriver(b *testing.B) { drivertest.RunBenchmarks(b, suiteConfig(b)) }
+
+// dial opens a ZooKeeper connection of the test's own and waits for its
+// session.
+func dial(ctx context.Context, addr string) (*zk.Conn, error) {
+	c, events, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(discard{}))
+	if err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go func() { // the channel closes when the client's goroutines end
+					for range events {
+					}
+				}()
+				return c, nil
+			}
+		case <-ctx.Done():
+			c.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}
+
+// residue counts the znodes of keys that start with prefix under root: the
+// keys' znodes and their children.
+func residue(ctx context.Context, addr, root, prefix string) (int, error) {
+	c, err := dial(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	names, _, err := c.Children(root)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		if !strings.HasPrefix(name, escape(prefix)) {
+			continue
+		}
+		children, _, err := c.Children(root + "/" + name)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return 0, err
+		}
+		n += 1 + len(children)
+	}
+	return n, nil
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func req(key string) driver.Request {
+	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
+}
+
+func key(t testing.TB) string { return "zk:" + t.Name() + ":" + rand.Text()[:8] }
+
+func TestURL(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	for _, bad := range []string{
+		"zk://",
+		"zk://user:pw@" + srv.Addr,
+		"zk://" + srv.Addr + "/a//b",
+		"zk://" + srv.Addr + "/a/./b",
+		"zk://" + srv.Addr + "?nope=1",
+		"zk://" + srv.Addr + "?session=soon",
+		"zk://" + srv.Addr + "?session=-1s",
+		"zk://" + srv.Addr + "?prefix=relative",
+		"zk://" + srv.Addr + "?prefix=/",
+		"zk://" + srv.Addr + "?prefix=/a/",
+		"zk://" + srv.Addr + ",:x",
+	} {
+		c, err := dlock.Open(ctx(t), bad)
+		var ae *dlock.ArgError
+		if !errors.As(err, &ae) || ae.Name != "url" {
+			t.Errorf("Open(%q) = %v; want an *ArgError for the url", bad, err)
+		} else if !strings.Contains(ae.Error(), "zk:") {
+			t.Errorf("Open(%q) = %v; want the URL named", bad, err)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+"/chroot/x?session=3s&prefix=/app/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Driver().(*Driver)
+	if d.root != "/chroot/x/app/locks" || d.ttl != 3*time.Second || d.SessionTimeout() != 3*time.Second {
+		t.Errorf("driver = root %q, session %v (granted %v); want /chroot/x/app/locks, 3s (3s)", d.root, d.ttl, d.SessionTimeout())
+	}
+	k := key(t)
+	l, err := c.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := d.conn.Exists("/chroot/x/app/locks/" + escape(k)); !ok || err != nil {
+		t.Errorf("the key's znode is not under the chroot and prefix: %v, %v", ok, err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A server that does not answer fails the Open.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	if c, err := dlock.Open(ctx(t), "zk://"+addr); err == nil {
+		c.Close()
+		t.Errorf("Open of a closed port succeeded")
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		servers []string
+		opts    []Option
+		arg     string
+	}{
+		{"no servers", nil, nil, "servers"},
+		{"empty server", []string{""}, nil, "servers"},
+		{"relative prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("locks")}, "prefix"},
+		{"root prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("/")}, "prefix"},
+		{"dot in prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("/a/../b")}, "prefix"},
+		{"control in prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("/a\nb")}, "prefix"},
+		{"zero session", []string{"127.0.0.1:1"}, []Option{WithSessionTTL(0)}, "session"},
+	} {
+		d, err := New(tc.servers, tc.opts...)
+		var ae *dlock.ArgError
+		if !errors.As(err, &ae) || ae.Name != tc.arg {
+			t.Errorf("%s: New = %v; want an *ArgError naming %q", tc.name, err, tc.arg)
+		}
+		if d != nil {
+			d.Close()
+		}
+	}
+}
