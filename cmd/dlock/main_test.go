@@ -102,7 +102,7 @@ func (r mainRunner) Run() int {
 		fmt.Fprintf(os.Stderr, "building dlock: %v\n", err)
 		return 1
 	}
-	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached)
+	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached, testsrv.Etcd, testsrv.ZooKeeper)
 }
 
 // store is one kind of lock store the tests run against.
@@ -155,6 +155,15 @@ func keyValueStore(name string, n int) func(t *testing.T) (string, []string) {
 	}
 }
 
+// consensusStore is an etcd or ZooKeeper store shared by the tests: the
+// server's URL with a key prefix of the test's own and a 2s session, so that
+// a paused holder's session ends soon.
+func consensusStore(name string) func(t *testing.T) (string, []string) {
+	return func(t *testing.T) (string, []string) {
+		return testsrv.Get(t, name).URL + "?session=2s&prefix=/" + testsrv.DatabaseName(t.Name()), nil
+	}
+}
+
 // sqlStores are the SQL stores: the ones with a schema.
 var sqlStores = []store{
 	{name: "sqlite", setup: sqliteStore, shortTTL: "1s"},
@@ -168,6 +177,8 @@ var stores = append(slices.Clip(sqlStores),
 	store{name: "redlock", setup: keyValueStore(testsrv.RedisQuorum, 3), shortTTL: "1s"},
 	// memcached expiry times are whole seconds: memcachedlock's MinTTL is 2s.
 	store{name: "memcached", setup: keyValueStore(testsrv.Memcached, 0), shortTTL: "2s"},
+	store{name: "etcd", setup: consensusStore(testsrv.Etcd), shortTTL: "1s"},
+	store{name: "zookeeper", setup: consensusStore(testsrv.ZooKeeper), shortTTL: "1s"},
 )
 
 // env is how a test runs dlock: against one store, with extra environment.
@@ -661,33 +672,42 @@ func TestSchema(t *testing.T) {
 	}
 }
 
+// TestLs lists a holder on every store that can list holders (all but
+// memcached, which cannot enumerate its keys).
 func TestLs(t *testing.T) {
-	e := newEnv(t, sqliteStore)
-	holder := e.start("run", "--key", "listed/one", "--", "sh", "-c", holdScript)
-	tok := holder.started()
-	r := e.run("ls")
-	if r.code != 0 {
-		t.Fatalf("ls: exit status %d", r.code)
-	}
-	found := false
-	for _, l := range strings.Split(r.stdout, "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 2 && f[0] == "listed/one" && f[1] == strconv.FormatUint(tok, 10) {
-			found = true
+	for _, s := range stores {
+		if s.name == "memcached" {
+			continue
 		}
-	}
-	if !found {
-		t.Errorf("ls output %q does not list listed/one with token %d", r.stdout, tok)
-	}
-	r = e.run("ls", "--json", "listed/")
-	if want := fmt.Sprintf(`"key":"listed/one","token":%d,`, tok); r.code != 0 || !strings.Contains(r.stdout, want) {
-		t.Errorf("ls --json: exit status %d, output %q; want %s", r.code, r.stdout, want)
-	}
-	if r := e.run("ls", "nothing/"); r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
-		t.Errorf("ls nothing/: exit status %d, output %q; want only the header", r.code, r.stdout)
-	}
-	holder.stdin.Close()
-	if code, _ := holder.wait(); code != 0 {
-		t.Errorf("holder: exit status %d", code)
+		t.Run(s.name, func(t *testing.T) {
+			e := newEnv(t, s.setup)
+			holder := e.start("run", "--key", "listed/one", "--", "sh", "-c", holdScript)
+			tok := holder.started()
+			r := e.run("ls")
+			if r.code != 0 {
+				t.Fatalf("ls: exit status %d", r.code)
+			}
+			found := false
+			for _, l := range strings.Split(r.stdout, "\n") {
+				f := strings.Fields(l)
+				if len(f) >= 2 && f[0] == "listed/one" && f[1] == strconv.FormatUint(tok, 10) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("ls output %q does not list listed/one with token %d", r.stdout, tok)
+			}
+			r = e.run("ls", "--json", "listed/")
+			if want := fmt.Sprintf(`"key":"listed/one","token":%d,`, tok); r.code != 0 || !strings.Contains(r.stdout, want) {
+				t.Errorf("ls --json: exit status %d, output %q; want %s", r.code, r.stdout, want)
+			}
+			if r := e.run("ls", "nothing/"); r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
+				t.Errorf("ls nothing/: exit status %d, output %q; want only the header", r.code, r.stdout)
+			}
+			holder.stdin.Close()
+			if code, _ := holder.wait(); code != 0 {
+				t.Errorf("holder: exit status %d", code)
+			}
+		})
 	}
 }
