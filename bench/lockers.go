@@ -28,6 +28,8 @@ type locker interface {
 // 1) or, for libraries with quorum, over several independent servers.
 type library struct {
 	name       string
+	store      string // the store it runs on: redis, etcd, zk
+	native     bool   // the store's own recipe, which dlock is compared with
 	quorum     bool   // can lock over several independent servers (Redlock)
 	quorumOnly bool   // runs only the quorum cells
 	ref        string // library whose single-server cell is this one's N=1 reference (default: itself)
@@ -41,16 +43,22 @@ type settings struct {
 	pool  int           // go-redis PoolSize of every client
 }
 
-// libraries lists the libraries in the order they are reported. dlock
-// comes first; the hand-written baseline last.
+// libraries lists the libraries in the order they are reported, store by
+// store. dlock comes first; on Redis the hand-written baseline last.
 var libraries = []library{
-	{name: "dlock", quorum: true, open: dlockOpener()},
+	{name: "dlock", store: "redis", quorum: true, open: dlockOpener()},
 	// dlock's quorum takes fencing tokens in a second round by default;
 	// this shows the quorum without it.
-	{name: "dlock-nofence", quorum: true, quorumOnly: true, ref: "dlock", open: dlockOpener(quorum.WithoutFenceRound())},
-	{name: "redsync", quorum: true, open: openRedsync},
-	{name: "redislock", open: openRedislock},
-	{name: "baseline", quorum: true, open: openBaseline},
+	{name: "dlock-nofence", store: "redis", quorum: true, quorumOnly: true, ref: "dlock", open: dlockOpener(quorum.WithoutFenceRound())},
+	{name: "redsync", store: "redis", quorum: true, open: openRedsync},
+	{name: "redislock", store: "redis", open: openRedislock},
+	{name: "baseline", store: "redis", quorum: true, open: openBaseline},
+
+	{name: "dlock", store: "etcd", open: dlockURLOpener("etcd")},
+	{name: "concurrency.Mutex", store: "etcd", native: true, open: openEtcdMutex},
+
+	{name: "dlock", store: "zk", open: dlockURLOpener("zk")},
+	{name: "zk.Lock", store: "zk", native: true, open: openZkLock},
 }
 
 var errNotHeld = errors.New("lock was not held at unlock")

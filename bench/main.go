@@ -1,7 +1,15 @@
-// Command bench compares dlock (over redisdlock, and quorum over several
-// servers) with go-redsync/redsync, bsm/redislock and a hand-written
-// SET NX PX + Lua compare-and-delete baseline, on the same workloads, in one
-// run, against redis-servers it starts itself on free loopback ports.
+// Command bench compares dlock with other lock libraries on the same
+// workloads, in one run, against servers it starts itself on free loopback
+// ports:
+//
+//   - Redis: dlock over redisdlock (and quorum over several servers) with
+//     go-redsync/redsync, bsm/redislock and a hand-written SET NX PX + Lua
+//     compare-and-delete baseline;
+//   - etcd: dlock over etcddlock with the etcd client's own
+//     concurrency.Mutex;
+//   - ZooKeeper: dlock over zkdlock with go-zookeeper's zk.Lock.
+//
+// Run it with
 //
 //	cd bench && go run .
 //
@@ -20,13 +28,15 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
 type config struct {
@@ -37,18 +47,24 @@ type config struct {
 	clients int           // clients (connection pools) per library in the multi-goroutine workloads
 	slices  int           // each cell runs in this many rounds, the libraries taking turns
 	only    *regexp.Regexp
-	redis   []string      // existing servers; nil: start our own
+	stores  []string      // stores to run cells on: redis, etcd, zk
+	redis   []string      // existing redis-servers; nil: start our own
+	etcd    string        // existing etcd; "": start our own
+	zk      string        // existing ZooKeeper; "": start our own
 	delay   time.Duration // one-way latency added by a proxy in front of every server
 }
 
 func main() {
 	var (
 		cfg      config
-		only     = flag.String("only", "", "run only the cells whose name (workload/params/library, e.g. hotkey/G=64/CS=1ms/dlock) matches this regexp")
+		only     = flag.String("only", "", "run only the cells whose name (store/workload/params/library, e.g. redis/hotkey/G=64/CS=1ms/dlock) matches this regexp")
+		stores   = flag.String("stores", strings.Join(storeNames(), ","), "comma-separated stores to run the cells of")
 		redisArg = flag.String("redis", "", "comma-separated host:port of existing redis-servers to use instead of starting 5 (quorum cells need 3 and 5)")
 		jsonOut  = flag.String("json", "", "also write the results as JSON to this file (- for stdout, instead of the tables)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
+	flag.StringVar(&cfg.etcd, "etcd", "", "host:port of an existing etcd (client port) to use instead of starting one; nothing else may write to it meanwhile")
+	flag.StringVar(&cfg.zk, "zk", "", "host:port of an existing ZooKeeper to use instead of starting one (the FIFO check needs its mntr command); nothing else may write to it meanwhile")
 	flag.DurationVar(&cfg.dur, "duration", 3*time.Second, "how long each cell runs, per library")
 	flag.DurationVar(&cfg.warm, "warmup", 300*time.Millisecond, "warm-up before each cell (same workload, other keys)")
 	flag.DurationVar(&cfg.budget, "budget", 30*time.Second, "wait budget of one Lock call; running out counts as giving up")
@@ -57,7 +73,7 @@ func main() {
 	flag.DurationVar(&cfg.delay, "delay", 0, "put a proxy in front of every server that delays each direction by this much (round trip 2x), to emulate a network")
 	flag.IntVar(&cfg.pool, "pool", 32, "go-redis PoolSize of every client, for every library")
 	flag.IntVar(&cfg.slices, "slices", 3, "run each cell in this many rounds, the libraries taking turns (so that they share the machine's ups and downs)")
-	flag.IntVar(&cfg.clients, "clients", 4, "clients (separate connection pools, as separate processes would have) per library")
+	flag.IntVar(&cfg.clients, "clients", 4, "clients (separate connection pools or sessions, as separate processes would have) per library")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments: %q", flag.Args())
@@ -68,6 +84,15 @@ func main() {
 			fatalf("-only: %v", err)
 		}
 		cfg.only = re
+	}
+	for _, s := range strings.Split(*stores, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(storeNames(), s) {
+			fatalf("-stores: unknown store %q (known: %s)", s, strings.Join(storeNames(), ", "))
+		}
+		cfg.stores = append(cfg.stores, s)
 	}
 	if *redisArg != "" {
 		cfg.redis = strings.Split(*redisArg, ",")
@@ -133,8 +158,10 @@ func fatalf(format string, args ...any) {
 	os.Exit(2)
 }
 
-// cell is one workload with one set of parameters; it runs once per library.
+// cell is one workload with one set of parameters on one store; it runs once
+// per library of that store.
 type cell struct {
+	store    string // redis, etcd, zk
 	workload string
 	params   string
 	cs       time.Duration // critical section (hot key)
@@ -146,29 +173,47 @@ type cell struct {
 
 func cells(cfg config) []cell {
 	var cs []cell
+	// Redis.
 	for _, g := range []int{1, 16, 64} {
-		cs = append(cs, cell{workload: "uncontended", params: fmt.Sprintf("G=%d", g), servers: 1, clients: min(g, cfg.clients),
+		cs = append(cs, cell{store: "redis", workload: "uncontended", params: fmt.Sprintf("G=%d", g), servers: 1, clients: min(g, cfg.clients),
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, g) }})
 	}
 	for _, g := range []int{8, 64} {
 		for _, d := range []time.Duration{0, time.Millisecond} {
-			cs = append(cs, cell{workload: "hotkey", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: min(g, cfg.clients),
+			cs = append(cs, cell{store: "redis", workload: "hotkey", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: min(g, cfg.clients),
 				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }})
 		}
 	}
-	cs = append(cs, cell{workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+	cs = append(cs, cell{store: "redis", workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
 	for _, n := range []int{3, 5} {
-		cs = append(cs, cell{workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
+		cs = append(cs, cell{store: "redis", workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, 1) }})
+	}
+	// The consensus stores: the same cells on each.
+	for _, st := range []string{"etcd", "zk"} {
+		for _, g := range []int{1, 16} {
+			cs = append(cs, cell{store: st, workload: "uncontended", params: fmt.Sprintf("G=%d", g), servers: 1, clients: min(g, cfg.clients),
+				run: func(rc *runCtx, s *samples) { uncontended(rc, s, g) }})
+		}
+		cs = append(cs, cell{store: st, workload: "hotkey", params: "G=8/CS=0s", servers: 1, clients: min(8, cfg.clients),
+			run: func(rc *runCtx, s *samples) { hotKey(rc, s, 8, 0) }})
+		// A client per goroutine: every waiter queues on the store, where
+		// the order is kept (goroutines of one client queue locally first).
+		cs = append(cs, cell{store: st, workload: "fifo", params: "G=8/CS=1ms", cs: time.Millisecond, servers: 1, clients: 8,
+			run: func(rc *runCtx, s *samples) { fifoHandoff(rc, s, 8, time.Millisecond) }})
+		// A waiter that has just begun to wait, as on Redis.
+		cs = append(cs, cell{store: st, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
 	}
 	return cs
 }
 
-func (c cell) name(lib string) string { return c.workload + "/" + c.params + "/" + lib }
+func (c cell) name(lib string) string {
+	return c.store + "/" + c.workload + "/" + c.params + "/" + lib
+}
 
 // runs reports whether the cell runs on lib, given the -only filter.
 func (c cell) runs(lib library, only *regexp.Regexp) bool {
-	if c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly {
+	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly {
 		return false
 	}
 	return only == nil || only.MatchString(c.name(lib.name))
@@ -180,9 +225,11 @@ type report struct {
 	Config  struct {
 		Duration, Warmup, Budget, TTL, Retry, Delay time.Duration
 		Pool, Clients, Slices                       int
-		Servers                                     []string
+		Servers                                     map[string][]string // by store
 	} `json:"config"`
-	Ping result `json:"ping"` // server round trip, back-to-back PINGs
+	// Round trip of each store that ran: back-to-back no-op requests on one
+	// connection (Cell "<store>/ping").
+	Pings []result `json:"pings"`
 	// The machine's load average (Linux), before and after the cells: other
 	// work on the machine skews every number.
 	LoadBefore string   `json:"load_before,omitempty"`
@@ -191,74 +238,105 @@ type report struct {
 	Targets    []target `json:"targets"`
 }
 
-// run starts (or connects to) the servers and runs every selected cell on
-// every library, cell by cell (all libraries run one cell before the next
-// cell starts, so slow drifts of the machine hit them alike). Progress goes
-// to progress.
+// ping returns the round trip of the store, if it ran.
+func (rep *report) ping(store string) (result, bool) {
+	for _, p := range rep.Pings {
+		if p.Store == store {
+			return p, p.Ops > 0
+		}
+	}
+	return result{}, false
+}
+
+// run runs every selected cell on every library, store by store: it starts
+// (or connects to) the store's servers, runs the store's cells cell by cell
+// (all libraries run one cell before the next cell starts, so slow drifts of
+// the machine hit them alike), and stops the servers before the next store.
+// Progress goes to progress.
 func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
-	addrs := cfg.redis
-	if addrs == nil {
-		// The harness polls each server until it answers; go-redis would
-		// log every refused connection meanwhile.
-		redisLog.quiet.Store(true)
-		// Five independent redis-servers on free loopback ports, without
-		// persistence, killed with this process if it dies.
-		srv, err := testsrv.StartRedisQuorum(ctx, 5)
-		redisLog.quiet.Store(false)
-		if err != nil {
-			return nil, fmt.Errorf("%w (install redis-server, or pass -redis)", err)
-		}
-		defer srv.Stop()
-		addrs = srv.Addrs
-	}
-	if cfg.delay > 0 {
-		proxied := make([]string, len(addrs))
-		for i, a := range addrs {
-			px, err := startProxy(a, cfg.delay)
-			if err != nil {
-				return nil, err
-			}
-			defer px.close()
-			proxied[i] = px.addr()
-		}
-		addrs = proxied
-	}
 	rep := &report{Started: time.Now()}
 	rep.Config.Duration, rep.Config.Warmup, rep.Config.Budget = cfg.dur, cfg.warm, cfg.budget
 	rep.Config.TTL, rep.Config.Retry, rep.Config.Pool, rep.Config.Clients, rep.Config.Slices = cfg.ttl, cfg.retry, cfg.pool, cfg.clients, cfg.slices
-	rep.Config.Servers, rep.Config.Delay = addrs, cfg.delay
-
-	// The round trip: warm a connection, then measure.
-	ping(ctx, addrs[0], cfg.settings, min(cfg.warm, 100*time.Millisecond))
-	rep.Ping = ping(ctx, addrs[0], cfg.settings, min(cfg.dur, time.Second))
-	rep.Ping.Cell, rep.Ping.Workload, rep.Ping.Library = "ping", "ping", "redis-server"
-	fmt.Fprintf(progress, "ping %s: p50 %v\n", addrs[0], fmtDur(rep.Ping.LockP50))
+	rep.Config.Delay, rep.Config.Servers = cfg.delay, map[string][]string{}
 
 	rep.LoadBefore = loadAvg()
 	defer func() { rep.LoadAfter = loadAvg() }()
 	runID := rand.Text()[:8]
-	for _, c := range cells(cfg) {
-		if ctx.Err() != nil {
-			break
-		}
-		var libs []library
-		for _, lib := range libraries {
-			name := c.name(lib.name)
-			if !c.runs(lib, cfg.only) {
-				continue
-			}
-			if c.servers > len(addrs) {
-				fmt.Fprintf(progress, "%s: skipped: needs %d servers, have %d\n", name, c.servers, len(addrs))
-				continue
-			}
-			libs = append(libs, lib)
-		}
-		if len(libs) == 0 {
+	all := cells(cfg)
+	for _, st := range storeList {
+		if !slices.Contains(cfg.stores, st.name) || ctx.Err() != nil {
 			continue
 		}
-		for _, r := range runCell(ctx, cfg, c, libs, addrs[:c.servers], runID) {
-			fmt.Fprintf(progress, "%-32s %10.0f ops/s  lock p50 %-8s p99 %-8s errors %d\n", r.Cell, r.OpsPerSec, fmtDur(r.LockP50), fmtDur(r.LockP99), r.Errors)
-			rep.Results = append(rep.Results, r)
+		// The cells to run, with their libraries.
+		type planned struct {
+			c    cell
+			libs []library
+		}
+		var plan []planned
+		for _, c := range all {
+			var libs []library
+			for _, lib := range libraries {
+				if c.runs(lib, cfg.only) {
+					libs = append(libs, lib)
+				}
+			}
+			if c.store == st.name && len(libs) > 0 {
+				plan = append(plan, planned{c, libs})
+			}
+		}
+		if len(plan) == 0 {
+			continue
+		}
+		if err := func() error {
+			srv, err := st.start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer srv.stop()
+			if cfg.delay > 0 {
+				// The libraries dial the proxies; the bench's own records
+				// count (see probe) keeps the direct addresses.
+				proxied := make([]string, len(srv.addrs))
+				for i, a := range srv.addrs {
+					px, err := testsrv.StartDelayedProxy(a, cfg.delay)
+					if err != nil {
+						return err
+					}
+					defer px.Close()
+					proxied[i] = px.Addr()
+				}
+				srv.addrs = proxied
+			}
+			rep.Config.Servers[st.name] = srv.addrs
+
+			// The round trip: warm a connection, then measure.
+			pr, err := st.probe(srv.addrs[:1], srv.direct[:1], cfg.settings)
+			if err != nil {
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+			pingProbe(ctx, pr, min(cfg.warm, 100*time.Millisecond))
+			p := pingProbe(ctx, pr, min(cfg.dur, time.Second))
+			pr.close()
+			p.Cell, p.Store, p.Workload, p.Library = st.name+"/ping", st.name, "ping", st.server
+			rep.Pings = append(rep.Pings, p)
+			fmt.Fprintf(progress, "%s round trip %s: p50 %v\n", st.name, srv.addrs[0], fmtDur(p.LockP50))
+
+			for _, pl := range plan {
+				if ctx.Err() != nil {
+					break
+				}
+				if pl.c.servers > len(srv.addrs) {
+					fmt.Fprintf(progress, "%s: skipped: needs %d servers, have %d\n", pl.c.name("*"), pl.c.servers, len(srv.addrs))
+					continue
+				}
+				for _, r := range runCell(ctx, cfg, st, pl.c, pl.libs, srv.addrs[:pl.c.servers], srv.direct[:pl.c.servers], runID) {
+					fmt.Fprintf(progress, "%-40s %10.0f ops/s  lock p50 %-8s p99 %-8s errors %d\n", r.Cell, r.OpsPerSec, fmtDur(r.LockP50), fmtDur(r.LockP99), r.Errors)
+					rep.Results = append(rep.Results, r)
+				}
+			}
+			return nil
+		}(); err != nil {
+			return nil, err
 		}
 	}
 	rep.Targets = rep.evaluate()
@@ -270,17 +348,26 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 // Then it measures in cfg.slices rounds: in each, every library in turn
 // runs for duration/slices on keys of its own, so that the libraries share
 // whatever else the machine is doing.
-func runCell(ctx context.Context, cfg config, c cell, libs []library, addrs []string, runID string) []result {
-	srvs, closeSrvs := newClients(addrs, cfg.settings) // for PING and INFO
-	defer closeSrvs()
-	ping := func(ctx context.Context) error { return srvs[0].Ping(ctx).Err() }
-
+func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []library, addrs, direct []string, runID string) []result {
 	type entry struct {
 		rc *runCtx
 		s  samples
 	}
 	es := make([]*entry, len(libs))
+	// The bench's own connection: round trips, server CPU, records.
+	pr, err := st.probe(addrs, direct, cfg.settings)
+	if err != nil {
+		for i := range es {
+			es[i] = &entry{}
+			es[i].s.err(fmt.Errorf("probe: %w", err))
+		}
+	} else {
+		defer pr.close()
+	}
 	for i, lib := range libs {
+		if pr == nil {
+			break
+		}
 		es[i] = &entry{}
 		lks := make([]locker, c.clients)
 		for j := range lks {
@@ -295,7 +382,7 @@ func runCell(ctx context.Context, cfg config, c cell, libs []library, addrs []st
 		if es[i].s.nErrs > 0 {
 			continue
 		}
-		rc := &runCtx{ctx: ctx, lks: lks, budget: cfg.budget, ping: ping}
+		rc := &runCtx{ctx: ctx, lks: lks, budget: cfg.budget, ping: pr.ping, records: pr.records}
 		es[i].rc = rc
 		if cfg.warm > 0 {
 			rc.prefix, rc.dur = fmt.Sprintf("bench:%s:warm:%s:", runID, c.name(lib.name)), cfg.warm
@@ -306,17 +393,19 @@ func runCell(ctx context.Context, cfg config, c cell, libs []library, addrs []st
 	for range cfg.slices {
 		for _, e := range es {
 			if e.rc != nil && ctx.Err() == nil {
-				cli, srv := processCPU(), serverCPU(ctx, srvs)
+				cli, srv := processCPU(), pr.serverCPU(ctx)
+				e.s.startRound()
 				c.run(e.rc, &e.s)
+				e.s.endRound()
 				e.s.clientCPU += processCPU() - cli
-				e.s.serverCPU += serverCPU(ctx, srvs) - srv
+				e.s.serverCPU += pr.serverCPU(ctx) - srv
 			}
 		}
 	}
 	rs := make([]result, len(libs))
 	for i, e := range es {
 		r := e.s.result()
-		r.Cell, r.Workload, r.Library, r.Servers, r.CS = c.name(libs[i].name), c.workload, libs[i].name, c.servers, c.cs
+		r.Cell, r.Store, r.Workload, r.Library, r.Servers, r.CS = c.name(libs[i].name), c.store, c.workload, libs[i].name, c.servers, c.cs
 		if r.Goroutines == 0 {
 			r.Goroutines = c.clients
 		}
@@ -335,7 +424,21 @@ func (rep *report) find(name string) (result, bool) {
 	return result{}, false
 }
 
-// target is one of issue 3's targets for dlock, checked on this run.
+// native returns the result of the same cell on the store's native recipe
+// (the library marked native), if it ran without errors.
+func (rep *report) native(r result) (result, bool) {
+	for _, lib := range libraries {
+		if lib.store == r.Store && lib.native {
+			if lib.name == r.Library {
+				return result{}, false
+			}
+			return rep.find(strings.TrimSuffix(r.Cell, r.Library) + lib.name)
+		}
+	}
+	return result{}, false
+}
+
+// target is one of the targets for dlock, checked on this run.
 type target struct {
 	Name   string `json:"name"`
 	Status string `json:"status"` // met, MISSED, n/a (cells not run or failed)
@@ -357,10 +460,13 @@ func (rep *report) evaluate() []target {
 		ts = append(ts, target{name, st, detail})
 	}
 
-	d, ok1 := rep.find("uncontended/G=64/dlock")
-	b, ok2 := rep.find("uncontended/G=64/baseline")
-	add("uncontended G=64: dlock pairs/s >= baseline", ok1 && ok2, d.OpsPerSec >= b.OpsPerSec,
-		fmt.Sprintf("%.0f vs %.0f pairs/s (%.2fx)", d.OpsPerSec, b.OpsPerSec, d.OpsPerSec/b.OpsPerSec))
+	// Redis (issue 3).
+	d, ok1 := rep.find("redis/uncontended/G=64/dlock")
+	b, ok2 := rep.find("redis/uncontended/G=64/baseline")
+	if ok1 || ok2 {
+		add("redis uncontended G=64: dlock pairs/s >= baseline", ok1 && ok2, d.OpsPerSec >= b.OpsPerSec,
+			fmt.Sprintf("%.0f vs %.0f pairs/s (%.2fx)", d.OpsPerSec, b.OpsPerSec, d.OpsPerSec/b.OpsPerSec))
+	}
 
 	// The handoff against two round trips: the issue takes the baseline's
 	// one-command latency (its uncontended SET NX PX, back to back) as the
@@ -368,7 +474,7 @@ func (rep *report) evaluate() []target {
 	// idle time as the release, is the round trip under the handoff's own
 	// conditions. On a machine that is idle between rounds the two differ
 	// several times over, so both are checked.
-	h, okH := rep.find("handoff/G=2/dlock")
+	h, okH := rep.find("redis/handoff/G=2/dlock")
 	handoffRTT := func(name, what string, ok bool, rtt time.Duration) {
 		ok = ok && okH && rtt > 0
 		add(name, ok, h.HandoffReturnP50 < 2*rtt,
@@ -376,22 +482,79 @@ func (rep *report) evaluate() []target {
 				fmtDur(h.HandoffReturnP50), float64(h.HandoffReturnP50)/float64(rtt),
 				fmtDur(h.HandoffCallP50), float64(h.HandoffCallP50)/float64(rtt), what, fmtDur(rtt)))
 	}
-	b1, ok := rep.find("uncontended/G=1/baseline")
-	handoffRTT("handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
-	handoffRTT("handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
+	if b1, ok := rep.find("redis/uncontended/G=1/baseline"); ok || okH {
+		handoffRTT("redis handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
+		handoffRTT("redis handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
+	}
 
-	hk, ok := rep.find("hotkey/G=64/CS=1ms/dlock")
-	limit := 3 * 64 * time.Millisecond
-	add("hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
-		fmt.Sprintf("gave up %d; wait p99 %v vs limit %v", hk.GaveUp, fmtDur(hk.LockP99), fmtDur(limit)))
+	if hk, ok := rep.find("redis/hotkey/G=64/CS=1ms/dlock"); ok {
+		limit := 3 * 64 * time.Millisecond
+		add("redis hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
+			fmt.Sprintf("gave up %d; wait p99 %v vs limit %v", hk.GaveUp, fmtDur(hk.LockP99), fmtDur(limit)))
+	}
 
-	q5, ok1 := rep.find("quorum/N=5/dlock")
-	s1, ok2 := rep.find("uncontended/G=1/dlock")
-	add("quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
-		fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
-			fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
-			fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
+	q5, ok1 := rep.find("redis/quorum/N=5/dlock")
+	s1, ok2 := rep.find("redis/uncontended/G=1/dlock")
+	if ok1 {
+		add("redis quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
+			fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
+				fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
+				fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
+	}
+
+	// The consensus stores: dlock against the store's own recipe.
+	for _, st := range []string{"etcd", "zk"} {
+		cellsOf := func(prefix string) (result, result, bool) {
+			d, ok := rep.find(st + "/" + prefix + "/dlock")
+			if !ok {
+				return d, result{}, false
+			}
+			n, ok := rep.native(d)
+			return d, n, ok
+		}
+		ran := false
+		for _, r := range rep.Results {
+			ran = ran || r.Store == st
+		}
+		if !ran {
+			continue
+		}
+		d, n, ok := cellsOf("uncontended/G=1")
+		ratio, lo, hi := roundRatio(d.RoundLockP50, n.RoundLockP50)
+		add(st+" uncontended G=1: dlock lock p50 <= 1.1x "+n.Library, ok && ratio > 0, ratio <= 1.1,
+			fmt.Sprintf("%v vs %v; median of %d per-round ratios %.2f (%.2f-%.2f); pair p50 %v vs %v",
+				fmtDur(d.LockP50), fmtDur(n.LockP50), len(d.RoundLockP50), ratio, lo, hi, fmtDur(d.PairP50), fmtDur(n.PairP50)))
+		f, fok := rep.find(st + "/fifo/G=8/CS=1ms/dlock")
+		fn, _ := rep.native(f)
+		add(st+" handoff p50 < 5ms (dlock, G=8)", fok && f.Handoffs > 0, f.HandoffCallP50 < 5*time.Millisecond,
+			fmt.Sprintf("p50 %v, p99 %v over %d handoffs (%s: p50 %v, p99 %v)",
+				fmtDur(f.HandoffCallP50), fmtDur(f.HandoffCallP99), f.Handoffs, fn.Library, fmtDur(fn.HandoffCallP50), fmtDur(fn.HandoffCallP99)))
+		add(st+" FIFO: no out-of-order acquisition (dlock, G=8)", fok && f.Unconfirmed == 0, f.OutOfOrder == 0,
+			fmt.Sprintf("%d out of order in %d acquisitions (%s: %d in %d)", f.OutOfOrder, f.Ops, fn.Library, fn.OutOfOrder, fn.Ops))
+	}
 	return ts
+}
+
+// roundRatio returns the median, the least and the greatest of a[i]/b[i]:
+// the ratio of two libraries' medians round by round (the rounds of a cell
+// interleave the libraries, so round i of both ran at about the same time).
+// It returns zeros if there are no rounds to pair.
+func roundRatio(a, b []time.Duration) (median, lo, hi float64) {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			rs = append(rs, float64(a[i])/float64(b[i]))
+		}
+	}
+	if len(rs) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(rs)
+	median = rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		median = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return median, rs[0], rs[len(rs)-1]
 }
 
 // loadAvg returns the 1, 5 and 15 minute load averages, "" if unknown.

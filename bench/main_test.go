@@ -5,18 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestAllWorkloads runs every workload on every library for a few
-// milliseconds, so that the program keeps compiling and running. It needs
-// redis-server (the program starts five).
+// TestAllWorkloads runs every workload on every library of every store for a
+// few milliseconds, so that the program keeps compiling and running. It
+// needs redis-server (the program starts five), etcd and ZooKeeper.
 func TestAllWorkloads(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cfg := config{
 		settings: settings{ttl: 10 * time.Second, retry: time.Millisecond, pool: 8},
@@ -25,16 +24,19 @@ func TestAllWorkloads(t *testing.T) {
 		budget:   30 * time.Second,
 		clients:  2,
 		slices:   2,
+		stores:   storeNames(),
 	}
 	if testing.Short() {
-		cfg.only = regexp.MustCompile(`/baseline$`)
+		cfg.only = regexp.MustCompile(`^redis/.*/baseline$|^(etcd|zk)/(uncontended/G=1|fifo)/`)
 	}
 	rep, err := run(ctx, cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Ping.Ops == 0 || rep.Ping.LockP50 <= 0 {
-		t.Errorf("no PING round trips measured: %+v", rep.Ping)
+	for _, st := range cfg.stores {
+		if p, ok := rep.ping(st); !ok || p.LockP50 <= 0 {
+			t.Errorf("no %s round trips measured: %+v", st, p)
+		}
 	}
 	want := 0
 	for _, c := range cells(cfg) {
@@ -54,11 +56,27 @@ func TestAllWorkloads(t *testing.T) {
 		if r.Workload == "handoff" && r.HandoffCallP50 <= 0 {
 			t.Errorf("%s: no handoff latency", r.Cell)
 		}
+		if r.Workload == "fifo" {
+			// Every library on these stores queues in order, and the
+			// workload sequences the queueing: a count is a fault of the
+			// lock or of the workload.
+			if r.Handoffs == 0 {
+				t.Errorf("%s: no handoffs measured", r.Cell)
+			}
+			if r.Unconfirmed == 0 && r.OutOfOrder > 0 {
+				t.Errorf("%s: %d acquisitions out of order", r.Cell, r.OutOfOrder)
+			}
+		}
 	}
 
 	var out bytes.Buffer
 	rep.print(&out)
-	for _, s := range []string{"Round trip", "Uncontended", "Hot key", "Handoff", "Targets for dlock"} {
+	heads := []string{"Round trip", "Targets for dlock"}
+	if !testing.Short() {
+		heads = append(heads, "Redis, uncontended", "Redis, hot key", "Redis, handoff", "etcd and ZooKeeper, hot key")
+	}
+	heads = append(heads, "etcd and ZooKeeper, uncontended", "etcd and ZooKeeper, handoff")
+	for _, s := range heads {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
@@ -66,8 +84,25 @@ func TestAllWorkloads(t *testing.T) {
 	if _, err := json.Marshal(rep); err != nil {
 		t.Error(err)
 	}
-	if t.Failed() {
+	if t.Failed() || testing.Verbose() {
 		t.Log("\n" + out.String())
+	}
+}
+
+func TestRoundRatio(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		var ds []time.Duration
+		for _, n := range ns {
+			ds = append(ds, time.Duration(n)*time.Millisecond)
+		}
+		return ds
+	}
+	med, lo, hi := roundRatio(ms(2, 3, 0, 8), ms(2, 2, 5, 4))
+	if med != 1.5 || lo != 1 || hi != 2 {
+		t.Errorf("roundRatio = %v, %v, %v; want 1.5, 1, 2", med, lo, hi)
+	}
+	if med, _, _ := roundRatio(nil, ms(1)); med != 0 {
+		t.Errorf("roundRatio without rounds = %v, want 0", med)
 	}
 }
 
@@ -98,43 +133,66 @@ func TestFmtDur(t *testing.T) {
 	}
 }
 
-func TestDelayProxy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// TestFifoQueue checks the bookkeeping of the FIFO workload: a ticket waits
+// for the previous one's record on the store, and acquisitions out of ticket
+// order are counted.
+func TestFifoQueue(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	counts := make(chan int)
+	q := newFifoQueue(ctx, func(context.Context) (int, error) { return <-counts, nil }, 5)
+
+	t0, err := q.join()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() { // echo server
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	joined := make(chan ticket)
+	go func() {
+		t1, err := q.join()
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- t1
+	}()
+	counts <- 5 // t0's record is not there yet: t1 must wait
+	select {
+	case <-joined:
+		t.Fatal("a ticket was taken before the previous one's record showed")
+	default:
+	}
+	counts <- 6 // t0's record shows: t1 joins
+	t1 := <-joined
+	counts <- 7 // t1's record shows
+	q.wg.Wait()
+	if t0.n != 0 || t1.n != 1 {
+		t.Fatalf("tickets %d, %d; want 0, 1", t0.n, t1.n)
+	}
+
+	// From here on every record shows at once.
+	go func() {
+		for n := 7; ; n++ {
+			select {
+			case counts <- n:
+			case <-ctx.Done():
 				return
 			}
-			go func() { io.Copy(c, c); c.Close() }()
 		}
 	}()
-	const delay = 2 * time.Millisecond
-	px, err := startProxy(ln.Addr().String(), delay)
-	if err != nil {
-		t.Fatal(err)
+	q.acquired(t0, time.Now()) // in order; no release before: no handoff
+	t2, _ := q.join()
+	q.releasing()
+	q.released()
+	q.acquired(t2, time.Now()) // ahead of t1: out of order; a handoff
+	q.releasing()
+	q.released()
+	t3, _ := q.join()          // after the release began
+	q.acquired(t3, time.Now()) // ahead of t1: out of order; not a handoff
+	q.acquired(t1, time.Now()) // in order; no release since the last acquisition
+	q.wg.Wait()
+	if q.outOfOrder != 2 || q.unconfirmed != 0 {
+		t.Errorf("%d out of order, %d unconfirmed; want 2, 0", q.outOfOrder, q.unconfirmed)
 	}
-	defer px.close()
-	c, err := net.Dial("tcp", px.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	msg := bytes.Repeat([]byte("dlock"), 10000)
-	start := time.Now()
-	go c.Write(msg)
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatal(err)
-	}
-	if rtt := time.Since(start); rtt < 2*delay {
-		t.Errorf("round trip %v through the proxy, want at least %v", rtt, 2*delay)
-	}
-	if !bytes.Equal(got, msg) {
-		t.Error("the proxy changed the bytes")
+	if len(q.handoffs) != 1 {
+		t.Errorf("handoffs %v, want one", q.handoffs)
 	}
 }

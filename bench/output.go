@@ -14,23 +14,30 @@ func (rep *report) print(w io.Writer) {
 	c := rep.Config
 	fmt.Fprintf(w, "dlock comparison: %v per cell and library (in %d interleaved slices) after %v warm-up; TTL %v; polling libraries retry every %v; go-redis PoolSize %d; up to %d clients per library; wait budget %v\n",
 		c.Duration, c.Slices, c.Warmup, c.TTL, c.Retry, c.Pool, c.Clients, c.Budget)
-	fmt.Fprintf(w, "servers: %s\n", strings.Join(c.Servers, " "))
+	for _, st := range storeList {
+		if addrs := c.Servers[st.name]; len(addrs) > 0 {
+			fmt.Fprintf(w, "%s servers: %s\n", st.name, strings.Join(addrs, " "))
+		}
+	}
 	if c.Delay > 0 {
-		fmt.Fprintf(w, "every server behind a proxy that delays each direction by at least %v (Go's timers may add up to a millisecond more: the PING line shows the real round trip)\n", c.Delay)
+		fmt.Fprintf(w, "every server behind a proxy that delays each direction by at least %v (Go's timers may add up to a millisecond more: the round trip lines show the real round trip)\n", c.Delay)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Round trip (back-to-back PINGs on one connection, %d samples): p50 %v  p99 %v\n",
-		rep.Ping.Ops, fmtDur(rep.Ping.LockP50), fmtDur(rep.Ping.LockP99))
+	pingWhat := map[string]string{"redis": "PINGs", "etcd": "GETs of a missing key", "zk": "exists(\"/\")"}
+	for _, p := range rep.Pings {
+		fmt.Fprintf(w, "Round trip %-5s (back-to-back %s on one connection, %d samples): p50 %v  p99 %v\n",
+			p.Store, pingWhat[p.Store], p.Ops, fmtDur(p.LockP50), fmtDur(p.LockP99))
+	}
 	if rep.LoadBefore != "" {
 		fmt.Fprintf(w, "load average (1/5/15 min) before: %s, after: %s\n", rep.LoadBefore, rep.LoadAfter)
 	}
 	fmt.Fprintln(w)
 
 	var errLines []string
-	byWorkload := func(wl string) []result {
+	byWorkload := func(store, wl string) []result {
 		var rs []result
 		for _, r := range rep.Results {
-			if r.Workload == wl {
+			if r.Store == store && r.Workload == wl {
 				rs = append(rs, r)
 				if r.Errors > 0 {
 					errLines = append(errLines, fmt.Sprintf("  %s: %d errors, first: %s", r.Cell, r.Errors, r.FirstErr))
@@ -40,12 +47,12 @@ func (rep *report) print(w io.Writer) {
 		return rs
 	}
 
-	if rs := byWorkload("uncontended"); len(rs) > 0 {
-		fmt.Fprintln(w, "Uncontended: lock/unlock pairs, each goroutine on its own key")
+	if rs := byWorkload("redis", "uncontended"); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, uncontended: lock/unlock pairs, each goroutine on its own key")
 		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, r := range rs {
 			ratio := "-"
-			if b, ok := rep.find(strings.TrimSuffix(r.Cell, r.Library) + "baseline"); ok {
+			if b, ok := rep.find(strings.TrimSuffix(r.Cell, r.Library) + "baseline"); ok && b.OpsPerSec > 0 {
 				ratio = fmt.Sprintf("%.2f", r.OpsPerSec/b.OpsPerSec)
 			}
 			t.add(strconv.Itoa(r.Goroutines), r.Library, fmtRate(r.OpsPerSec), ratio,
@@ -55,8 +62,8 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
-	if rs := byWorkload("hotkey"); len(rs) > 0 {
-		fmt.Fprintln(w, "Hot key: all goroutines lock one key and hold it for CS")
+	if rs := byWorkload("redis", "hotkey"); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, hot key: all goroutines lock one key and hold it for CS")
 		t := table{header: []string{"G", "CS", "library", "acq/s", "wait p50", "wait p99", "wait max", "min/g", "max/g", "gave up", "errors"}, left: 3}
 		for _, r := range rs {
 			t.add(strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec),
@@ -66,8 +73,8 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
-	if rs := byWorkload("handoff"); len(rs) > 0 {
-		fmt.Fprintln(w, "Handoff: holder releases, a waiter in another client takes the lock")
+	if rs := byWorkload("redis", "handoff"); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client takes the lock")
 		t := table{header: []string{"library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 1}
 		for _, r := range rs {
 			rtts := "-"
@@ -80,15 +87,18 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
-	if rs := byWorkload("quorum"); len(rs) > 0 {
-		fmt.Fprintln(w, "Quorum (Redlock): one goroutine, uncontended, over N independent servers (N=1: the uncontended G=1 cell)")
+	if rs := byWorkload("redis", "quorum"); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, quorum (Redlock): one goroutine, uncontended, over N independent servers (N=1: the uncontended G=1 cell)")
 		t := table{header: []string{"N", "library", "lock p50", "lock p99", "pair p50", "pairs/s", "lock p50 x N=1", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, lib := range libraries {
+			if lib.store != "redis" {
+				continue
+			}
 			ref := lib.ref
 			if ref == "" {
 				ref = lib.name
 			}
-			one, ok := rep.find("uncontended/G=1/" + ref)
+			one, ok := rep.find("redis/uncontended/G=1/" + ref)
 			rows := []result{}
 			if ok {
 				rows = append(rows, one)
@@ -113,6 +123,8 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
+	rep.printConsensus(w, byWorkload)
+
 	if len(errLines) > 0 {
 		fmt.Fprintln(w, "Errors:")
 		fmt.Fprintln(w, strings.Join(errLines, "\n"))
@@ -120,10 +132,86 @@ func (rep *report) print(w io.Writer) {
 	}
 
 	if len(rep.Targets) > 0 {
-		fmt.Fprintln(w, "Targets for dlock (issue 3)")
+		fmt.Fprintln(w, "Targets for dlock")
 		t := table{header: []string{"status", "target", "measured"}, left: 3}
 		for _, tg := range rep.Targets {
 			t.add(tg.Status, tg.Name, tg.Detail)
+		}
+		t.write(w)
+	}
+}
+
+// printConsensus writes the tables of the consensus stores (etcd and
+// ZooKeeper), where dlock is compared with the store's own recipe: "x
+// native" is the median, over the cell's rounds, of dlock's round median
+// divided by the native recipe's in the same round.
+func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string) []result) {
+	var un, hot, fifo, ho []result
+	for _, st := range []string{"etcd", "zk"} {
+		un = append(un, byWorkload(st, "uncontended")...)
+		hot = append(hot, byWorkload(st, "hotkey")...)
+		fifo = append(fifo, byWorkload(st, "fifo")...)
+		ho = append(ho, byWorkload(st, "handoff")...)
+	}
+	ratio := func(r result, pick func(result) []time.Duration) string {
+		n, ok := rep.native(r)
+		if !ok {
+			return "-"
+		}
+		m, lo, hi := roundRatio(pick(r), pick(n))
+		if m == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f (%.2f-%.2f)", m, lo, hi)
+	}
+	roundLock := func(r result) []time.Duration { return r.RoundLockP50 }
+	roundHandoff := func(r result) []time.Duration { return r.RoundHandoffP50 }
+
+	if len(un) > 0 {
+		fmt.Fprintln(w, "etcd and ZooKeeper, uncontended: lock/unlock pairs, each goroutine on its own key")
+		t := table{header: []string{"store", "G", "library", "pairs/s", "lock p50", "lock p99", "pair p50", "lock p50 x native (range)", "client CPU/op", "errors"}, left: 3}
+		for _, r := range un {
+			t.add(r.Store, strconv.Itoa(r.Goroutines), r.Library, fmtRate(r.OpsPerSec),
+				fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.PairP50), ratio(r, roundLock),
+				fmtDur(r.ClientCPUPerOp), strconv.Itoa(r.Errors))
+		}
+		t.write(w)
+	}
+	if len(hot) > 0 {
+		fmt.Fprintln(w, "etcd and ZooKeeper, hot key: all goroutines lock one key and hold it for CS (handoffs: see below)")
+		t := table{header: []string{"store", "G", "CS", "library", "acq/s", "wait p50", "wait p99", "wait max", "min/g", "max/g", "gave up", "errors"}, left: 4}
+		for _, r := range hot {
+			t.add(r.Store, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec),
+				fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.LockMax),
+				strconv.Itoa(r.MinPerG), strconv.Itoa(r.MaxPerG), strconv.Itoa(r.GaveUp), strconv.Itoa(r.Errors))
+		}
+		t.write(w)
+	}
+	if len(hot)+len(fifo)+len(ho) > 0 {
+		fmt.Fprintln(w, "etcd and ZooKeeper, handoff: from the holder calling release to the next holder's Lock returning")
+		t := table{header: []string{"store", "cell", "library", "acq/s", "handoffs", "p50", "mean", "p99", "max", "p50 x native (range)", "out of order", "errors"}, left: 3}
+		for _, st := range []string{"etcd", "zk"} {
+			for _, rs := range [][]result{fifo, hot, ho} {
+				for _, r := range rs {
+					if r.Store != st {
+						continue
+					}
+					ooo := "-"
+					if r.Workload == "fifo" {
+						ooo = strconv.Itoa(r.OutOfOrder)
+						if r.Unconfirmed > 0 {
+							ooo += fmt.Sprintf(" (%d joins unconfirmed)", r.Unconfirmed)
+						}
+					}
+					acq := fmtRate(r.OpsPerSec)
+					if r.Workload == "handoff" {
+						acq = "-"
+					}
+					t.add(r.Store, strings.TrimSuffix(strings.TrimPrefix(r.Cell, r.Store+"/"), "/"+r.Library), r.Library, acq, strconv.Itoa(r.Handoffs),
+						fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallMean), fmtDur(r.HandoffCallP99), fmtDur(r.HandoffCallMax),
+						ratio(r, roundHandoff), ooo, strconv.Itoa(r.Errors))
+				}
+			}
 		}
 		t.write(w)
 	}

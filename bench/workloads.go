@@ -16,7 +16,8 @@ import (
 // result is the outcome of one cell: one workload with one set of
 // parameters on one library. Durations are in nanoseconds in JSON.
 type result struct {
-	Cell       string        `json:"cell"` // workload/params/library
+	Cell       string        `json:"cell"` // store/workload/params/library
+	Store      string        `json:"store"`
 	Workload   string        `json:"workload"`
 	Library    string        `json:"library"`
 	Servers    int           `json:"servers"`
@@ -24,7 +25,7 @@ type result struct {
 	CS         time.Duration `json:"critical_section,omitempty"`
 	Elapsed    time.Duration `json:"elapsed"`
 
-	Ops       int     `json:"ops"` // lock/unlock pairs, acquisitions or handoffs
+	Ops       int     `json:"ops"` // lock/unlock pairs, acquisitions (hot key, FIFO) or handoffs (Redis handoff)
 	OpsPerSec float64 `json:"ops_per_sec"`
 
 	// Time spent in Lock (uncontended: the acquire latency; hot key: the
@@ -39,13 +40,30 @@ type result struct {
 	GaveUp  int `json:"gave_up"` // Lock calls that ran out of the wait budget
 
 	// Handoff: release returned (or was called) -> waiter holds the lock.
+	// Hot key and FIFO measure from release called only.
+	Handoffs         int           `json:"handoffs,omitempty"`
 	HandoffReturnP50 time.Duration `json:"handoff_return_p50,omitempty"`
 	HandoffReturnP99 time.Duration `json:"handoff_return_p99,omitempty"`
 	HandoffCallP50   time.Duration `json:"handoff_call_p50,omitempty"`
 	HandoffCallP99   time.Duration `json:"handoff_call_p99,omitempty"`
-	// Handoff: PING round trip measured inside the cell, once per round
-	// while the lock is held, so under the same conditions as the handoff.
+	HandoffCallMax   time.Duration `json:"handoff_call_max,omitempty"`
+	HandoffCallMean  time.Duration `json:"handoff_call_mean,omitempty"`
+	// Handoff: a no-op round trip (a PING on Redis) measured inside the
+	// cell, once per round while the lock is held, so under the same
+	// conditions as the handoff.
 	RTTP50 time.Duration `json:"rtt_p50,omitempty"`
+
+	// FIFO: acquisitions by a goroutine other than the one that had waited
+	// longest, and queue entries the store did not show in time (see
+	// fifoHandoff).
+	OutOfOrder  int `json:"out_of_order"`
+	Unconfirmed int `json:"unconfirmed_joins,omitempty"`
+
+	// The medians of each round (slice) of the cell, in order: the rounds
+	// of a cell interleave the libraries, so round i of two libraries ran
+	// at about the same time.
+	RoundLockP50    []time.Duration `json:"round_lock_p50,omitempty"`
+	RoundHandoffP50 []time.Duration `json:"round_handoff_p50,omitempty"`
 
 	// CPU time per operation of this process (all its goroutines) and of
 	// the redis-servers of the cell (INFO cpu, all servers summed).
@@ -63,7 +81,10 @@ type runCtx struct {
 	prefix string                      // fresh key prefix for this cell and library
 	dur    time.Duration               // how long to keep starting new operations
 	budget time.Duration               // wait budget of one Lock call
-	ping   func(context.Context) error // one PING to the (first) server
+	ping   func(context.Context) error // one no-op round trip to the (first) server
+
+	// records counts the lock records on the server (see probe).
+	records func(context.Context) (int, error)
 }
 
 // samples are the raw measurements of a workload. A cell runs in slices
@@ -78,6 +99,12 @@ type samples struct {
 	pairs   []time.Duration
 
 	fromReturn, fromCall, rtts []time.Duration
+
+	outOfOrder, unconfirmed int
+
+	// Per round: where the round's samples begin, and the round medians.
+	roundLocks0, roundCall0       int
+	roundLockP50, roundHandoffP50 []time.Duration
 
 	clientCPU, serverCPU time.Duration
 
@@ -94,8 +121,25 @@ func (s *samples) err(err error) {
 	}
 }
 
+// startRound begins a round (slice) of a cell.
+func (s *samples) startRound() { s.roundLocks0, s.roundCall0 = len(s.locks), len(s.fromCall) }
+
+// endRound records the round's medians (0 if it has no samples).
+func (s *samples) endRound() {
+	s.roundLockP50 = append(s.roundLockP50, pct(s.locks[s.roundLocks0:], 0.5))
+	s.roundHandoffP50 = append(s.roundHandoffP50, pct(s.fromCall[s.roundCall0:], 0.5))
+}
+
 func (s *samples) result() result {
 	r := result{Elapsed: s.elapsed, Ops: s.ops, GaveUp: s.gaveUp, Errors: s.nErrs}
+	r.OutOfOrder, r.Unconfirmed = s.outOfOrder, s.unconfirmed
+	if len(s.locks) > 0 {
+		r.RoundLockP50 = s.roundLockP50
+	}
+	if len(s.fromCall) > 0 {
+		r.RoundHandoffP50 = s.roundHandoffP50
+	}
+	r.Handoffs = len(s.fromCall)
 	if s.elapsed > 0 {
 		r.OpsPerSec = float64(s.ops) / s.elapsed.Seconds()
 	}
@@ -105,7 +149,8 @@ func (s *samples) result() result {
 		r.Goroutines, r.MinPerG, r.MaxPerG = len(s.counts), slices.Min(s.counts), slices.Max(s.counts)
 	}
 	r.HandoffReturnP50, r.HandoffReturnP99 = pct(s.fromReturn, 0.50), pct(s.fromReturn, 0.99)
-	r.HandoffCallP50, r.HandoffCallP99 = pct(s.fromCall, 0.50), pct(s.fromCall, 0.99)
+	r.HandoffCallP50, r.HandoffCallP99, r.HandoffCallMax = pct(s.fromCall, 0.50), pct(s.fromCall, 0.99), pct(s.fromCall, 1)
+	r.HandoffCallMean = mean(s.fromCall)
 	r.RTTP50 = pct(s.rtts, 0.50)
 	if s.ops > 0 {
 		r.ClientCPUPerOp, r.ServerCPUPerOp = s.clientCPU/time.Duration(s.ops), s.serverCPU/time.Duration(s.ops)
@@ -130,8 +175,9 @@ func (rc *runCtx) lock(l locker, key string) (unlock func(context.Context) error
 
 // loop runs g goroutines over the lockers (goroutine i uses client i mod
 // clients) that lock, hold for cs and unlock key(i) until rc.dur has passed.
-// It records the time spent in each Lock call and each whole pair.
-func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string) {
+// It records the time spent in each Lock call and each whole pair, and with
+// a handoffClock the handoffs.
+func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string, hc *handoffClock) {
 	if s.counts == nil {
 		s.counts = make([]int, g)
 	}
@@ -163,9 +209,11 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 					return
 				}
 				t1 := time.Now()
+				hc.acquired(t0, t1)
 				if cs > 0 {
 					time.Sleep(cs)
 				}
+				hc.releasing()
 				t2 := time.Now()
 				if err := unlock(rc.ctx); err != nil {
 					s.err(err)
@@ -178,25 +226,67 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 	}
 	wg.Wait()
 	s.elapsed += time.Since(start)
+	if hc != nil {
+		s.fromCall = append(s.fromCall, hc.samples...)
+	}
 }
 
 // uncontended: g goroutines, each on a key of its own.
 func uncontended(rc *runCtx, s *samples, g int) {
-	loop(rc, s, g, 0, func(i int) string { return rc.prefix + strconv.Itoa(i) })
+	loop(rc, s, g, 0, func(i int) string { return rc.prefix + strconv.Itoa(i) }, nil)
 }
 
-// hotKey: g goroutines contend for one key and hold it for cs.
+// hotKey: g goroutines contend for one key and hold it for cs. It also
+// measures the handoffs (see handoffClock).
 func hotKey(rc *runCtx, s *samples, g int, cs time.Duration) {
-	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" })
+	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" }, &handoffClock{})
+}
+
+// handoffClock measures the handoffs on one key: the time from the holder
+// beginning to release (releasing, just before the release call) to the
+// next holder's Lock returning (acquired), counted when that Lock call had
+// begun before the release did (the next holder was waiting, not arriving
+// at a free lock). A nil clock measures nothing.
+type handoffClock struct {
+	mu      sync.Mutex
+	release time.Time // zero once the next holder has the lock
+	samples []time.Duration
+}
+
+// acquired records that a Lock called at called returned holding the lock
+// at got.
+func (h *handoffClock) acquired(called, got time.Time) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.release.IsZero() {
+		if called.Before(h.release) {
+			h.samples = append(h.samples, got.Sub(h.release))
+		}
+		h.release = time.Time{}
+	}
+}
+
+// releasing records that the holder is about to release.
+func (h *handoffClock) releasing() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.release = time.Now()
+	h.mu.Unlock()
 }
 
 // handoff measures how long a waiter in another client takes to hold the
 // lock once the holder releases it. The holder keeps the lock 2-3ms, long
 // enough for the waiter to be waiting (subscribed, or polling at a random
 // phase), then releases; the two clients swap roles every round. Halfway
-// through the hold it measures one PING round trip: the round trip under
-// the same conditions (a machine that was idle for a millisecond or so can
-// take several times longer to answer than one that is busy).
+// through the hold it measures one no-op round trip (rc.ping: a PING on
+// Redis): the round trip under the same conditions (a machine that was idle
+// for a millisecond or so can take several times longer to answer than one
+// that is busy).
 func handoff(rc *runCtx, s *samples) {
 	key := rc.prefix + "handoff"
 	start := time.Now()
@@ -250,25 +340,16 @@ func handoff(rc *runCtx, s *samples) {
 	}
 }
 
-// ping measures the server's one-command round trip: back-to-back PINGs on
-// one connection of a client with the shared settings.
-func ping(ctx context.Context, addr string, set settings, dur time.Duration) result {
-	c := newClient(addr, set)
-	defer c.Close()
-	var s samples
-	start := time.Now()
-	for time.Since(start) < dur && ctx.Err() == nil {
-		t0 := time.Now()
-		if err := c.Ping(ctx).Err(); err != nil {
-			s.err(err)
-			break
-		}
-		s.locks = append(s.locks, time.Since(t0))
+// mean returns the mean of ds, 0 if empty.
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
 	}
-	s.elapsed, s.ops = time.Since(start), len(s.locks)
-	r := s.result()
-	r.Goroutines, r.Servers = 1, 1
-	return r
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
 }
 
 // pct returns the p-quantile of ds (sorting ds), 0 if empty.
