@@ -460,7 +460,7 @@ func (rep *report) evaluate() []target {
 		ts = append(ts, target{name, st, detail})
 	}
 
-	// Redis (issue 3).
+	// Redis.
 	d, ok1 := rep.find("redis/uncontended/G=64/dlock")
 	b, ok2 := rep.find("redis/uncontended/G=64/baseline")
 	if ok1 || ok2 {
@@ -468,10 +468,10 @@ func (rep *report) evaluate() []target {
 			fmt.Sprintf("%.0f vs %.0f pairs/s (%.2fx)", d.OpsPerSec, b.OpsPerSec, d.OpsPerSec/b.OpsPerSec))
 	}
 
-	// The handoff against two round trips: the issue takes the baseline's
-	// one-command latency (its uncontended SET NX PX, back to back) as the
-	// round trip; a PING measured inside the handoff cell, after the same
-	// idle time as the release, is the round trip under the handoff's own
+	// The handoff against two round trips, with two measures of one round
+	// trip: the baseline's one-command latency (its uncontended SET NX PX,
+	// back to back), and a PING measured inside the handoff cell after the
+	// same idle time as the release, the round trip under the handoff's own
 	// conditions. On a machine that is idle between rounds the two differ
 	// several times over, so both are checked.
 	h, okH := rep.find("redis/handoff/G=2/dlock")
