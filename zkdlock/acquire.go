@@ -31,6 +31,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	if err := d.enterAcquire(ctx, req.Owner); err != nil {
 		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
 	}
+	// The key's znode stays while the call runs.
+	parent := d.parentPath(req.Key)
+	d.parents.begin(parent)
 	var (
 		mu        sync.Mutex
 		finished  bool // the caller takes the outcome
@@ -45,12 +48,20 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		drop := abandoned && made != ""
 		finished, res, err = !abandoned, r, e
 		mu.Unlock()
+		// Whoever removes a node the call left schedules the removal of
+		// the key's znode then; without one, the call does it now.
+		left := made != ""
+		if h, ok := d.holds.Get(req.Owner); ok && h.parent == parent {
+			left = true
+		}
+		d.parents.end(parent, left)
 		if drop {
 			// Nobody will learn of the node: remove it.
 			d.drop(req.Owner, made)
 		}
 	})
 	if !ok {
+		d.parents.end(parent, true) // the driver is closed: nothing to remove
 		d.leaveAcquire(req.Owner)
 		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, errClosed)
 	}
@@ -130,7 +141,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 			return driver.Result{}, "", notHeld("the lease of the queue entry ran out")
 		}
 	}
-	parent := d.parentPath(req.Key)
+	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
 	created, createErr := d.create(parent, nodeBase(req.Owner), encodeData(req.Owner, req.Info))
 	if createErr != nil && !maybeApplied(createErr) {
 		return driver.Result{}, "", createErr
@@ -281,7 +292,11 @@ func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 }
 
 // create creates the contender's ephemeral sequential node under parent,
-// creating parent first if it is missing, and returns its path.
+// creating parent first if it is missing, and returns its path. The parent
+// may vanish between the two: another driver (or this one, for a key whose
+// linger period ended) deleted it when it was empty. ZooKeeper deletes only
+// empty znodes, so a contender's node, once created, keeps the parent; a
+// Create that finds the parent gone creates it again.
 func (d *Driver) create(parent, name string, data []byte) (string, error) {
 	var err error
 	for range createAttempts {

@@ -64,7 +64,19 @@
 // become "%2E" and "%2E%2E". The key's znode is a container node, which the
 // server deletes on its own some time after its last child goes, should
 // the driver's deletion not happen (a session that expired, a connection
-// lost at the wrong moment).
+// lost at the wrong moment, a process that died).
+//
+// The key's znode lingers: it stays for a short idle period (one second
+// unless WithParentLinger says otherwise) after the driver's last node
+// under it has gone, so that a key locked again and again is not deleted
+// and created anew each time. An Acquire of the key by the driver starts
+// the period anew. When it has passed, the driver deletes the key's znode,
+// a deletion that ZooKeeper refuses while any contender, of any driver, is
+// queued there, and Close deletes the lingering znodes of the driver at
+// once. An empty key's znode therefore remains for at most the linger
+// period after a release, while its driver is open (longer only if the
+// deletion fails, until the server's container clean-up). A contender that
+// finds the key's znode gone when it creates its node creates it again.
 //
 // A contender's node is PREFIX/esc(K)/_c_<ID>-lock-<SEQ>: ID is
 // dlock.OwnerID of the owner (32 hexadecimal digits), the "_c_<ID>-" prefix
@@ -74,24 +86,25 @@
 //
 // # Requests
 //
-//   - Acquire creates the node (one round trip), then lists the key's
-//     nodes and reads its own node's stat, two requests in flight together
-//     (one round trip). If the node is first, the lock is held. If not,
-//     and the request asks to queue (driver.Request.Queue), the node stays
-//     as the queue entry; otherwise it is deleted (with the key's znode, if
-//     that left it empty) before Acquire returns. A repeated Acquire by an
-//     owner with a node lists and reads again, and reports the existing
-//     token if the node is now first.
+//   - Acquire creates the node (one round trip; two more if the key's
+//     znode has to be created first), then lists the key's nodes and reads
+//     its own node's stat, two requests in flight together (one round
+//     trip). An uncontended lock of a key locked within the linger period
+//     thus costs two round trips. If the node is first, the lock is held.
+//     If not, and the request asks to queue (driver.Request.Queue), the
+//     node stays as the queue entry; otherwise it is deleted before Acquire
+//     returns. A repeated Acquire by an owner with a node lists and reads
+//     again, and reports the existing token if the node is now first.
 //   - Refresh reads the node's stat (one round trip): it must be there,
 //     with the same creation zxid, in the driver's current session.
-//   - Release deletes the node and, if no other node is left, the key's
-//     znode. When the owner was alone at its last look, both go in one
-//     multi-operation (one round trip), which fails as a whole if others
-//     have come since; otherwise, and then, the node is deleted alone and
-//     the key's znode after it (two round trips), a deletion that fails
-//     harmlessly while other nodes remain, so that the last node to go
-//     takes the key's znode with it. A contender that finds the key's
-//     znode gone creates it again.
+//   - Release deletes the node (one round trip); the key's znode lingers
+//     and goes later, in the background. With a linger period of zero the
+//     key's znode goes with the last node: when the owner was alone at its
+//     last look, both go in one multi-operation (one round trip), which
+//     fails as a whole if others have come since; otherwise, and then, the
+//     node is deleted alone and the key's znode after it (two round trips),
+//     a deletion that fails harmlessly while other nodes remain, so that
+//     the last node to go takes the key's znode with it.
 //   - Subscribe (driver.Notifier) watches the node just ahead of the
 //     owner's (or, for an owner without a node, the holder's): no herd of
 //     waiters wakes on a release. When that node goes, the subscription
@@ -143,19 +156,23 @@
 //
 // go-zookeeper's calls take no context. The driver runs each call on a
 // goroutine of its own and returns when the call's context is done; the
-// abandoned request finishes in the background (Close waits for it). An
-// Acquire whose caller has gone deletes the node it made, and Release
-// waits for such an Acquire of the same owner first.
+// abandoned request finishes in the background. An Acquire whose caller
+// has gone deletes the node it made, and Release waits for such an Acquire
+// of the same owner first. Close gives the requests in flight up to two
+// seconds to finish before it closes the connection, which ends the rest,
+// and waits for them.
 //
 // # URL
 //
 // Importing the package registers the zk scheme with package dlock:
 //
-//	zk://host:port[,host:port...][/chroot][?session=15s&prefix=/dlock]
+//	zk://host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock]
 //
 // The port defaults to 2181. A chroot path is put in front of the prefix.
-// session is the session timeout to ask for (a Go duration) and prefix the
-// znode under which locks are kept. Open waits until a server has answered.
+// session is the session timeout to ask for (a Go duration), linger the
+// idle period of the keys' znodes (a Go duration; 0 deletes them with the
+// last node), and prefix the znode under which locks are kept. Open waits
+// until a server has answered.
 //
 // # Logging
 //

@@ -81,6 +81,9 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// assertNoResidue checks that nothing remains of the keys under prefix, not
+// even an empty key's znode: call it without a linger period, or after
+// closing the drivers (Close removes the lingering znodes).
 func assertNoResidue(t *testing.T, addr, prefix string) {
 	t.Helper()
 	if n, err := residue(ctx(t), addr, DefaultPrefix, prefix); err != nil || n != 0 {
@@ -141,6 +144,7 @@ func TestNegotiatedSessionTimeout(t *testing.T) {
 	if err := d.Release(ctx(t), r); err != nil {
 		t.Errorf("Release after the failed Acquire = %v; want nil (its node was there)", err)
 	}
+	d.Close()
 	assertNoResidue(t, srv.Addr, r.Key)
 }
 
@@ -209,6 +213,8 @@ func TestCutOff(t *testing.T) {
 	if err := r.l.Release(ctx(t)); err != nil {
 		t.Error(err)
 	}
+	holder.Close()
+	waiter.Close()
 	assertNoResidue(t, srv.Addr, k)
 	assertNoResidue(t, srv.Addr, k2)
 }
@@ -271,6 +277,8 @@ func TestWaiterSessionExpiry(t *testing.T) {
 	if err := l.Release(ctx(t)); err != nil {
 		t.Error(err)
 	}
+	holder.Close()
+	waiter.Close()
 	assertNoResidue(t, srv.Addr, k)
 }
 
@@ -279,7 +287,7 @@ func TestWaiterSessionExpiry(t *testing.T) {
 // Release find them by name instead of making a second one or leaving them.
 func TestLostReply(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	d := newTestDriver(t, srv.Addr)
+	d := newTestDriver(t, srv.Addr, WithParentLinger(0))
 	tc, err := dial(ctx(t), srv.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -429,6 +437,8 @@ func TestSessionExpiry(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	d.Close()
+	other.Close()
 	assertNoResidue(t, srv.Addr, held.Key)
 	assertNoResidue(t, srv.Addr, queued.Key)
 }

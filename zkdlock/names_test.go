@@ -111,6 +111,7 @@ func TestOddKeys(t *testing.T) {
 			t.Errorf("Release(%q) = %v", r.Key, err)
 		}
 	}
+	d.Close() // deletes the keys' lingering znodes
 	assertNoResidue(t, srv.Addr, p)
 }
 
@@ -154,5 +155,6 @@ func TestSubscribePredecessor(t *testing.T) {
 	if err := d.Release(ctx(t), c); err != nil {
 		t.Fatal(err)
 	}
+	d.Close()
 	assertNoResidue(t, srv.Addr, k)
 }

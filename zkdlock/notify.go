@@ -146,8 +146,12 @@ type subscription struct {
 // C implements driver.Subscription.
 func (s *subscription) C() <-chan struct{} { return s.c }
 
-// Close implements driver.Subscription. A watch already set stays with the
-// client until its node changes, and is then ignored.
+// Close implements driver.Subscription. It sets no further watch, but one
+// already set stays with the client until its node changes (go-zookeeper
+// cannot remove a watch), and is then ignored: on the node ahead, which goes
+// when its owner releases or its session ends, or on the key's znode (when
+// the key had no contender), which goes once its linger period has passed
+// or comes when the key is next locked.
 func (s *subscription) Close() error {
 	s.once.Do(func() { close(s.done) })
 	return nil

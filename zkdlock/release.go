@@ -88,11 +88,14 @@ func (d *Driver) refreshUnrecorded(req driver.Request) error {
 	return nil
 }
 
-// Release implements driver.Driver: it deletes the owner's node, and the
-// key's znode with it if no other node is left (one multi-operation when
-// the owner was alone at its last look; otherwise a delete of the node and
-// then of the key's znode, which fails harmlessly if others remain). An
-// owner the driver has no record of is looked up by its name.
+// Release implements driver.Driver: it deletes the owner's node (one round
+// trip) and schedules the removal of the key's znode for when the linger
+// period has passed (see WithParentLinger). Without a linger period it
+// deletes the key's znode with the node if no other node is left (one
+// multi-operation when the owner was alone at its last look; otherwise a
+// delete of the node and then of the key's znode, which fails harmlessly if
+// others remain). An owner the driver has no record of is looked up by its
+// name.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if req.Mode != driver.Exclusive {
 		return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
@@ -115,7 +118,7 @@ func (d *Driver) release(req driver.Request) error {
 	}
 	if h.session != d.conn.SessionID() {
 		// The server deleted the node with its session.
-		d.deleteParent(h.parent)
+		d.parents.released(h.parent)
 		return notHeld("the session of its node ended")
 	}
 	existed, err := d.removeNode(h.parent, h.path, h.crowded)
@@ -136,7 +139,7 @@ func (d *Driver) releaseUnrecorded(req driver.Request) error {
 		return err
 	}
 	if len(children) == 0 {
-		d.deleteParent(parent) // a leftover of an ended session, if it exists
+		d.parents.released(parent) // a leftover of an ended session, if it exists
 		return notHeld("no node of this owner")
 	}
 	q := queue(children)
@@ -162,21 +165,22 @@ func (d *Driver) releaseUnrecorded(req driver.Request) error {
 	return nil
 }
 
-// removeNode deletes the node p and then, if no other node is left, the
-// key's znode parent. When the owner was alone at its last look (crowded
-// false), both go in one multi-operation, which fails as a whole if others
-// have come; otherwise, and then, the node is deleted alone and the parent
-// after it (a delete that fails harmlessly while others remain: the last
-// node to go takes the parent with it). existed reports whether p was
-// there.
+// removeNode deletes the node p and hands the key's znode parent to
+// d.parents, which removes it once the linger period has passed, if no
+// other node is left then. Without a linger period the parent goes at once:
+// when the owner was alone at its last look (crowded false), both go in one
+// multi-operation, which fails as a whole if others have come; otherwise,
+// and then, the node is deleted alone and the parent after it (a delete
+// that fails harmlessly while others remain: the last node to go takes the
+// parent with it). existed reports whether p was there.
 func (d *Driver) removeNode(parent, p string, crowded bool) (existed bool, err error) {
-	if !crowded {
+	if !crowded && d.linger <= 0 {
 		_, err := d.conn.Multi(&zk.DeleteRequest{Path: p, Version: -1}, &zk.DeleteRequest{Path: parent, Version: -1})
 		switch {
 		case err == nil:
 			return true, nil
 		case errors.Is(err, zk.ErrNoNode):
-			d.deleteParent(parent)
+			d.parents.released(parent)
 			return false, nil
 		case !errors.Is(err, zk.ErrNotEmpty):
 			return false, err
@@ -189,12 +193,15 @@ func (d *Driver) removeNode(parent, p string, crowded bool) (existed bool, err e
 	case !errors.Is(err, zk.ErrNoNode):
 		return false, err
 	}
-	d.deleteParent(parent)
+	d.parents.released(parent)
 	return existed, nil
 }
 
 // deleteParent deletes a key's znode if it is empty. Failures are left to
-// the server, which deletes empty containers on its own.
+// the server, which deletes empty containers on its own. Deleting a parent
+// under a contender is safe: ZooKeeper refuses to delete a znode that has
+// children (ErrNotEmpty), and a contender that finds the parent gone when
+// it creates its node creates the parent again.
 func (d *Driver) deleteParent(parent string) {
 	_ = d.conn.Delete(parent, -1)
 }
@@ -227,7 +234,7 @@ func (d *Driver) expire(owner string, h hold) {
 	defer cancel()
 	err := call(ctx, d, func() error {
 		if h.session != d.conn.SessionID() {
-			d.deleteParent(h.parent) // the node went with its session
+			d.parents.released(h.parent) // the node went with its session
 			return nil
 		}
 		_, err := d.removeNode(h.parent, h.path, h.crowded)

@@ -23,7 +23,7 @@ func urlError(u *url.URL, format string, args ...any) error {
 	return urlutil.Error(u, format, args...)
 }
 
-// open opens zk://host:port[,host:port...][/chroot][?session=&prefix=] and
+// open opens zk://host:port[,host:port...][/chroot][?session=&linger=&prefix=] and
 // waits until the server has answered a request.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.User != nil {
@@ -53,13 +53,19 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlError(u, "session=%q is not a positive duration (write 15s, 1m)", v)
 			}
 			opts = append(opts, WithSessionTTL(d))
+		case "linger":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, urlError(u, "linger=%q is not a duration of zero or more (write 1s, 500ms, 0)", v)
+			}
+			opts = append(opts, WithParentLinger(d))
 		case "prefix":
 			if why := checkPath(v); why != "" {
 				return nil, urlError(u, "prefix=%q %s", v, why)
 			}
 			prefix = v
 		default:
-			return nil, urlError(u, "unknown parameter %q (zk URLs take session and prefix)", k)
+			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger and prefix)", k)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))

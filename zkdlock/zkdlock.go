@@ -24,6 +24,9 @@ const (
 	// DefaultSessionTTL is the session timeout the driver asks for unless
 	// WithSessionTTL says otherwise.
 	DefaultSessionTTL = 15 * time.Second
+	// DefaultParentLinger is how long a key's znode outlives the driver's
+	// last node under it unless WithParentLinger says otherwise.
+	DefaultParentLinger = time.Second
 
 	// maxKeyLen is the longest dlock key, in bytes.
 	maxKeyLen = 1024
@@ -35,6 +38,10 @@ const (
 	createAttempts = 3
 	// cleanupTimeout bounds a deletion the driver makes in the background.
 	cleanupTimeout = 5 * time.Second
+	// closeTimeout bounds the time Close spends deleting the keys' znodes
+	// whose linger period has not passed and waiting for the requests in
+	// flight, before it closes the connection.
+	closeTimeout = 2 * time.Second
 	// retryDelay separates the attempts to delete a node whose deletion
 	// failed for want of a connection.
 	retryDelay = time.Second
@@ -56,6 +63,7 @@ type Driver struct {
 	conn   *zk.Conn
 	root   string // the znode holding one child per key
 	ttl    time.Duration
+	linger time.Duration
 	sess   *session
 	dialer *dialer
 	caps   driver.Capabilities
@@ -64,6 +72,8 @@ type Driver struct {
 	trash *holds.Table[garbage]  // deletions to try again, by path
 	lost  *holds.Table[struct{}] // owners whose queue entry ran out
 
+	parents *lingering // the keys' znodes: Acquire calls in flight, pending removals
+
 	ctx    context.Context // ends when Close starts
 	cancel context.CancelFunc
 
@@ -71,6 +81,8 @@ type Driver struct {
 	closed   bool
 	wg       sync.WaitGroup           // goroutines of the driver
 	inflight map[string]chan struct{} // running Acquire calls, by owner
+
+	eventsDone chan struct{} // closed when the client's last goroutine has ended
 }
 
 // hold is a node of this driver's session: a hold (the first in its queue)
@@ -103,6 +115,7 @@ type Option func(*config)
 type config struct {
 	prefix   string
 	ttl      time.Duration
+	linger   time.Duration
 	logger   *slog.Logger
 	dial     zk.Dialer
 	connOpts []func(*zk.Conn)
@@ -119,6 +132,17 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // tickTime); the driver uses the timeout the server granted. A process that
 // dies or is cut off loses its locks that long after its last contact.
 func WithSessionTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithParentLinger sets how long a key's znode stays after the driver's
+// last node under it has gone (default DefaultParentLinger), so that
+// locking the key again within that time reuses it: an uncontended lock
+// then costs two round trips and its release one, instead of four and one.
+// An Acquire of the key by the driver starts the period anew. When the
+// period has passed the driver deletes the znode if no contender of any
+// driver is queued there; Close deletes the lingering znodes at once. Zero
+// deletes a key's znode together with the last node, at the cost of
+// creating it again on the next lock.
+func WithParentLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithLogger sends go-zookeeper's log lines to l at debug level. Without it
 // they are dropped.
@@ -142,7 +166,7 @@ func WithConnectOptions(opts ...func(*zk.Conn)) Option {
 // wait for them. Bad options are reported as a *dlock.ArgError. Close ends
 // the session.
 func New(servers []string, opts ...Option) (*Driver, error) {
-	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL}
+	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL, linger: DefaultParentLinger}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -160,9 +184,13 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 	if cfg.ttl < time.Millisecond || cfg.ttl > math.MaxInt32*time.Millisecond {
 		return nil, &dlock.ArgError{Name: "session", Value: cfg.ttl, Reason: "must be between 1ms and about 24 days"}
 	}
+	if cfg.linger < 0 {
+		return nil, &dlock.ArgError{Name: "linger", Value: cfg.linger, Reason: "is negative"}
+	}
 	d := &Driver{
 		root:   cfg.prefix,
 		ttl:    cfg.ttl,
+		linger: cfg.linger,
 		sess:   newSession(),
 		dialer: newDialer(cfg.dial),
 		caps: driver.Capabilities{
@@ -180,6 +208,7 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 	d.holds = holds.New(d.expire)
 	d.trash = holds.New(d.retryDelete)
 	d.lost = holds.New(func(string, struct{}) {})
+	d.parents = newLingering(cfg.linger, d.deleteParent)
 	userOpts := func(c *zk.Conn) {
 		for _, o := range cfg.connOpts {
 			o(c)
@@ -195,10 +224,12 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 	}
 	d.conn = conn
 	// The client closes its event channel when its last goroutine ends.
-	d.wg.Go(func() {
+	d.eventsDone = make(chan struct{})
+	go func() {
+		defer close(d.eventsDone)
 		for range events {
 		}
-	})
+	}()
 	return d, nil
 }
 
@@ -234,10 +265,12 @@ func notHeld(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{driver.ErrNotHeld}, args...)...)
 }
 
-// Close implements driver.Driver: it stops the leases' timers, closes the
-// connection, which ends the session (the server deletes its nodes at
-// once), and waits for the driver's goroutines and the client's to end.
-// Holds are not released one by one: package dlock does that first.
+// Close implements driver.Driver: it stops the leases' timers, deletes the
+// keys' znodes whose linger period has not passed and lets the requests in
+// flight finish (for up to two seconds in all), closes the connection,
+// which ends the session (the server deletes its nodes at once), and waits
+// for the driver's goroutines and the client's to end. Holds are not
+// released one by one: package dlock does that first.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -250,8 +283,27 @@ func (d *Driver) Close() error {
 	d.holds.Close()
 	d.trash.Close()
 	d.lost.Close()
+	// A request the connection's closing abandons leaves the key's znode
+	// behind, and go-zookeeper may still be decoding its reply into memory
+	// the caller reads: give the requests in flight a chance to finish.
+	removed := d.parents.drain(listParallel)
+	calls := make(chan struct{})
+	go func() {
+		d.wg.Wait()
+		close(calls)
+	}()
+	wait, stop := context.WithTimeout(context.Background(), closeTimeout)
+	for _, done := range []<-chan struct{}{removed, calls} {
+		select {
+		case <-done:
+		case <-wait.Done():
+		}
+	}
+	stop()
 	d.conn.Close()
 	d.dialer.closeAll()
-	d.wg.Wait()
+	<-removed
+	<-calls
+	<-d.eventsDone
 	return nil
 }

@@ -42,19 +42,31 @@ func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
 	return d
 }
 
-func suiteConfig(t testing.TB) drivertest.Config {
+// suiteConfig returns the conformance suite's configuration for drivers
+// made with opts. With lingering true, the keys' znodes may linger after
+// release: Residue then ignores the empty ones.
+func suiteConfig(t testing.TB, lingering bool, opts ...Option) drivertest.Config {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
 	return drivertest.Config{
-		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr, opts...) },
 		Residue: func(ctx context.Context, prefix string) (int, error) {
+			if lingering {
+				return nodes(ctx, srv.Addr, DefaultPrefix, prefix)
+			}
 			return residue(ctx, srv.Addr, DefaultPrefix, prefix)
 		},
 	}
 }
 
-func TestConformance(t *testing.T) { drivertest.Run(t, suiteConfig(t)) }
+// TestConformance runs the suite twice: without a linger period, where
+// nothing at all may remain after a release, and with the default one,
+// where the keys' znodes may remain, empty, for that long.
+func TestConformance(t *testing.T) {
+	t.Run("NoLinger", func(t *testing.T) { drivertest.Run(t, suiteConfig(t, false, WithParentLinger(0))) })
+	t.Run("Linger", func(t *testing.T) { drivertest.Run(t, suiteConfig(t, true)) })
+}
 
-func BenchmarkDriver(b *testing.B) { drivertest.RunBenchmarks(b, suiteConfig(b)) }
+func BenchmarkDriver(b *testing.B) { drivertest.RunBenchmarks(b, suiteConfig(b, true)) }
 
 // dial opens a ZooKeeper connection of the test's own and waits for its
 // session.
@@ -87,6 +99,16 @@ func (discard) Printf(string, ...any) {}
 // residue counts the znodes of keys that start with prefix under root: the
 // keys' znodes and their children.
 func residue(ctx context.Context, addr, root, prefix string) (int, error) {
+	return count(ctx, addr, root, prefix, true)
+}
+
+// nodes counts the znodes of keys that start with prefix under root, except
+// the keys' znodes that are empty (lingering after a release).
+func nodes(ctx context.Context, addr, root, prefix string) (int, error) {
+	return count(ctx, addr, root, prefix, false)
+}
+
+func count(ctx context.Context, addr, root, prefix string, empty bool) (int, error) {
 	c, err := dial(ctx, addr)
 	if err != nil {
 		return 0, err
@@ -108,7 +130,9 @@ func residue(ctx context.Context, addr, root, prefix string) (int, error) {
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return 0, err
 		}
-		n += 1 + len(children)
+		if len(children) > 0 || empty && err == nil {
+			n += 1 + len(children)
+		}
 	}
 	return n, nil
 }
@@ -135,6 +159,8 @@ func TestURL(t *testing.T) {
 		"zk://" + srv.Addr + "?nope=1",
 		"zk://" + srv.Addr + "?session=soon",
 		"zk://" + srv.Addr + "?session=-1s",
+		"zk://" + srv.Addr + "?linger=-1s",
+		"zk://" + srv.Addr + "?linger=later",
 		"zk://" + srv.Addr + "?prefix=relative",
 		"zk://" + srv.Addr + "?prefix=/",
 		"zk://" + srv.Addr + "?prefix=/a/",
@@ -151,13 +177,14 @@ func TestURL(t *testing.T) {
 			c.Close()
 		}
 	}
-	c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+"/chroot/x?session=3s&prefix=/app/locks")
+	c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+"/chroot/x?session=3s&linger=250ms&prefix=/app/locks")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := c.Driver().(*Driver)
-	if d.root != "/chroot/x/app/locks" || d.ttl != 3*time.Second || d.SessionTimeout() != 3*time.Second {
-		t.Errorf("driver = root %q, session %v (granted %v); want /chroot/x/app/locks, 3s (3s)", d.root, d.ttl, d.SessionTimeout())
+	if d.root != "/chroot/x/app/locks" || d.ttl != 3*time.Second || d.SessionTimeout() != 3*time.Second || d.linger != 250*time.Millisecond {
+		t.Errorf("driver = root %q, session %v (granted %v), linger %v; want /chroot/x/app/locks, 3s (3s), 250ms",
+			d.root, d.ttl, d.SessionTimeout(), d.linger)
 	}
 	k := key(t)
 	l, err := c.TryLock(ctx(t), k)
@@ -172,6 +199,19 @@ func TestURL(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		query string
+		want  time.Duration
+	}{{"", DefaultParentLinger}, {"?linger=0", 0}, {"?linger=0s", 0}} {
+		c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Driver().(*Driver).linger; got != tc.want {
+			t.Errorf("Open(%q): linger %v; want %v", tc.query, got, tc.want)
+		}
+		c.Close()
 	}
 	// A server that does not answer fails the Open.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -197,6 +237,7 @@ func TestNewRejects(t *testing.T) {
 		{"dot in prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("/a/../b")}, "prefix"},
 		{"control in prefix", []string{"127.0.0.1:1"}, []Option{WithPrefix("/a\nb")}, "prefix"},
 		{"zero session", []string{"127.0.0.1:1"}, []Option{WithSessionTTL(0)}, "session"},
+		{"negative linger", []string{"127.0.0.1:1"}, []Option{WithParentLinger(-time.Second)}, "linger"},
 	} {
 		d, err := New(tc.servers, tc.opts...)
 		var ae *dlock.ArgError
