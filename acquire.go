@@ -23,6 +23,15 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
+	if l := c.heldIn(ctx, key); l != nil {
+		if err := l.reenter(); err != nil {
+			return nil, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err)
+		}
+		return l, nil
+	}
+	if cfg.fair && !c.caps.FIFO {
+		return nil, fmt.Errorf("dlock: fair lock %q: %w: this backend does not queue waiters in order", key, ErrUnsupported)
+	}
 	info := c.cfg.info
 	if cfg.info != nil {
 		info = *cfg.info
@@ -116,7 +125,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			}
 			validUntil := sent.Add(ttl - DriftMargin(ttl))
 			if time.Now().Before(validUntil) {
-				l := newLock(c, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
+				l := newLock(c, ctx, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
 				if l == nil {
 					c.cleanup(req)
 					return nil, ErrClosed

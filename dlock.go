@@ -218,6 +218,15 @@ func (c *Client) Driver() driver.Driver { return c.drv }
 //
 // Goroutines of one Client waiting for the same key queue locally, so that
 // only one of them at a time waits on the store.
+//
+// A lock is not reentrant by default: a second Lock of a held key on the
+// same Client waits for the first to be released (and TryLock fails), even
+// from the same goroutine. To re-enter, pass a context derived from the held
+// lock's Context (or the context Do gives its function): Lock then returns
+// the held lock itself at once, with the same fencing token, and counts the
+// acquisition; the lock is released when Release has been called once per
+// acquisition. Options of a re-entering call are ignored, and re-entering a
+// lock that has ended fails with ErrNotAcquired wrapping the reason.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, opts)
 }
@@ -241,7 +250,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(withHeld(ctx, l))
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	ferr := fn(fctx, l)
 	stop()

@@ -41,6 +41,7 @@ type Lock struct {
 	renewing    sync.WaitGroup // counts in-flight renewals
 
 	mu           sync.Mutex
+	depth        int // re-entries not yet released
 	renewStopped bool
 	state        lockState
 	cause        error // why the lock ended; nil while held
@@ -48,9 +49,11 @@ type Lock struct {
 	expiry       *time.Timer
 }
 
-func newLock(c *Client, req driver.Request, token uint64, ttl time.Duration, renew bool, sent, validUntil time.Time, leave func()) *Lock {
+// newLock makes the handle of an acquired lock. Its context carries the lock
+// on top of the locks that acq, the acquisition's context, carries.
+func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, renew bool, sent, validUntil time.Time, leave func()) *Lock {
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
@@ -94,6 +97,9 @@ func (l *Lock) TTL() time.Duration { return l.ttl }
 // Context returns a context that is cancelled when the lock is released,
 // lost or its Client closed. context.Cause tells which: ErrNotHeld after
 // Release, an error wrapping ErrLost after a loss, ErrClosed after Close.
+//
+// The context also carries the lock: Lock, TryLock or Do on the same Client
+// and key with a context derived from it re-enters this lock (see Lock).
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // Done is shorthand for Context().Done().
@@ -158,7 +164,10 @@ func (l *Lock) refresh(ctx context.Context) error {
 	}
 }
 
-// Release releases the lock. It returns nil if the lock was still held, an
+// Release releases the lock. A re-entered lock (see Client.Lock) counts its
+// acquisitions: each Release but the last only takes one back and returns
+// nil, and the last one releases the lock. It returns nil if the lock was
+// still held, an
 // error wrapping ErrLost if it had been lost (the protected work may have
 // overlapped another holder's), ErrNotHeld if it was already released, and
 // ErrClosed after the Client was closed. On any other error (the store could
@@ -167,6 +176,9 @@ func (l *Lock) refresh(ctx context.Context) error {
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
+	}
+	if l.leaveNested() {
+		return nil
 	}
 	l.stopRenewal()
 	l.mu.Lock()
@@ -326,10 +338,15 @@ func (l *Lock) stopRenewal() {
 // not positive, it releases at once; a d below the backend's minimum TTL is
 // raised to it, and on a store with a coarse lease clock
 // (Capabilities.TTLResolution) two units are added, so the hold lasts at
-// least d either way; a d above the maximum is an *ArgError.
+// least d either way; a d above the maximum is an *ArgError. On a
+// re-entered lock, every call but the last only takes one acquisition back,
+// as Release does.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
+	}
+	if l.leaveNested() {
+		return nil // an inner acquisition of a re-entered lock
 	}
 	if d <= 0 {
 		return l.Release(ctx)

@@ -58,6 +58,7 @@ type lockConfig struct {
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	info       *string
+	fair       bool
 }
 
 // WithTTL sets the lease of the lock: how long the store keeps it after the
@@ -145,3 +146,14 @@ type ObserverFunc func(Event)
 
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Fair asks for a fair lock: waiters acquire it in the order they started
+// waiting, across processes. Backends that queue waiters in the store
+// (Capabilities().FIFO: etcd, ZooKeeper) are always fair; on the others Lock
+// returns an error wrapping ErrUnsupported rather than an unfair lock. A
+// waiter that dies holds up the queue for at most its TTL (its place in the
+// queue is a lease of its own) or, on session-based stores, until its
+// session expires, whichever comes first.
+func Fair() LockOption {
+	return func(c *lockConfig) { c.fair = true }
+}
