@@ -537,6 +537,45 @@ func (s *suite) testFIFO(t *testing.T) {
 	s.assertNoResidue(t, key)
 }
 
+// testMultiLock checks that LockAll takes every key or none: a failed or
+// cancelled multi-lock leaves no partial hold behind.
+func (s *suite) testMultiLock(t *testing.T) {
+	p := prefix(t)
+	a, b, c := p+"a", p+"b", p+"c"
+	holder, client := s.client(t), s.client(t)
+	hb, err := holder.Lock(ctx(t), b, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock(b): %v", err)
+	}
+	if _, err := client.TryLockAll(ctx(t), []string{c, a, b}, dlock.WithTTL(longTTL)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLockAll with b held: %v; want ErrNotAcquired", err)
+	}
+	s.assertNoResidue(t, a)
+	s.assertNoResidue(t, c)
+	wctx, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+	_, err = client.LockAll(wctx, []string{c, b, a}, dlock.WithTTL(longTTL))
+	cancel()
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("LockAll with b held until the deadline: %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	s.assertNoResidue(t, a)
+	s.assertNoResidue(t, c)
+	if err := hb.Release(ctx(t)); err != nil {
+		t.Fatalf("Release(b): %v", err)
+	}
+	m, err := client.LockAll(ctx(t), []string{b, c, a}, dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("LockAll of free keys: %v", err)
+	}
+	if _, err := holder.TryLock(ctx(t), c, dlock.WithTTL(longTTL)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock(c) while the multi-lock holds it: %v; want ErrNotAcquired", err)
+	}
+	if err := m.Release(ctx(t)); err != nil {
+		t.Fatalf("MultiLock.Release: %v", err)
+	}
+	s.assertNoResidue(t, p)
+}
+
 func (s *suite) testReleaseAndClose(t *testing.T) {
 	key := prefix(t) + "k"
 	a, b := s.client(t), s.client(t)

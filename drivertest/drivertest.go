@@ -69,6 +69,7 @@ func Run(t *testing.T, cfg Config) {
 		{"CancelledWait", s.testCancelledWait},
 		{"Notification", s.testNotification},
 		{"FIFO", s.testFIFO},
+		{"MultiLock", s.testMultiLock},
 		{"ReleaseAndClose", s.testReleaseAndClose},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
