@@ -24,6 +24,15 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, err
 	}
 	if l := c.heldIn(ctx, key); l != nil {
+		// The holder asks again: the same mode re-enters, a read inside a
+		// write lock re-enters the write lock, and the rest is refused at
+		// once (it would wait for itself).
+		switch m, n := cfg.mode(); {
+		case m == driver.Exclusive && l.Mode() == driver.Shared:
+			return nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
+		case (m == driver.Semaphore) != (l.Mode() == driver.Semaphore) || n != l.Limit():
+			return nil, fmt.Errorf("%w: %q is held as %s", ErrModeMismatch, key, l.Mode())
+		}
 		if err := l.reenter(); err != nil {
 			return nil, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err)
 		}
@@ -36,9 +45,12 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if cfg.info != nil {
 		info = *cfg.info
 	}
-	req := driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: driver.Exclusive, Info: info}
-	// A FIFO store keeps a waiter's place in the queue between attempts.
-	req.Queue = wait && c.caps.FIFO
+	mode, limit := cfg.mode()
+	req := driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: mode, Limit: limit, Info: info}
+	// A FIFO store keeps a waiter's place in the queue between attempts; a
+	// store with read-write locks holds new readers back while a writer
+	// waits.
+	req.Queue = wait && (c.caps.FIFO || c.caps.Modes.Has(driver.Shared))
 	begin := time.Now()
 	l, err := c.acquireLoop(ctx, req, cfg, wait)
 	if err != nil {
@@ -125,6 +137,13 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			}
 			validUntil := sent.Add(ttl - DriftMargin(ttl))
 			if time.Now().Before(validUntil) {
+				if req.Mode != driver.Exclusive {
+					// Readers and permits of one Client hold at
+					// the same time: the gate serialises only
+					// their waits.
+					leave()
+					leave = func() {}
+				}
 				l := newLock(c, ctx, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
 				if l == nil {
 					c.cleanup(req)

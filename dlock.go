@@ -72,6 +72,10 @@ type Holder = driver.Holder
 // Capabilities describe what a backend does natively.
 type Capabilities = driver.Capabilities
 
+// Mode is the kind of a lock: driver.Exclusive, driver.Shared (the read side
+// of a read-write lock) or driver.Semaphore.
+type Mode = driver.Mode
+
 // Client acquires locks from one backend. It is safe for concurrent use.
 // Close it to release its locks and the backend's resources.
 type Client struct {
@@ -402,6 +406,17 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if cfg.maxBackoff < cfg.minBackoff {
 		return cfg, argError("backoff max", cfg.maxBackoff, "is below the minimum %v", cfg.minBackoff)
+	}
+	if cfg.limit != nil {
+		if cfg.shared {
+			return cfg, argError("limit", *cfg.limit, "cannot be combined with Shared: a key is a semaphore or a read-write lock")
+		}
+		if *cfg.limit < 1 {
+			return cfg, argError("limit", *cfg.limit, "must be at least 1")
+		}
+	}
+	if m, _ := cfg.mode(); !c.caps.Modes.Has(m) {
+		return cfg, fmt.Errorf("dlock: %s locks: %w", m, ErrUnsupported)
 	}
 	return cfg, nil
 }

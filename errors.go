@@ -34,6 +34,19 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
+	// ErrModeMismatch means the lock is held or awaited in a mode that
+	// cannot share the key with the one asked for: a semaphore with another
+	// limit, a semaphore on a key used as a mutex or read-write lock, or the
+	// other way round. It is the same value as driver.ErrModeMismatch.
+	ErrModeMismatch = driver.ErrModeMismatch
+
+	// ErrUpgrade means a holder of a read (Shared) lock asked for the write
+	// side of the same key with the read lock's context. That would wait for
+	// itself (and deadlock against any other reader doing the same), so it
+	// is refused at once: release the read lock first, or take the write
+	// lock from the start and Downgrade it.
+	ErrUpgrade = errors.New("dlock: a read lock cannot be upgraded to a write lock")
+
 	// ErrUnsupported means the backend does not support what was asked
 	// (a lock mode, a listing, a forced release). It is the same value as
 	// driver.ErrUnsupported, so drivers' errors match it too.

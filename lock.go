@@ -87,6 +87,66 @@ func (l *Lock) Key() string { return l.req.Key }
 // highest it has seen.
 func (l *Lock) Token() uint64 { return l.token }
 
+// Mode returns the lock's mode: driver.Exclusive for a mutex or the write
+// side of a read-write lock, driver.Shared for a read lock (including a
+// downgraded write lock), driver.Semaphore for a permit.
+func (l *Lock) Mode() Mode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.req.Mode
+}
+
+// Limit returns the number of permits of a semaphore lock, and zero for the
+// other modes.
+func (l *Lock) Limit() int { return l.req.Limit }
+
+// request returns the request that names this hold in driver calls.
+func (l *Lock) request() driver.Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.req
+}
+
+// Downgrade turns a write lock (a Lock without Shared, on a backend with
+// read-write locks) into a read lock in one atomic step: the lock stays held
+// throughout, with the same token, lease and renewal, and waiting readers may
+// then join. It returns an error wrapping ErrModeMismatch if the lock is not
+// exclusive (a read lock or a semaphore permit), ErrUnsupported if the
+// backend has no read-write locks, and the lock's end (ErrLost, ErrNotHeld)
+// if it is no longer held. It acts on the hold, which all re-entrant
+// acquisitions of the lock share.
+func (l *Lock) Downgrade(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	if !l.c.caps.Modes.Has(driver.Shared) {
+		return fmt.Errorf("dlock: downgrade %q: %w", l.req.Key, ErrUnsupported)
+	}
+	if err := l.ended(); err != nil {
+		return err
+	}
+	req := l.request()
+	if req.Mode != driver.Exclusive {
+		return fmt.Errorf("dlock: downgrade %q: %w: it is a %s lock", req.Key, ErrModeMismatch, req.Mode)
+	}
+	req.Mode, req.Queue = driver.Shared, false
+	res, err := l.c.drv.Acquire(ctx, req)
+	switch {
+	case err == nil && res.Acquired && res.Token == l.token:
+		l.mu.Lock()
+		l.req.Mode = driver.Shared
+		l.mu.Unlock()
+		return nil
+	case err == nil:
+		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
+		return l.ended()
+	case errors.Is(err, driver.ErrNotHeld):
+		l.end(lost, fmt.Errorf("%w: %q: %w", ErrLost, req.Key, err))
+		return l.ended()
+	}
+	return fmt.Errorf("dlock: downgrade %q: %w", req.Key, err)
+}
+
 // OwnerID returns the public identifier of this lock's owner, as Client.List
 // shows it.
 func (l *Lock) OwnerID() string { return OwnerID(l.req.Owner) }
@@ -142,7 +202,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	err := l.c.drv.Refresh(ctx, l.req)
+	err := l.c.drv.Refresh(ctx, l.request())
 	switch {
 	case err == nil:
 		l.mu.Lock()
@@ -189,10 +249,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		return cause
 	case lost:
 		// Clear whatever may remain of the lease; the loss stands.
-		l.c.cleanup(l.req)
+		l.c.cleanup(l.request())
 		return cause
 	}
-	err := l.c.drv.Release(ctx, l.req)
+	err := l.c.drv.Release(ctx, l.request())
 	switch {
 	case err == nil:
 		l.end(released, fmt.Errorf("%w: %q was released", ErrNotHeld, l.req.Key))
@@ -217,7 +277,7 @@ func (l *Lock) closeLock() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	err := l.c.drv.Release(ctx, l.req)
+	err := l.c.drv.Release(ctx, l.request())
 	l.end(closed, ErrClosed)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return fmt.Errorf("dlock: release %q on close: %w", l.req.Key, err)
@@ -361,7 +421,7 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if err := l.ended(); err != nil {
 		return err
 	}
-	req := l.req
+	req := l.request()
 	req.TTL = d
 	err := l.c.drv.Refresh(ctx, req)
 	switch {

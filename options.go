@@ -3,6 +3,8 @@ package dlock
 import (
 	"log/slog"
 	"time"
+
+	"github.com/dlockhq/dlock/driver"
 )
 
 // Defaults used when no option says otherwise.
@@ -59,6 +61,8 @@ type lockConfig struct {
 	maxBackoff time.Duration
 	info       *string
 	fair       bool
+	shared     bool
+	limit      *int
 }
 
 // WithTTL sets the lease of the lock: how long the store keeps it after the
@@ -156,4 +160,35 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // session expires, whichever comes first.
 func Fair() LockOption {
 	return func(c *lockConfig) { c.fair = true }
+}
+
+// Shared asks for the read side of a read-write lock on the key: any number
+// of Shared holders at once, none while a write lock (a Lock without Shared)
+// is held. Writers are not starved: once a writer waits, new readers wait
+// behind it. A write lock's holder can Downgrade it to a read lock; a read
+// lock cannot be upgraded (ErrUpgrade). Backends that cannot do it natively
+// return an error wrapping ErrUnsupported.
+func Shared() LockOption {
+	return func(c *lockConfig) { c.shared = true }
+}
+
+// WithLimit asks for one of n permits of a semaphore on the key: at most n
+// holders at once, each with a lease, token and renewal of its own, so that
+// a crashed holder's permit comes back when its lease ends. Every holder of a
+// key must use the same n (ErrModeMismatch otherwise). n must be at least 1.
+// Backends that cannot do it natively return an error wrapping
+// ErrUnsupported.
+func WithLimit(n int) LockOption {
+	return func(c *lockConfig) { c.limit = &n }
+}
+
+// mode returns the mode and limit the options ask for.
+func (c *lockConfig) mode() (driver.Mode, int) {
+	switch {
+	case c.limit != nil:
+		return driver.Semaphore, *c.limit
+	case c.shared:
+		return driver.Shared, 0
+	}
+	return driver.Exclusive, 0
 }

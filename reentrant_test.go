@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
@@ -110,12 +111,21 @@ func TestReentrantReleaseAfter(t *testing.T) {
 	}
 }
 
+// unfair is an in-process store that declares no FIFO order.
+type unfair struct{ *memdlock.Driver }
+
+func (u unfair) Capabilities() driver.Capabilities {
+	caps := u.Driver.Capabilities()
+	caps.FIFO = false
+	return caps
+}
+
 func TestFairUnsupported(t *testing.T) {
-	c := newClient(t, memdlock.New())
+	c := newClient(t, unfair{memdlock.New()})
 	if _, err := c.Lock(t.Context(), "k", dlock.Fair()); !errors.Is(err, dlock.ErrUnsupported) {
 		t.Errorf("Fair on a backend without FIFO: %v; want ErrUnsupported", err)
 	}
-	fair := newClient(t, &queueing{Driver: memdlock.New()})
+	fair := newClient(t, memdlock.New())
 	l, err := fair.Lock(t.Context(), "k", dlock.Fair())
 	if err != nil {
 		t.Fatalf("Fair on a FIFO backend: %v", err)

@@ -46,12 +46,40 @@
 //
 // # Modes
 //
-// Request.Mode says which kind of hold is asked for. This version of dlock asks
-// drivers for Exclusive holds only; Shared (the read side of a read-write lock)
-// and Semaphore (at most Request.Limit holders) are reserved and declared in
-// Capabilities.Modes by drivers that implement them natively. A driver given a
-// mode it does not declare must return ErrUnsupported: it must never silently
-// hand out a weaker lock.
+// Request.Mode says which kind of hold is asked for. A driver declares the
+// modes it implements natively in Capabilities.Modes; given a mode it does
+// not declare it must return ErrUnsupported: it must never silently hand out
+// a weaker lock.
+//
+//   - Exclusive: at most one holder per key. On a key used as a read-write
+//     lock it is the write side.
+//   - Shared: the read side of a read-write lock. Any number of Shared
+//     holders, but none while an Exclusive holder exists, and no Exclusive
+//     holder while a Shared one exists. Writers are not starved: while an
+//     Exclusive waiter is queued on the key (an owner whose Acquire with
+//     Request.Queue failed and whose queue entry's lease is live), a new
+//     owner's Shared Acquire fails as if the key were held; holds already
+//     granted are not affected. A driver that declares Shared therefore keeps
+//     the queue entries of Exclusive waiters (see Request.Queue) even if it
+//     is not FIFO.
+//   - Downgrade: a Shared Acquire by an owner that holds the key Exclusive
+//     turns its hold into a Shared one in one atomic step, keeping its token
+//     and lease, and succeeds; waiting readers may then be admitted.
+//   - Semaphore: at most Request.Limit holders per key, each with a lease and
+//     a token of its own, so that a crashed holder's permit returns when its
+//     lease ends. Every request for a key carries the same Limit while the
+//     key has holders or queued waiters.
+//
+// Modes that cannot share a key are refused with an error wrapping
+// ErrModeMismatch, and the store is unchanged: a Semaphore request on a key
+// held or awaited as Exclusive or Shared (or the other way round), a
+// Semaphore request whose Limit differs from the current holders', and an
+// Exclusive Acquire by an owner that holds the key Shared (an upgrade, which
+// would deadlock against another reader doing the same). Package dlock
+// refuses upgrades itself before they reach the driver.
+//
+// Tokens increase per key across all modes: each hold, Shared holds and
+// permits included, gets a token greater than every earlier one.
 //
 // # Optional interfaces
 //
@@ -75,6 +103,11 @@ var (
 	// never did, it released it, or its lease expired (and perhaps another
 	// owner took the key).
 	ErrNotHeld = errors.New("dlock/driver: lock not held by this owner")
+
+	// ErrModeMismatch means the request's mode or Limit cannot share the key
+	// with its current holders or waiters (see Modes in the package
+	// documentation). It is the same value as dlock.ErrModeMismatch.
+	ErrModeMismatch = errors.New("dlock: the lock is held in another mode or with another limit")
 
 	// ErrUnsupported means the driver cannot perform the request as asked
 	// (a mode or option it does not implement, or an optional interface
@@ -144,12 +177,15 @@ type Request struct {
 	Mode Mode
 	// Limit is the number of holders a Semaphore admits; zero for other modes.
 	Limit int
-	// Queue asks a driver that declares Capabilities.FIFO to keep the owner
-	// in the key's wait queue when Acquire does not succeed, so that owners
-	// acquire in the order they first asked. The queue entry has a lease of
-	// TTL of its own, renewed by each further Acquire for the same owner, and
-	// is removed by a successful Acquire or by Release. Drivers without FIFO
-	// ignore it.
+	// Queue asks the driver to keep the owner in the key's wait queue when
+	// Acquire does not succeed. A driver that declares Capabilities.FIFO
+	// grants the key in queue order (owners acquire in the order they first
+	// asked); a driver that declares Shared uses the entries of Exclusive
+	// waiters to hold new readers back. The queue entry has a lease of TTL of
+	// its own, renewed by each further Acquire for the same owner, and is
+	// removed by a successful Acquire or by Release. Other drivers ignore
+	// it. Package dlock sets it on every Acquire of a Lock call that waits,
+	// on drivers that declare FIFO or Shared.
 	//
 	// Once an owner is queued, its place must not be silently lost: if the
 	// entry has vanished (its lease or session ended) a further Acquire
@@ -278,6 +314,8 @@ type Holder struct {
 	Key   string
 	Owner string
 	Mode  Mode
+	// Limit is the Semaphore's number of permits; zero for other modes.
+	Limit int
 	Token uint64
 	Info  string
 	// TTL is the time left on the holder's lease, as the store sees it.

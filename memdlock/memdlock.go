@@ -4,17 +4,20 @@
 // use it in single-process programs and in unit tests of code that takes
 // dlock locks. It is also the reference backend of the conformance suite in
 // package drivertest: it implements the driver contract exactly, including
-// leases, fencing tokens, release notification, listing and forced release.
+// leases, fencing tokens, every mode (exclusive, read-write with writer
+// preference and downgrade, semaphores with expiring permits), a FIFO wait
+// queue, release notification, listing and forced release.
 //
 // Its URL scheme is mem://NAME: clients opened with the same NAME in one
 // process share one store.
 package memdlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,68 +67,151 @@ func New() *Driver { return &Driver{s: newStore()} }
 // would see it; closing one does not affect the other.
 func (d *Driver) Share() *Driver { return &Driver{s: d.s} }
 
-type entry struct {
+// holder is a live hold on a key.
+type holder struct {
 	owner   string
+	mode    driver.Mode
 	token   uint64
 	info    string
 	expires time.Time
 }
 
+// waiter is a queue entry (driver.Request.Queue).
+type waiter struct {
+	owner   string
+	mode    driver.Mode
+	expires time.Time
+}
+
+// lock is the state of one key: its holders, in token order, and its wait
+// queue, in arrival order.
+type lock struct {
+	holders []*holder
+	queue   []*waiter
+	limit   int // the semaphore's limit while it has holders or waiters
+	// gone remembers queued owners whose entry expired, so that their next
+	// Acquire reports the lost place instead of queueing them again.
+	gone map[string]time.Time
+}
+
 type store struct {
 	mu        sync.Mutex
-	locks     map[string]*entry
+	locks     map[string]*lock
 	hub       notify.Hub
 	lastToken uint64
 	lastSweep time.Time
 }
 
 func newStore() *store {
-	return &store{locks: map[string]*entry{}}
+	return &store{locks: map[string]*lock{}}
 }
 
-// live returns the live entry for key, deleting an expired one. s.mu is held.
-func (s *store) live(key string, now time.Time) *entry {
-	e := s.locks[key]
-	if e != nil && !now.Before(e.expires) {
+// goneFor is how long a lock remembers a waiter whose entry expired.
+const goneFor = time.Minute
+
+// prune drops expired holders and waiters of l and reports whether l has
+// nothing left.
+func (l *lock) prune(now time.Time) bool {
+	l.holders = slices.DeleteFunc(l.holders, func(h *holder) bool { return !now.Before(h.expires) })
+	l.queue = slices.DeleteFunc(l.queue, func(w *waiter) bool {
+		if now.Before(w.expires) {
+			return false
+		}
+		if l.gone == nil {
+			l.gone = map[string]time.Time{}
+		}
+		l.gone[w.owner] = now
+		return true
+	})
+	for o, t := range l.gone {
+		if now.Sub(t) > goneFor {
+			delete(l.gone, o)
+		}
+	}
+	return len(l.holders) == 0 && len(l.queue) == 0 && len(l.gone) == 0
+}
+
+// get returns the pruned state of key, or nil if it has none. s.mu is held.
+func (s *store) get(key string, now time.Time) *lock {
+	l := s.locks[key]
+	if l != nil && l.prune(now) {
 		delete(s.locks, key)
 		return nil
 	}
-	return e
+	return l
 }
 
-// sweep drops expired entries at most once a second, so that abandoned
-// leases do not accumulate. s.mu is held.
+// sweep prunes every key at most once a second, so that abandoned leases do
+// not accumulate. s.mu is held.
 func (s *store) sweep(now time.Time) {
 	if now.Sub(s.lastSweep) < time.Second {
 		return
 	}
 	s.lastSweep = now
-	for k, e := range s.locks {
-		if !now.Before(e.expires) {
-			delete(s.locks, k)
-		}
+	for k := range s.locks {
+		s.get(k, now)
 	}
 }
 
-func (d *Driver) check(ctx context.Context, req *driver.Request) error {
+func (l *lock) holderOf(owner string) *holder {
+	for _, h := range l.holders {
+		if h.owner == owner {
+			return h
+		}
+	}
+	return nil
+}
+
+func (l *lock) waiterAt(owner string) int {
+	return slices.IndexFunc(l.queue, func(w *waiter) bool { return w.owner == owner })
+}
+
+// semaphore reports whether the key is in use as a semaphore.
+func (l *lock) semaphore() bool {
+	for _, h := range l.holders {
+		return h.mode == driver.Semaphore
+	}
+	for _, w := range l.queue {
+		return w.mode == driver.Semaphore
+	}
+	return false
+}
+
+// admits reports whether a request of mode m (and limit n) at position pos
+// of the queue may hold the key now: the key's holders allow it, and no
+// waiter ahead of it comes first.
+func (l *lock) admits(m driver.Mode, n, pos int) bool {
+	ahead := l.queue[:pos]
+	switch m {
+	case driver.Exclusive:
+		return len(l.holders) == 0 && len(ahead) == 0
+	case driver.Shared:
+		// Readers do not wait for readers, but no reader passes a
+		// writer, holding or waiting.
+		for _, h := range l.holders {
+			if h.mode == driver.Exclusive {
+				return false
+			}
+		}
+		return !slices.ContainsFunc(ahead, func(w *waiter) bool { return w.mode == driver.Exclusive })
+	default:
+		return len(l.holders)+len(ahead) < n
+	}
+}
+
+func (d *Driver) check(ctx context.Context) error {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
 		return fmt.Errorf("memdlock: driver closed")
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if req != nil && req.Mode != driver.Exclusive {
-		return fmt.Errorf("memdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
-	}
-	return nil
+	return ctx.Err()
 }
 
 // Acquire implements driver.Driver.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.check(ctx); err != nil {
 		return driver.Result{}, err
 	}
 	s := d.s
@@ -133,59 +219,145 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.sweep(now)
-	if e := s.live(req.Key, now); e != nil {
-		if e.owner != req.Owner {
-			return driver.Result{RetryAfter: e.expires.Sub(now)}, nil
-		}
-		e.expires = now.Add(req.TTL)
-		return driver.Result{Acquired: true, Token: e.token}, nil
+	l := s.get(req.Key, now)
+	if l == nil {
+		l = &lock{}
+		s.locks[req.Key] = l
 	}
-	s.lastToken++
-	s.locks[req.Key] = &entry{owner: req.Owner, token: s.lastToken, info: req.Info, expires: now.Add(req.TTL)}
-	return driver.Result{Acquired: true, Token: s.lastToken}, nil
+	if h := l.holderOf(req.Owner); h != nil {
+		switch {
+		case h.mode == driver.Exclusive && req.Mode == driver.Shared:
+			h.mode = driver.Shared // a downgrade: readers may join
+			s.hub.Notify(req.Key)
+		case h.mode == driver.Shared && req.Mode == driver.Exclusive:
+			return driver.Result{}, fmt.Errorf("memdlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+		}
+		h.expires = now.Add(req.TTL)
+		return driver.Result{Acquired: true, Token: h.token}, nil
+	}
+	if len(l.holders)+len(l.queue) > 0 {
+		if (req.Mode == driver.Semaphore) != l.semaphore() || req.Mode == driver.Semaphore && req.Limit != l.limit {
+			s.dropIfEmpty(req.Key, l)
+			return driver.Result{}, fmt.Errorf("memdlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
+				req.Key, l.mode(), l.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
+		}
+	}
+	pos := l.waiterAt(req.Owner)
+	if pos < 0 {
+		if _, ok := l.gone[req.Owner]; ok && req.Queue {
+			return driver.Result{}, fmt.Errorf("memdlock: %q: the queue entry expired: %w", req.Key, driver.ErrNotHeld)
+		}
+		pos = len(l.queue)
+	}
+	if l.admits(req.Mode, req.Limit, pos) {
+		if pos < len(l.queue) {
+			l.queue = slices.Delete(l.queue, pos, pos+1)
+			s.hub.Notify(req.Key) // the next in line may be admitted too
+		}
+		s.lastToken++
+		l.holders = append(l.holders, &holder{owner: req.Owner, mode: req.Mode, token: s.lastToken, info: req.Info, expires: now.Add(req.TTL)})
+		l.limit = req.Limit
+		return driver.Result{Acquired: true, Token: s.lastToken}, nil
+	}
+	if req.Queue {
+		if pos < len(l.queue) {
+			l.queue[pos].expires = now.Add(req.TTL)
+		} else {
+			l.queue = append(l.queue, &waiter{owner: req.Owner, mode: req.Mode, expires: now.Add(req.TTL)})
+			l.limit = req.Limit
+		}
+	}
+	res := driver.Result{}
+	for _, h := range l.holders {
+		if left := h.expires.Sub(now); res.RetryAfter == 0 || left < res.RetryAfter {
+			res.RetryAfter = left
+		}
+	}
+	s.dropIfEmpty(req.Key, l)
+	return res, nil
+}
+
+// mode returns the mode the key is in use as.
+func (l *lock) mode() driver.Mode {
+	for _, h := range l.holders {
+		return h.mode
+	}
+	for _, w := range l.queue {
+		return w.mode
+	}
+	return driver.Exclusive
+}
+
+// dropIfEmpty forgets key if it has no state left. s.mu is held.
+func (s *store) dropIfEmpty(key string, l *lock) {
+	if len(l.holders) == 0 && len(l.queue) == 0 && len(l.gone) == 0 {
+		delete(s.locks, key)
+	}
 }
 
 // Refresh implements driver.Driver.
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.check(ctx); err != nil {
 		return err
 	}
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	e := s.live(req.Key, now)
-	if e == nil || e.owner != req.Owner {
+	var h *holder
+	if l := s.get(req.Key, now); l != nil {
+		h = l.holderOf(req.Owner)
+	}
+	if h == nil {
 		return fmt.Errorf("memdlock: refresh %q: %w", req.Key, driver.ErrNotHeld)
 	}
-	e.expires = now.Add(req.TTL)
+	h.expires = now.Add(req.TTL)
 	return nil
 }
 
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.check(ctx); err != nil {
 		return err
 	}
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.locks[req.Key]
-	if e == nil || e.owner != req.Owner {
+	now := time.Now()
+	l := s.locks[req.Key]
+	if l == nil {
 		return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotHeld)
 	}
-	delete(s.locks, req.Key)
-	s.hub.Notify(req.Key)
-	if !time.Now().Before(e.expires) {
+	_, wasGone := l.gone[req.Owner]
+	delete(l.gone, req.Owner)
+	var h *holder
+	if i := slices.IndexFunc(l.holders, func(h *holder) bool { return h.owner == req.Owner }); i >= 0 {
+		h = l.holders[i]
+		l.holders = slices.Delete(l.holders, i, i+1)
+	}
+	queued := false
+	if i := l.waiterAt(req.Owner); i >= 0 {
+		queued = now.Before(l.queue[i].expires)
+		l.queue = slices.Delete(l.queue, i, i+1)
+	}
+	s.dropIfEmpty(req.Key, l)
+	if h != nil || queued || wasGone {
+		s.hub.Notify(req.Key)
+	}
+	switch {
+	case h != nil && now.Before(h.expires), h == nil && queued:
+		return nil
+	case h != nil:
 		return fmt.Errorf("memdlock: release %q: lease had expired: %w", req.Key, driver.ErrNotHeld)
 	}
-	return nil
+	return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotHeld)
 }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Modes:       driver.Modes(driver.Exclusive),
+		Modes:       driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
+		FIFO:        true,
 		ServerClock: true,
 		MinTTL:      time.Millisecond,
 	}
@@ -202,7 +374,7 @@ func (d *Driver) Close() error {
 
 // Subscribe implements driver.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
 	return d.s.hub.Subscribe(req.Key), nil
@@ -210,7 +382,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 
 // List implements driver.Lister.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
-	if err := d.check(ctx, nil); err != nil {
+	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
 	s := d.s
@@ -222,40 +394,51 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 		if !strings.HasPrefix(k, prefix) {
 			continue
 		}
-		if e := s.live(k, now); e != nil {
-			hs = append(hs, driver.Holder{Key: k, Owner: e.owner, Mode: driver.Exclusive, Token: e.token, Info: e.info, TTL: e.expires.Sub(now)})
+		l := s.get(k, now)
+		if l == nil {
+			continue
+		}
+		for _, h := range l.holders {
+			limit := 0
+			if h.mode == driver.Semaphore {
+				limit = l.limit
+			}
+			hs = append(hs, driver.Holder{Key: k, Owner: h.owner, Mode: h.mode, Limit: limit, Token: h.token, Info: h.info, TTL: h.expires.Sub(now)})
 		}
 	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Key < hs[j].Key })
+	slices.SortFunc(hs, func(a, b driver.Holder) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Token, b.Token))
+	})
 	return hs, nil
 }
 
 // ForceRelease implements driver.ForceReleaser.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
-	if err := d.check(ctx, nil); err != nil {
+	if err := d.check(ctx); err != nil {
 		return 0, err
 	}
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live(key, time.Now()) == nil {
+	l := s.get(key, time.Now())
+	if l == nil {
 		return 0, nil
 	}
 	delete(s.locks, key)
 	s.hub.Notify(key)
-	return 1, nil
+	return len(l.holders), nil
 }
 
 // Count returns the number of records the store keeps for keys that start
-// with prefix, live or expired but not yet swept. Tests use it to check that
-// nothing is left behind.
+// with prefix: holders and queue entries, live or expired but not yet swept.
+// Tests use it to check that nothing is left behind.
 func (d *Driver) Count(prefix string) int {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
 	n := 0
-	for k := range d.s.locks {
+	for k, l := range d.s.locks {
 		if strings.HasPrefix(k, prefix) {
-			n++
+			n += len(l.holders) + len(l.queue)
 		}
 	}
 	return n
