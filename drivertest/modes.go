@@ -381,4 +381,3 @@ func (s *suite) testModeMismatch(t *testing.T) {
 	mustRelease(t, ex)
 	s.assertNoResidue(t, key)
 }
-
