@@ -196,8 +196,8 @@ func TestLsAndForceRelease(t *testing.T) {
 	}
 	for i, l := range locks[:2] {
 		f := strings.Fields(lines[i+1])
-		if f[0] != l.Key() || f[1] != strconv.FormatUint(l.Token(), 10) || f[2] != `"web\t1:99"` {
-			t.Errorf("ls line %q: want key %s, token %d, quoted owner info", lines[i+1], l.Key(), l.Token())
+		if f[0] != l.Key() || f[1] != strconv.FormatUint(l.Token(), 10) || f[2] != "exclusive" || f[3] != `"web\t1:99"` {
+			t.Errorf("ls line %q: want key %s, token %d, exclusive, quoted owner info", lines[i+1], l.Key(), l.Token())
 		}
 	}
 

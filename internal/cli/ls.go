@@ -17,6 +17,7 @@ type Holder struct {
 	Key        string `json:"key"`
 	Token      uint64 `json:"token"`
 	Mode       string `json:"mode"`
+	Limit      int    `json:"limit,omitempty"` // a semaphore's number of permits
 	OwnerID    string `json:"owner_id"`     // the public identifier of the holder's owner token (dlock.OwnerID)
 	Info       string `json:"info"`         // the holder's owner info, "host:pid" by default
 	TimeLeftMS int64  `json:"time_left_ms"` // time left on the lease, as the store sees it
@@ -28,9 +29,12 @@ func (a *app) lsCommand() *cobra.Command {
 		Use:   "ls [PREFIX]",
 		Short: "List the held locks",
 		Long: `List the locks held in the store whose keys start with PREFIX (all locks
-without it): key, fencing token, owner (host:pid of the holder) and the time
-left on the lease. With --json, print one JSON object per lock and line, with
-the fields key, token, mode, owner_id, info and time_left_ms.
+without it), one line per holder: key, fencing token, mode (exclusive, shared
+for the readers of a read-write lock, semaphore/N for the permits of a
+semaphore of N), owner (host:pid of the holder) and the time left on the
+lease. With --json, print one JSON object per holder and line, with the
+fields key, token, mode, limit (semaphores only), owner_id, info and
+time_left_ms.
 
 Exit status: 0 on success, 64 on a usage error, 69 if the store cannot be
 reached or cannot list its locks.`,
@@ -57,14 +61,18 @@ func (a *app) ls(ctx context.Context, c *dlock.Client, prefix string, asJSON boo
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		for _, h := range hs {
-			enc.Encode(Holder{Key: h.Key, Token: h.Token, Mode: h.Mode.String(), OwnerID: h.Owner, Info: h.Info, TimeLeftMS: h.TTL.Milliseconds()})
+			enc.Encode(Holder{Key: h.Key, Token: h.Token, Mode: h.Mode.String(), Limit: h.Limit, OwnerID: h.Owner, Info: h.Info, TimeLeftMS: h.TTL.Milliseconds()})
 		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tTOKEN\tOWNER\tTIME LEFT")
+	fmt.Fprintln(tw, "KEY\tTOKEN\tMODE\tOWNER\tTIME LEFT")
 	for _, h := range hs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", display(h.Key), h.Token, display(h.Info), formatLeft(h.TTL))
+		mode := h.Mode.String()
+		if h.Limit > 0 {
+			mode = fmt.Sprintf("%s/%d", mode, h.Limit)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", display(h.Key), h.Token, mode, display(h.Info), formatLeft(h.TTL))
 	}
 	tw.Flush()
 	return nil

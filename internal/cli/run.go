@@ -35,6 +35,9 @@ type runOptions struct {
 	waitSet     bool // --wait was given; without it dlock waits forever
 	holdAtLeast time.Duration
 	killAfter   time.Duration
+	limit       int  // --limit: a semaphore of this many permits
+	limitSet    bool // --limit was given
+	shared      bool // --shared: the read side of a read-write lock
 }
 
 const runLong = `Run COMMAND while holding the lock KEY: a distributed flock(1).
@@ -60,6 +63,13 @@ to that group, waits for COMMAND to exit, releases the lock and exits with
 COMMAND's status. If dlock is killed outright (SIGKILL), COMMAND is killed too
 (Linux) and the lock expires after --ttl.
 
+With --limit N the key is a semaphore: up to N commands run at once, each
+holding a permit of its own (every user of KEY must give the same N). With
+--shared dlock takes the read side of a read-write lock on KEY: any number of
+--shared commands run at once, while a run without --shared (the write side)
+runs alone; once a writer waits, new readers wait behind it. Both need a store
+that supports them natively (dlock says so otherwise, status 69).
+
 With --hold-at-least D the lock stays held until D after COMMAND started,
 whatever COMMAND's exit status, even if COMMAND finished sooner (for a job
 scheduled on several hosts, so that a host whose clock is late does not run it
@@ -83,6 +93,13 @@ When the status is dlock's own, dlock says why on stderr.`
 const runExample = `  # Serialise deploys across hosts that share a PostgreSQL database:
   DLOCK_URL=postgres://deploy@db.internal/ops dlock run --key deploy -- make deploy
 
+  # At most 3 concurrent exports against the warehouse:
+  dlock run --key warehouse-export --limit 3 -- ./export.sh
+
+  # Readers share the key; a migration (without --shared) runs alone:
+  dlock run --key schema --shared -- ./read-report.sh
+  dlock run --key schema -- ./migrate.sh
+
   # A cron job on several hosts: run it once, skip if it is running
   # elsewhere, and keep others off for 10 minutes after it started:
   dlock run --key nightly-report --wait 0 --hold-at-least 10m -- ./report.sh`
@@ -97,6 +114,7 @@ func (a *app) runCommand() *cobra.Command {
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.waitSet = cmd.Flags().Changed("wait")
+			o.limitSet = cmd.Flags().Changed("limit")
 			if err := o.validate(cmd.Flags().Changed("key"), args); err != nil {
 				return err
 			}
@@ -110,6 +128,8 @@ func (a *app) runCommand() *cobra.Command {
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
 	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
+	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many commands hold it at once")
+	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared runs)")
 	return cmd
 }
 
@@ -127,6 +147,10 @@ func (o *runOptions) validate(keySet bool, args []string) error {
 		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
 	case o.killAfter < 0:
 		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
+	case o.limitSet && o.limit < 1:
+		return usagef("invalid --limit %d: must be at least 1", o.limit)
+	case o.limitSet && o.shared:
+		return usagef("--limit and --shared exclude each other: a key is a semaphore or a read-write lock")
 	case len(args) == 0:
 		return usagef("no command to run: give it after the flags, as in 'dlock run --key %s -- COMMAND [ARG...]'", o.key)
 	case args[0] == "":
@@ -227,6 +251,12 @@ func interrupted(ctx context.Context) *signalError {
 // acquire takes the lock as --wait says.
 func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlock.Lock, error) {
 	opts := []dlock.LockOption{dlock.WithTTL(o.ttl)}
+	if o.limitSet {
+		opts = append(opts, dlock.WithLimit(o.limit))
+	}
+	if o.shared {
+		opts = append(opts, dlock.Shared())
+	}
 	var l *dlock.Lock
 	var err error
 	begin := time.Now()
@@ -250,6 +280,8 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 		return nil, err // run reports it
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return nil, &exitError{code: ExitUsage, err: err}
+	case errors.Is(err, dlock.ErrModeMismatch):
+		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
 		return nil, exitf(ExitNotAcquired, "lock %q is held%s; command not run (--wait 0)", o.key, holderOf(c, o.key))
 	case errors.Is(err, dlock.ErrNotAcquired):
