@@ -18,9 +18,9 @@ type Holder struct {
 	Token      uint64 `json:"token"`
 	Mode       string `json:"mode"`
 	Limit      int    `json:"limit,omitempty"` // a semaphore's number of permits
-	OwnerID    string `json:"owner_id"`     // the public identifier of the holder's owner token (dlock.OwnerID)
-	Info       string `json:"info"`         // the holder's owner info, "host:pid" by default
-	TimeLeftMS int64  `json:"time_left_ms"` // time left on the lease, as the store sees it
+	OwnerID    string `json:"owner_id"`        // the public identifier of the holder's owner token (dlock.OwnerID)
+	Info       string `json:"info"`            // the holder's owner info, "host:pid" by default
+	TimeLeftMS int64  `json:"time_left_ms"`    // time left on the lease, as the store sees it
 }
 
 func (a *app) lsCommand() *cobra.Command {
