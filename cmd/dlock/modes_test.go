@@ -12,6 +12,8 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/testsrv"
+	_ "github.com/dlockhq/dlock/memdlock" // mem:// for the README table
 )
 
 // supports reports whether the store at url (empty: the default store of
@@ -128,6 +130,98 @@ func TestLimitFlags(t *testing.T) {
 	} {
 		if r := e.run(args...); r.code != 64 {
 			t.Errorf("dlock %q: exit status %d; want 64 (usage)", args, r.code)
+		}
+	}
+}
+
+// readmeStores maps the rows of the README's table of lock types to the
+// stores they describe.
+var readmeStores = map[string]func(t *testing.T) (string, []string){
+	"SQLite":                sqliteStore,
+	"PostgreSQL":            serverStore(testsrv.Postgres),
+	"MySQL / MariaDB":       serverStore(testsrv.MariaDB),
+	"Redis":                 keyValueStore(testsrv.Redis, 0),
+	"Redis `?mode=tx`":      withQuery(keyValueStore(testsrv.Redis, 0), "mode=tx"),
+	"Redis `?mode=legacy`":  withQuery(keyValueStore(testsrv.Redis, 0), "mode=legacy"),
+	"Redlock":               keyValueStore(testsrv.RedisQuorum, 3),
+	"memcached":             keyValueStore(testsrv.Memcached, 0),
+	"etcd":                  consensusStore(testsrv.Etcd),
+	"ZooKeeper":             consensusStore(testsrv.ZooKeeper),
+	"in-process (`mem://`)": func(*testing.T) (string, []string) { return "mem://readme", nil },
+}
+
+func withQuery(setup func(t *testing.T) (string, []string), q string) func(t *testing.T) (string, []string) {
+	return func(t *testing.T) (string, []string) {
+		url, env := setup(t)
+		return url + "&" + q, env
+	}
+}
+
+// TestReadmeModeTable checks the README's table of lock types against the
+// capability flags each backend declares.
+func TestReadmeModeTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "<!-- modes table: cmd/dlock/modes_test.go checks it -->\n")
+	if !ok {
+		t.Fatal("README.md has no modes table marker")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	rows := strings.Split(strings.TrimSpace(table), "\n")
+	if len(rows) < 3 {
+		t.Fatalf("modes table %q: want a header, a rule and rows", table)
+	}
+	cells := func(row string) []string {
+		f := strings.Split(strings.Trim(row, "|"), "|")
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		return f
+	}
+	header := cells(rows[0])
+	seen := map[string]bool{}
+	for _, row := range rows[2:] {
+		c := cells(row)
+		if len(c) != len(header) {
+			t.Errorf("row %q has %d cells; want %d", row, len(c), len(header))
+			continue
+		}
+		name := c[0]
+		setup, ok := readmeStores[name]
+		if !ok {
+			t.Errorf("README lists backend %q, which this test does not know", name)
+			continue
+		}
+		seen[name] = true
+		url, _ := setup(t)
+		ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
+		client, err := dlock.Open(ctx, url)
+		cancel()
+		if err != nil {
+			t.Errorf("%s: open %s: %v", name, url, err)
+			continue
+		}
+		caps := client.Capabilities()
+		client.Close()
+		native := func(b bool) string {
+			if b {
+				return "native"
+			}
+			return "—"
+		}
+		want := []string{name, native(caps.Modes.Has(driver.Exclusive)), native(caps.Modes.Has(driver.Shared)),
+			native(caps.Modes.Has(driver.Semaphore)), native(caps.FIFO), "portable", "portable"}
+		for i := 1; i < len(header); i++ {
+			if c[i] != want[i] {
+				t.Errorf("README: %s, %s = %q; the driver declares %q", name, header[i], c[i], want[i])
+			}
+		}
+	}
+	for name := range readmeStores {
+		if !seen[name] {
+			t.Errorf("README's modes table has no row for %s", name)
 		}
 	}
 }
