@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 )
 
 // RunBenchmarks runs the standard workloads on the driver as sub-benchmarks
@@ -19,7 +20,11 @@ import (
 //   - Uncontended/G=1 and G=64: goroutines lock and release keys of their
 //     own;
 //   - HotKey/G=8 and G=64, CS=0 and CS=1ms: goroutines contend for one key
-//     and hold it for the critical section CS.
+//     and hold it for the critical section CS;
+//   - ReadHeavy/G=64/CS=1ms, if the driver declares Shared: a read-write lock
+//     on one key, where one goroutine in eight writes and the others read;
+//   - Semaphore/N=4/G=16/CS=1ms, if the driver declares Semaphore: goroutines
+//     share four permits of one key.
 //
 // Goroutines are spread over up to four Clients, each with its own driver,
 // as separate processes would be. Besides ns/op each reports acquisitions per
@@ -27,16 +32,39 @@ import (
 // acquiring (wait-p50-µs, wait-p99-µs).
 func RunBenchmarks(b *testing.B, cfg Config) {
 	for _, g := range []int{1, 64} {
-		b.Run(fmt.Sprintf("Uncontended/G=%d", g), func(b *testing.B) { runBench(b, cfg, g, false, 0) })
+		b.Run(fmt.Sprintf("Uncontended/G=%d", g), func(b *testing.B) { runBench(b, cfg, g, false, 0, nil) })
 	}
 	for _, g := range []int{8, 64} {
 		for _, cs := range []time.Duration{0, time.Millisecond} {
-			b.Run(fmt.Sprintf("HotKey/G=%d/CS=%v", g, cs), func(b *testing.B) { runBench(b, cfg, g, true, cs) })
+			b.Run(fmt.Sprintf("HotKey/G=%d/CS=%v", g, cs), func(b *testing.B) { runBench(b, cfg, g, true, cs, nil) })
 		}
+	}
+	d := cfg.NewDriver(b)
+	caps := d.Capabilities()
+	d.Close()
+	if caps.Modes.Has(driver.Shared) {
+		b.Run("ReadHeavy/G=64/CS=1ms", func(b *testing.B) {
+			runBench(b, cfg, 64, true, time.Millisecond, func(g int) []dlock.LockOption {
+				if g%8 == 0 {
+					return nil // a writer
+				}
+				return []dlock.LockOption{dlock.Shared()}
+			})
+		})
+	}
+	if caps.Modes.Has(driver.Semaphore) {
+		b.Run("Semaphore/N=4/G=16/CS=1ms", func(b *testing.B) {
+			runBench(b, cfg, 16, true, time.Millisecond, func(int) []dlock.LockOption {
+				return []dlock.LockOption{dlock.WithLimit(4)}
+			})
+		})
 	}
 }
 
-func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Duration) {
+// runBench runs one workload: goroutines lock (a key each, or one hot key)
+// with the options mode gives goroutine g (none if mode is nil), hold the
+// lock for cs and release it.
+func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Duration, mode func(g int) []dlock.LockOption) {
 	clients := make([]*dlock.Client, min(goroutines, 4))
 	for i := range clients {
 		c, err := dlock.New(cfg.NewDriver(b))
@@ -69,9 +97,13 @@ func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Durati
 				waits = append(waits, mine...)
 				mu.Unlock()
 			}()
+			opts := []dlock.LockOption{dlock.WithTTL(30 * time.Second)}
+			if mode != nil {
+				opts = append(opts, mode(g)...)
+			}
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				l, err := c.Lock(ctx, key, dlock.WithTTL(30*time.Second))
+				l, err := c.Lock(ctx, key, opts...)
 				if err != nil {
 					b.Error(err)
 					return
