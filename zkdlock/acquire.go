@@ -142,7 +142,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		}
 	}
 	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
-	created, createErr := d.create(parent, nodeBase(req.Owner), encodeData(req.Owner, req.Info))
+	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit), encodeData(req.Owner, req.Info, false))
 	if createErr != nil && !maybeApplied(createErr) {
 		return driver.Result{}, "", createErr
 	}
@@ -196,11 +196,32 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		return driver.Result{}, "", fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", keep, sid)
 	}
 	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
+	// Modes: the key's first node says what the key is in use as; a
+	// request that cannot join it leaves (see compatible). An older node of
+	// the owner in another mode is kept, and the request refused.
+	var ref *node
+	switch {
+	case q[i].mode != req.Mode || q[i].limit != req.Limit:
+		ref = &q[i]
+	case i > 0 && !compatible(q[0], req.Mode, req.Limit):
+		ref = &q[0]
+	}
+	if ref != nil {
+		if keep == created && own {
+			if _, err := d.removeNode(parent, keep, true); err != nil {
+				d.retry(parent, keep, sid)
+				return driver.Result{}, "", err
+			}
+		}
+		return driver.Result{}, "", mismatch(req.Key, *ref, req.Mode, req.Limit)
+	}
 	s, known := d.sess.timeoutOf(st.EphemeralOwner)
+	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded,
+		mode: req.Mode, limit: req.Limit, version: st.Version}
 	switch {
 	case own && !known:
 		// Without the granted timeout no validity can be promised.
-		d.holds.Put(req.Owner, hold{parent: parent, path: keep, czxid: st.Czxid, session: sid}, req.TTL)
+		d.holds.Put(req.Owner, h, req.TTL)
 		return driver.Result{}, keep, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", sid)
 	case !own && (keep == created || d.sess.ours(st.EphemeralOwner)):
 		// The session changed under the call: the node goes with the
@@ -211,15 +232,20 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		// this driver can neither renew its session nor know its timeout.
 		s = cmp.Or(d.sess.latest(), d.ttl)
 	}
-	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded}
-	if i > 0 {
-		h.pred = q[i-1].name
+	held, v, err := d.admitted(parent, q, i)
+	if err != nil {
+		if own {
+			d.holds.Put(req.Owner, h, req.TTL) // Release finds it
+			made = keep
+		}
+		return driver.Result{}, made, err
 	}
+	h.note(held, v)
 	if own {
 		made = keep
 	}
 	switch {
-	case i == 0:
+	case held:
 		if own {
 			d.holds.Put(req.Owner, h, req.TTL)
 		}
@@ -239,12 +265,35 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 	return driver.Result{}, "", nil
 }
 
+// note records in h what the last look found.
+func (h *hold) note(held bool, v verdict) {
+	h.held, h.first, h.wait = held, v.first, nil
+	if v.children {
+		return // Subscribe lists the children itself
+	}
+	for _, n := range v.wait {
+		h.wait = append(h.wait, n.name)
+	}
+}
+
 // reacquire is Acquire by an owner with a node of this driver: a renewal of
-// a queue entry, or an Acquire by the holder.
+// a queue entry, an Acquire by the holder, or a downgrade.
 func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 	if h.session != d.conn.SessionID() {
 		d.forget(req.Owner, h)
 		return driver.Result{}, notHeld("the session of its node ended")
+	}
+	downgrade := false
+	switch {
+	case (h.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || h.limit != req.Limit:
+		return driver.Result{}, mismatch(req.Key, node{mode: h.mode, limit: h.limit}, req.Mode, req.Limit)
+	case req.Mode == driver.Exclusive && (h.mode == driver.Shared || h.downgraded):
+		return driver.Result{}, fmt.Errorf("%q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	case req.Mode == driver.Shared && h.mode == driver.Exclusive && !h.downgraded:
+		if h.held {
+			return d.downgrade(req, h)
+		}
+		downgrade = true
 	}
 	children, st, err := d.look(h.parent, h.path)
 	if errors.Is(err, zk.ErrSessionExpired) {
@@ -268,16 +317,28 @@ func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 		d.forget(req.Owner, h)
 		return driver.Result{}, notHeld("its node is gone")
 	}
+	held, v, err := d.admitted(h.parent, q, i)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if downgrade {
+		if !held {
+			// A waiting writer has nothing to downgrade.
+			return driver.Result{}, fmt.Errorf("%q: the owner waits for the write lock: %w", req.Key, driver.ErrModeMismatch)
+		}
+		h.crowded, h.version = i < len(q)-1, st.Version
+		h.note(true, v)
+		d.holds.Update(req.Owner, func(hold) hold { return h })
+		return d.downgrade(req, h)
+	}
 	if !d.holds.Touch(req.Owner, req.TTL) {
 		return driver.Result{}, notHeld("its lease ran out")
 	}
-	h.pred, h.crowded = "", i < len(q)-1
-	if i > 0 {
-		h.pred = q[i-1].name
-	}
+	h.crowded, h.version = i < len(q)-1, st.Version
+	h.note(held, v)
 	d.holds.Update(req.Owner, func(hold) hold { return h })
 	switch {
-	case i == 0:
+	case held:
 		return driver.Result{Acquired: true, Token: uint64(h.czxid), TTL: min(req.TTL, s)}, nil
 	case req.Queue:
 		return driver.Result{}, nil
@@ -289,6 +350,49 @@ func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 		return driver.Result{}, err
 	}
 	return driver.Result{}, nil
+}
+
+// downgrade turns the write hold h into a read hold: one setData of the
+// node, conditional on the data version the driver knows, marks it (see
+// encodeData). The node keeps its place, its creation zxid (the token) and
+// its session; readers waiting behind it watch its data and are told. The
+// request proves the session alive, as a Refresh does, and the lease is
+// renewed.
+func (d *Driver) downgrade(req driver.Request, h hold) (driver.Result, error) {
+	st, err := d.conn.Set(h.path, encodeData(req.Owner, req.Info, true), h.version)
+	if errors.Is(err, zk.ErrBadVersion) {
+		// An earlier downgrade whose reply was lost, perhaps.
+		var data []byte
+		data, st, err = d.conn.Get(h.path)
+		if err == nil {
+			if _, _, downgraded, _ := decodeData(data); !downgraded {
+				return driver.Result{}, fmt.Errorf("zkdlock: the data of node %s changed under the driver", h.path)
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("its node is gone")
+	case err != nil:
+		return driver.Result{}, err
+	}
+	if st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
+		d.forget(req.Owner, h)
+		return driver.Result{}, notHeld("its node is gone")
+	}
+	s, ok := d.sess.timeoutOf(h.session)
+	if !ok {
+		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", h.session)
+	}
+	if !d.holds.Touch(req.Owner, req.TTL) {
+		return driver.Result{}, notHeld("its lease ran out")
+	}
+	d.holds.Update(req.Owner, func(h hold) hold {
+		h.downgraded, h.version = true, st.Version
+		return h
+	})
+	return driver.Result{Acquired: true, Token: uint64(h.czxid), TTL: min(req.TTL, s)}, nil
 }
 
 // create creates the contender's ephemeral sequential node under parent,

@@ -1,12 +1,64 @@
 // Package zkdlock is a dlock backend over Apache ZooKeeper (3.5 or later),
 // through github.com/go-zookeeper/zk.
 //
-// It implements the ZooKeeper lock recipe, as Curator's InterProcessMutex
-// does: every contender for a key creates an ephemeral sequential node
-// under the key's znode, the node with the lowest sequence number holds
-// the lock, and every other contender waits for the node just ahead of its
-// own to go. Waiters acquire in the order they first asked
-// (Capabilities.FIFO), and a release wakes exactly one of them.
+// It implements the ZooKeeper lock recipes, as Curator's InterProcessMutex
+// and InterProcessReadWriteLock do: every contender for a key creates an
+// ephemeral sequential node under the key's znode, the node with the
+// lowest sequence number holds the lock, and every other contender waits
+// for the node just ahead of its own to go. Read-write locks and
+// semaphores use the same queue (see Modes). Waiters acquire in the order
+// they first asked (Capabilities.FIFO), and a release wakes only the
+// waiters it may let in: one writer, or the readers behind a writer, or
+// the permits within reach.
+//
+// # Modes
+//
+// The driver implements every mode natively (Capabilities.Modes: Exclusive,
+// Shared, Semaphore). A contender's node name says its mode ("lock" for
+// Exclusive, "read" for Shared, "sem-N" for a Semaphore of N permits; see
+// Nodes), and which nodes hold the key follows from the queue alone:
+//
+//   - An Exclusive node (a mutex, or the write side of a read-write lock)
+//     holds when it is the first. It waits for, and watches, the node just
+//     ahead of it.
+//   - A Shared node holds when every node ahead of it is a Shared node,
+//     except that the first may be an Exclusive node that has been
+//     downgraded. Readers do not wait for readers, but no reader passes a
+//     writer, holding or queued: this is the writer preference of the
+//     driver contract, and a new reader's TryLock fails while a writer
+//     waits. A waiting reader watches the nearest node ahead of it that is
+//     not a reader; it reads that node's data only when it is the first
+//     (the only place a downgraded writer can be), and then its watch
+//     reports the downgrade as well as the deletion.
+//   - A Semaphore node of N holds when fewer than N nodes are ahead of it,
+//     all of them permits of N: the semaphore is fair. A waiting permit
+//     watches the N nodes just ahead of it, whose deletions are the only
+//     ones that can let it in (a deletion further ahead leaves those N the
+//     same); with N over 16 it watches the key's children instead. A
+//     release thus wakes at most N waiters, and with N = 1 only the next.
+//
+// A node that holds keeps holding until it is deleted (nodes never come
+// ahead of it, and a downgrade is not undone), so a contender's decision
+// never goes stale, and every node, of every mode, gets a token of its own:
+// its creation zxid.
+//
+// Downgrade (a Shared Acquire by the owner of a held Exclusive node) is one
+// setData of the node, conditional on its data version, that marks its data
+// as downgraded ("shared:" in front): the node keeps its place, its session
+// and its creation zxid, hence its token; the request proves the session
+// alive and the lease is renewed. The readers behind it are told by their
+// watch of its data. A repeated downgrade changes nothing, and one whose
+// reply was lost is found done when asked again.
+//
+// The key's first node says what the key is in use as. A request that
+// cannot share it (a Semaphore on a read-write lock or the other way round,
+// a Semaphore with another limit) deletes its node and returns an error
+// wrapping driver.ErrModeMismatch; so does an Exclusive Acquire by an owner
+// that holds the key Shared (an upgrade), which changes nothing. In a race
+// between incompatible requests both may be refused, and a node of the
+// other kind that is still in the queue holds back every node behind it
+// until it goes: a semaphore hold never coexists with a read or write hold,
+// nor with a permit of another limit.
 //
 // # Sessions
 //
@@ -78,11 +130,15 @@
 // deletion fails, until the server's container clean-up). A contender that
 // finds the key's znode gone when it creates its node creates it again.
 //
-// A contender's node is PREFIX/esc(K)/_c_<ID>-lock-<SEQ>: ID is
+// A contender's node is PREFIX/esc(K)/_c_<ID>-<KIND>-<SEQ>: ID is
 // dlock.OwnerID of the owner (32 hexadecimal digits), the "_c_<ID>-" prefix
-// marks it as the owner's, as Curator's protected nodes are, and SEQ is
-// the ten-digit sequence number ZooKeeper appends. Its data is the owner,
-// prefixed with its length ("LEN:OWNER"), followed by the holder's Info.
+// marks it as the owner's, as Curator's protected nodes are, KIND is the
+// mode ("lock", "read" or "sem-N"; an exclusive lock keeps the name of
+// Curator's mutex node, as the write side of a read-write lock is the same
+// mode), and SEQ is the ten-digit sequence number ZooKeeper appends, one
+// sequence for all the key's nodes whatever their kind. Its data is the
+// owner, prefixed with its length ("LEN:OWNER"), followed by the holder's
+// Info, with "shared:" in front once a write node has been downgraded.
 //
 // # Requests
 //
@@ -90,11 +146,14 @@
 //     znode has to be created first), then lists the key's nodes and reads
 //     its own node's stat, two requests in flight together (one round
 //     trip). An uncontended lock of a key locked within the linger period
-//     thus costs two round trips. If the node is first, the lock is held.
-//     If not, and the request asks to queue (driver.Request.Queue), the
-//     node stays as the queue entry; otherwise it is deleted before Acquire
+//     thus costs two round trips, in every mode. If the node holds (see
+//     Modes), the lock is held; a reader behind a writer at the head of
+//     the queue reads that writer's data first (one more round trip). If
+//     not, and the request asks to queue (driver.Request.Queue), the node
+//     stays as the queue entry; otherwise it is deleted before Acquire
 //     returns. A repeated Acquire by an owner with a node lists and reads
-//     again, and reports the existing token if the node is now first.
+//     again, and reports the existing token if the node now holds. A
+//     downgrade of a held write node is one setData (one round trip).
 //   - Refresh reads the node's stat (one round trip): it must be there,
 //     with the same creation zxid, in the driver's current session.
 //   - Release deletes the node (one round trip); the key's znode lingers
@@ -105,15 +164,18 @@
 //     node is deleted alone and the key's znode after it (two round trips),
 //     a deletion that fails harmlessly while other nodes remain, so that
 //     the last node to go takes the key's znode with it.
-//   - Subscribe (driver.Notifier) watches the node just ahead of the
-//     owner's (or, for an owner without a node, the holder's): no herd of
-//     waiters wakes on a release. When that node goes, the subscription
-//     signals and moves on to the node now ahead.
-//   - List (driver.Lister) reads the first node of each key's queue; waiters
-//     are not listed. Holder.TTL is the session timeout the driver was
-//     granted: an upper bound of how long a hold outlives its holder.
+//   - Subscribe (driver.Notifier) watches what keeps the owner's node from
+//     holding (see Modes): for a writer the node just ahead of its own
+//     (for an owner without a node, the first node). No herd of waiters
+//     wakes on a release. When a watched node changes, the subscription
+//     signals and moves on to what blocks the owner now.
+//   - List (driver.Lister) reads the nodes of each key's queue that hold
+//     it (every reader, every permit); waiters are not listed. A node is
+//     listed as soon as the queue lets it hold, perhaps a moment before its
+//     contender learns so. Holder.TTL is the session timeout the driver
+//     was granted: an upper bound of how long a hold outlives its holder.
 //   - ForceRelease (driver.ForceReleaser) deletes every node of the key,
-//     and the key's znode.
+//     and the key's znode, and reports how many of them held it.
 //
 // # Lost replies
 //
@@ -129,7 +191,8 @@
 //
 // # Fencing tokens
 //
-// The token is the holder node's creation zxid (Stat.Czxid): ZooKeeper's
+// The token is the holder node's creation zxid (Stat.Czxid), which a
+// downgrade keeps: ZooKeeper's
 // transaction IDs grow with every change of the ensemble's state and are
 // never reused, across restarts and leader changes, so tokens are durable
 // (Capabilities.DurableTokens), strictly increasing per key, and they stay
@@ -146,7 +209,9 @@
 // node's creation, in the same session, so the listing includes every
 // node created before its own (those are the only ones that can come
 // first); a lagging server can only show a node that has already gone,
-// which makes the contender wait for a deletion it is then told of.
+// or a write node not yet marked downgraded, either of which makes the
+// contender wait for a change it is then told of. Every rule errs the same
+// way: a stale view only delays a contender.
 //
 // The client's clock is used only to measure durations: the session's
 // expiry runs on the server's clock, and the lease reported to package

@@ -18,11 +18,14 @@ import (
 const listParallel = 16
 
 // List implements driver.Lister: for each key under the driver's prefix
-// that starts with prefix, the first node of its queue (waiters are not
-// listed), with the owner and Info from the node's data and its creation
-// zxid as the token. Holder.TTL is the session timeout the server granted
-// this driver: an upper bound of how long the hold outlives its holder,
-// when the holder's driver was set up alike.
+// that starts with prefix, the nodes of its queue that hold the key (all
+// readers, all permits; waiters are not listed), with the owner and Info
+// from the nodes' data, the mode from the node's name and data (a
+// downgraded write node is Shared) and the creation zxid as the token.
+// Holder.TTL is the session timeout the server granted this driver: an
+// upper bound of how long the hold outlives its holder, when the holder's
+// driver was set up alike. A node is listed as soon as the queue lets it
+// hold, which may be a moment before its contender learns so.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
 	var hs []driver.Holder
 	err := call(ctx, d, func() (err error) {
@@ -61,13 +64,13 @@ func (d *Driver) list(prefix string) ([]driver.Holder, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			h, ok, err := d.holder(k)
+			khs, err := d.keyHolders(k)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
+			if err != nil {
 				errs = append(errs, err)
-			case ok:
+			}
+			for _, h := range khs {
 				h.TTL = ttl
 				hs = append(hs, h)
 			}
@@ -83,34 +86,28 @@ func (d *Driver) list(prefix string) ([]driver.Holder, error) {
 	return hs, nil
 }
 
-// holder reads the holder of key, if it has one.
-func (d *Driver) holder(key string) (driver.Holder, bool, error) {
+// keyHolders reads the holders of key.
+func (d *Driver) keyHolders(key string) ([]driver.Holder, error) {
 	parent := d.parentPath(key)
-	for range maxWatchAttempts { // the holder may go between the two reads
-		children, _, err := d.look(parent, "")
-		if err != nil {
-			return driver.Holder{}, false, err
-		}
-		q := queue(children)
-		if len(q) == 0 {
-			return driver.Holder{}, false, nil
-		}
-		data, st, err := d.conn.Get(parent + "/" + q[0].name)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return driver.Holder{}, false, err
-		}
-		owner, info, _ := decodeData(data)
-		return driver.Holder{Key: key, Owner: owner, Mode: driver.Exclusive, Token: uint64(st.Czxid), Info: info}, true, nil
+	children, _, err := d.look(parent, "")
+	if err != nil {
+		return nil, err
 	}
-	return driver.Holder{}, false, nil
+	hs, err := d.holders(parent, queue(children))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.Holder, len(hs))
+	for i, h := range hs {
+		out[i] = driver.Holder{Key: key, Owner: h.owner, Mode: h.heldMode(), Limit: h.limit, Token: uint64(h.czxid), Info: h.info}
+	}
+	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes every node of
-// the key (the holder's and the queue's) and then the key's znode, and
-// reports 1 if it deleted a holder's node.
+// ForceRelease implements driver.ForceReleaser: it reads which nodes hold
+// the key (as List does), deletes every node of the key (the holders' and
+// the queue's) and then the key's znode, and reports how many of the
+// holders' nodes it deleted.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	var n int
 	err := call(ctx, d, func() (err error) {
@@ -130,6 +127,14 @@ func (d *Driver) forceRelease(key string) (int, error) {
 		return 0, err
 	}
 	q := queue(children)
+	hs, err := d.holders(parent, q)
+	if err != nil {
+		return 0, err
+	}
+	holding := map[string]bool{}
+	for _, h := range hs {
+		holding[h.name] = true
+	}
 	errs := make([]error, len(q))
 	var wg sync.WaitGroup
 	for i, n := range q {
@@ -140,8 +145,8 @@ func (d *Driver) forceRelease(key string) (int, error) {
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			if i == 0 {
-				removed = 1
+			if holding[q[i].name] {
+				removed++
 			}
 		case errors.Is(err, zk.ErrNoNode):
 			errs[i] = nil

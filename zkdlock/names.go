@@ -8,18 +8,24 @@ import (
 	"strings"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 )
 
 // Node names.
 //
 // The key K lives in the znode ROOT/esc(K), its parent, and each contender
-// for K is a child _c_<OwnerID>-lock-<seq>, where OwnerID is
-// dlock.OwnerID(owner) and seq is the ten-digit sequence number ZooKeeper
-// appends.
+// for K is a child _c_<OwnerID>-<KIND>-<seq>, where OwnerID is
+// dlock.OwnerID(owner), seq is the ten-digit sequence number ZooKeeper
+// appends, and KIND names the mode: "lock" for Exclusive (a mutex, or the
+// write side of a read-write lock: the driver cannot tell them apart, and
+// a mutex's node keeps Curator's name), "read" for Shared and "sem-<N>" for
+// a Semaphore of N permits.
 
 const (
 	nodePrefix = "_c_"    // Curator's prefix of protected nodes
-	lockInfix  = "-lock-" // between the owner ID and the sequence number
+	lockInfix  = "-lock-" // a write node: between the owner ID and the sequence number
+	readInfix  = "-read-" // a read node
+	semInfix   = "-sem-"  // a permit node, followed by "<N>-"
 	ownerIDLen = 32       // hexadecimal digits of dlock.OwnerID
 )
 
@@ -84,10 +90,18 @@ func unescape(name string) (key string, ok bool) {
 	return key, key != "" && escape(key) == name
 }
 
-// nodeBase returns the name a contender of owner creates; ZooKeeper appends
-// the sequence number.
-func nodeBase(owner string) string {
-	return nodePrefix + dlock.OwnerID(owner) + lockInfix
+// nodeBase returns the name a contender of owner creates for a hold of mode
+// m (with limit permits, for a Semaphore); ZooKeeper appends the sequence
+// number.
+func nodeBase(owner string, m driver.Mode, limit int) string {
+	infix := lockInfix
+	switch m {
+	case driver.Shared:
+		infix = readInfix
+	case driver.Semaphore:
+		infix = semInfix + strconv.Itoa(limit) + "-"
+	}
+	return nodePrefix + dlock.OwnerID(owner) + infix
 }
 
 // node is a contender's znode, parsed from its name.
@@ -95,6 +109,8 @@ type node struct {
 	name    string
 	ownerID string
 	seq     int64
+	mode    driver.Mode // as created: a downgraded write node stays Exclusive
+	limit   int         // the permits of a Semaphore node, 0 otherwise
 }
 
 // parseNode parses a contender's name; ok is false for other names.
@@ -103,16 +119,32 @@ func parseNode(name string) (n node, ok bool) {
 	if !found || len(rest) < ownerIDLen+len(lockInfix)+1 {
 		return node{}, false
 	}
-	id, rest := rest[:ownerIDLen], rest[ownerIDLen:]
-	digits, found := strings.CutPrefix(rest, lockInfix)
-	if !found {
+	n = node{name: name, ownerID: rest[:ownerIDLen]}
+	rest = rest[ownerIDLen:]
+	var digits string
+	if digits, found = strings.CutPrefix(rest, lockInfix); found {
+		n.mode = driver.Exclusive
+	} else if digits, found = strings.CutPrefix(rest, readInfix); found {
+		n.mode = driver.Shared
+	} else if rest, found = strings.CutPrefix(rest, semInfix); found {
+		var limit string
+		if limit, digits, found = strings.Cut(rest, "-"); !found {
+			return node{}, false
+		}
+		l, err := strconv.Atoi(limit)
+		if err != nil || l < 1 || strconv.Itoa(l) != limit {
+			return node{}, false
+		}
+		n.mode, n.limit = driver.Semaphore, l
+	} else {
 		return node{}, false
 	}
 	seq, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil {
 		return node{}, false
 	}
-	return node{name: name, ownerID: id, seq: seq}, true
+	n.seq = seq
+	return n, true
 }
 
 // queue returns the contenders among children, in queue order (by sequence
@@ -134,21 +166,31 @@ func find(q []node, ownerID string) int {
 }
 
 // A node's data is the owner (so that listings can name it) and the
-// holder's Info: "LEN:OWNERINFO", with LEN the owner's length in bytes.
-func encodeData(owner, info string) []byte {
-	return fmt.Appendf(nil, "%d:%s%s", len(owner), owner, info)
+// holder's Info: "LEN:OWNERINFO", with LEN the owner's length in bytes. A
+// write node that has been downgraded to a read hold has "shared:" in front
+// (a prefix that plain data, which starts with a digit, never has).
+func encodeData(owner, info string, downgraded bool) []byte {
+	var b []byte
+	if downgraded {
+		b = append(b, downgradedMark...)
+	}
+	return fmt.Appendf(b, "%d:%s%s", len(owner), owner, info)
 }
 
-func decodeData(b []byte) (owner, info string, ok bool) {
-	n, rest, found := strings.Cut(string(b), ":")
+// downgradedMark starts the data of a downgraded write node.
+const downgradedMark = "shared:"
+
+func decodeData(b []byte) (owner, info string, downgraded, ok bool) {
+	s, downgraded := strings.CutPrefix(string(b), downgradedMark)
+	n, rest, found := strings.Cut(s, ":")
 	if !found {
-		return "", "", false
+		return "", "", false, false
 	}
 	l, err := strconv.Atoi(n)
 	if err != nil || l < 0 || l > len(rest) {
-		return "", "", false
+		return "", "", false, false
 	}
-	return rest[:l], rest[l:], true
+	return rest[:l], rest[l:], downgraded, true
 }
 
 // checkPath reports why p is not an absolute znode path of at least one

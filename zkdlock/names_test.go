@@ -53,24 +53,39 @@ func TestEscape(t *testing.T) {
 
 func TestParseNode(t *testing.T) {
 	owner := "owner"
-	name := nodeBase(owner) + "0000000042"
-	n, ok := parseNode(name)
-	if !ok || n.ownerID != dlock.OwnerID(owner) || n.seq != 42 || n.name != name {
-		t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+	for _, tc := range []struct {
+		mode  driver.Mode
+		limit int
+	}{{driver.Exclusive, 0}, {driver.Shared, 0}, {driver.Semaphore, 1}, {driver.Semaphore, 250}} {
+		name := nodeBase(owner, tc.mode, tc.limit) + "0000000042"
+		n, ok := parseNode(name)
+		if !ok || n.ownerID != dlock.OwnerID(owner) || n.seq != 42 || n.name != name || n.mode != tc.mode || n.limit != tc.limit {
+			t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+		}
 	}
-	for _, bad := range []string{"", "lock-0000000001", "_c_x-lock-0000000001", nodeBase(owner), nodeBase(owner) + "x"} {
+	if got := nodeBase(owner, driver.Exclusive, 0); got != "_c_"+dlock.OwnerID(owner)+"-lock-" {
+		t.Errorf("a write node's name is %q; want Curator's mutex name", got)
+	}
+	id := dlock.OwnerID(owner)
+	for _, bad := range []string{"", "lock-0000000001", "_c_x-lock-0000000001", nodeBase(owner, driver.Exclusive, 0),
+		nodeBase(owner, driver.Exclusive, 0) + "x", "_c_" + id + "-write-0000000001", "_c_" + id + "-sem-0-0000000001",
+		"_c_" + id + "-sem-01-0000000001", "_c_" + id + "-sem-x-0000000001", "_c_" + id + "-sem-2"} {
 		if n, ok := parseNode(bad); ok {
 			t.Errorf("parseNode(%q) = %+v; want rejected", bad, n)
 		}
 	}
-	q := queue([]string{nodeBase("b") + "0000000010", "other", nodeBase("a") + "0000000002", nodeBase("c") + "0000000100"})
+	q := queue([]string{nodeBase("b", driver.Shared, 0) + "0000000010", "other", nodeBase("a", driver.Exclusive, 0) + "0000000002",
+		nodeBase("c", driver.Semaphore, 3) + "0000000100"})
 	if len(q) != 3 || q[0].seq != 2 || q[1].seq != 10 || q[2].seq != 100 {
 		t.Errorf("queue = %+v; want the three contenders by sequence number", q)
 	}
-	for _, tc := range []struct{ owner, info string }{{"o", ""}, {"o:1", "host:pid"}, {"", "x"}, {"12:ab", ":"}} {
-		o, i, ok := decodeData(encodeData(tc.owner, tc.info))
-		if !ok || o != tc.owner || i != tc.info {
-			t.Errorf("decodeData(encodeData(%q, %q)) = %q, %q, %v", tc.owner, tc.info, o, i, ok)
+	for _, tc := range []struct {
+		owner, info string
+		downgraded  bool
+	}{{"o", "", false}, {"o:1", "host:pid", true}, {"", "x", false}, {"12:ab", ":", true}, {"shared:", "shared:", false}} {
+		o, i, dg, ok := decodeData(encodeData(tc.owner, tc.info, tc.downgraded))
+		if !ok || o != tc.owner || i != tc.info || dg != tc.downgraded {
+			t.Errorf("decodeData(encodeData(%q, %q, %v)) = %q, %q, %v, %v", tc.owner, tc.info, tc.downgraded, o, i, dg, ok)
 		}
 	}
 }
@@ -128,7 +143,7 @@ func TestSubscribePredecessor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if h, _ := d.holds.Get(c.Owner); h.pred == "" {
+	if h, _ := d.holds.Get(c.Owner); len(h.wait) != 1 {
 		t.Fatalf("c's record has no predecessor")
 	}
 	sub, err := d.Subscribe(ctx(t), c)

@@ -79,10 +79,9 @@ func (d *Driver) refreshUnrecorded(req driver.Request) error {
 		return notHeld("its node is gone")
 	}
 	if own {
-		h := hold{parent: parent, path: p, czxid: st.Czxid, session: sid, crowded: i < len(q)-1}
-		if i > 0 {
-			h.pred = q[i-1].name
-		}
+		// Whether it holds is left for the next Acquire to find out.
+		h := hold{parent: parent, path: p, czxid: st.Czxid, session: sid, crowded: i < len(q)-1,
+			mode: q[i].mode, limit: q[i].limit, version: st.Version}
 		d.holds.Put(req.Owner, h, req.TTL)
 	}
 	return nil
@@ -97,8 +96,8 @@ func (d *Driver) refreshUnrecorded(req driver.Request) error {
 // others remain). An owner the driver has no record of is looked up by its
 // name.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
-	if req.Mode != driver.Exclusive {
-		return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
+	if err := checkMode(req); err != nil {
+		return err
 	}
 	err := d.waitAcquire(ctx, req.Owner)
 	if err == nil {
@@ -227,7 +226,7 @@ func (d *Driver) drop(owner, p string) {
 // expire runs when the lease of a hold or queue entry ran out: it deletes
 // the node.
 func (d *Driver) expire(owner string, h hold) {
-	if h.pred != "" {
+	if !h.held {
 		d.lost.Put(owner, struct{}{}, gone)
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)

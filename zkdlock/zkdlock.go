@@ -92,8 +92,17 @@ type hold struct {
 	path    string // the node
 	czxid   int64  // the node's creation zxid: its fencing token
 	session int64  // the session the node belongs to
-	pred    string // the node ahead of it at the last look, or ""
 	crowded bool   // other nodes followed it at the last look
+
+	mode       driver.Mode // the node's kind
+	limit      int         // a permit node's limit
+	held       bool        // the node held at the last look (it holds until deleted)
+	downgraded bool        // a write node marked as a read hold
+	version    int32       // the node's data version, for the downgrade's setData
+	// wait names the nodes that kept it from holding at the last look (see
+	// verdict); first: the first of them must be read, not only watched.
+	wait  []string
+	first bool
 }
 
 // garbage is a node whose deletion failed for want of a connection.
@@ -194,7 +203,7 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 		sess:   newSession(),
 		dialer: newDialer(cfg.dial),
 		caps: driver.Capabilities{
-			Modes:         driver.Modes(driver.Exclusive),
+			Modes:         driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
 			FIFO:          true,
 			DurableTokens: true,
 			ServerClock:   true,
@@ -242,7 +251,8 @@ func (d *Driver) Conn() *zk.Conn { return d.conn }
 // driver's current session, or zero before the first session is set up.
 func (d *Driver) SessionTimeout() time.Duration { return d.sess.latest() }
 
-// Capabilities implements driver.Driver: exclusive locks, FIFO queues,
+// Capabilities implements driver.Driver: exclusive locks, read-write locks
+// and semaphores, FIFO queues,
 // durable fencing tokens, server-side session expiry over a consensus
 // protocol, keys of up to 1024 bytes, leases from 10ms. See the package
 // documentation.
@@ -251,13 +261,27 @@ func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 func (d *Driver) parentPath(key string) string { return d.root + "/" + escape(key) }
 
 func check(req driver.Request) error {
-	if req.Mode != driver.Exclusive {
-		return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
+	if err := checkMode(req); err != nil {
+		return err
 	}
 	if req.TTL <= 0 {
 		return fmt.Errorf("zkdlock: TTL %v is not positive: %w", req.TTL, driver.ErrUnsupported)
 	}
 	return nil
+}
+
+// checkMode refuses the modes the driver does not implement.
+func checkMode(req driver.Request) error {
+	switch req.Mode {
+	case driver.Exclusive, driver.Shared:
+		return nil
+	case driver.Semaphore:
+		if req.Limit < 1 {
+			return fmt.Errorf("zkdlock: a semaphore of %d permits: %w", req.Limit, driver.ErrUnsupported)
+		}
+		return nil
+	}
+	return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
 }
 
 // notHeld returns an error wrapping driver.ErrNotHeld.
