@@ -3,7 +3,6 @@ package etcddlock
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -16,57 +15,60 @@ import (
 )
 
 // List implements driver.Lister. It reads every entry under the prefix in one
-// linearizable request and reports the first entry of each queue (the holder;
-// waiters are not listed), with Info and the raw owner from the entry's value
+// linearizable request and reports the entries that hold their key (the
+// first entry of an exclusive lock; every reader ahead of the first writer of
+// a read-write lock; the first Limit permits of a semaphore; waiters are not
+// listed), with mode, limit, Info and the raw owner from the entry's value
 // and, as TTL, the time left on its session lease as the server sees it (one
 // LeaseTimeToLive per distinct lease).
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	resp, err := d.cli.Get(ctx, d.prefix+prefix, clientv3.WithPrefix())
+	resp, err := d.cli.Get(ctx, d.prefix+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("etcddlock: list %q: %w", prefix, err)
 	}
-	first := map[string]*mvccpb.KeyValue{}
+	queues := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		key, ok := d.parseEntry(string(kv.Key))
-		if !ok {
-			continue
-		}
-		if f := first[key]; f == nil || kv.CreateRevision < f.CreateRevision {
-			first[key] = kv
+		if key, ok := d.parseEntry(string(kv.Key)); ok {
+			queues[key] = append(queues[key], kv)
 		}
 	}
 	left := map[int64]time.Duration{}
-	hs := make([]driver.Holder, 0, len(first))
-	for key, kv := range first {
-		ttl, ok := left[kv.Lease]
-		if !ok && kv.Lease != 0 { // an entry without a lease (written by hand) lists with TTL 0
-			t, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-			if err != nil && !isLeaseNotFound(err) {
-				return nil, fmt.Errorf("etcddlock: list %q: %w", prefix, err)
+	var hs []driver.Holder
+	for key, q := range queues {
+		for _, kv := range holding(q) {
+			ttl, ok := left[kv.Lease]
+			if !ok && kv.Lease != 0 { // an entry without a lease (written by hand) lists with TTL 0
+				t, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+				if err != nil && !isLeaseNotFound(err) {
+					return nil, fmt.Errorf("etcddlock: list %q: %w", prefix, err)
+				}
+				if err == nil && t.TTL >= 0 {
+					ttl = time.Duration(t.TTL) * time.Second
+				} else {
+					ttl = -1 // expired meanwhile
+				}
+				left[kv.Lease] = ttl
 			}
-			if err == nil && t.TTL >= 0 {
-				ttl = time.Duration(t.TTL) * time.Second
-			} else {
-				ttl = -1 // expired meanwhile
+			if ttl < 0 {
+				continue
 			}
-			left[kv.Lease] = ttl
+			v := decode(kv) // a foreign value lists with an empty owner
+			h := driver.Holder{
+				Key:   key,
+				Owner: v.Owner,
+				Mode:  v.mode(),
+				Token: uint64(kv.CreateRevision),
+				Info:  v.Info,
+				TTL:   ttl,
+			}
+			if h.Mode == driver.Semaphore {
+				h.Limit = v.Limit
+			}
+			hs = append(hs, h)
 		}
-		if ttl < 0 {
-			continue
-		}
-		var v value
-		_ = json.Unmarshal(kv.Value, &v) // a foreign value lists with an empty owner
-		hs = append(hs, driver.Holder{
-			Key:   key,
-			Owner: v.Owner,
-			Mode:  driver.Exclusive,
-			Token: uint64(kv.CreateRevision),
-			Info:  v.Info,
-			TTL:   ttl,
-		})
 	}
 	slices.SortFunc(hs, func(a, b driver.Holder) int {
 		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Token, b.Token))
@@ -74,22 +76,23 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 	return hs, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: one transaction deletes the
-// holder and every waiter of key. The holder finds its lock lost at its next
-// renewal, and the waiters at their next attempt.
+// ForceRelease implements driver.ForceReleaser: one transaction reads and
+// deletes the holders and every waiter of key, and the holders among them
+// are counted. The holders find their locks lost at their next renewal, and
+// the waiters at their next attempt.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := d.check(); err != nil {
 		return 0, err
 	}
 	qp := d.queuePrefix(key)
 	resp, err := d.cli.Txn(ctx).Then(
-		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		clientv3.OpDelete(qp, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("etcddlock: force release %q: %w", key, err)
 	}
-	return len(resp.Responses[0].GetResponseRange().GetKvs()), nil
+	return len(holding(rangeKVs(resp.Responses[0]))), nil
 }
 
 // IsOwner returns a comparison that holds while l still holds its lock:

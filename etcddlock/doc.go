@@ -5,18 +5,23 @@
 // transactions (a compare and the writes it guards are one atomic step on a
 // majority of members), and its revision counter only grows and is as
 // durable as the data. The driver builds on that: Capabilities reports
-// Consensus, DurableTokens and ServerClock, and a FIFO wait queue. Use it
-// for locks whose holders must never overlap, together with the fencing
-// tokens and IsOwner below.
+// Consensus, DurableTokens and ServerClock, a FIFO wait queue, and every
+// mode: exclusive locks, read-write locks (Shared, with writer preference
+// and downgrade) and semaphores, all native, on the one queue (see Modes).
+// Use it for locks whose holders must never overlap, together with the
+// fencing tokens and IsOwner below.
 //
 // # Records
 //
 // The wait queue of the dlock key K is the set of etcd keys that start with
 // PREFIX K "\x00" (PREFIX is "/dlock/" unless WithPrefix says otherwise).
 // dlock keys contain no NUL byte, so the NUL ends the key and no two keys
-// share a queue ("a" and "a/b" and "a\x01" are apart). The entry with the
-// lowest CreateRevision holds the key; the others wait in CreateRevision
-// order, so the lock is granted in the order owners first asked.
+// share a queue ("a" and "a/b" and "a\x01" are apart). The entries are in
+// CreateRevision order, and whether an entry holds the key depends only on
+// the entries ahead of it (see Modes): the entry with the lowest
+// CreateRevision holds an exclusive lock, and the others wait in
+// CreateRevision order, so the lock is granted in the order owners first
+// asked.
 //
 // An entry is PREFIX K "\x00" LEASE "." SLOT: LEASE is the ID of the
 // driver's session lease (16 hex digits, see Sessions) and SLOT the lowest
@@ -27,16 +32,22 @@
 // compacted, and reads of a queue walk those, so a new name for every
 // acquisition would slow a busy key down until the next compaction.
 // Overlapping owners of one driver (a waiter while a holder releases, two
-// Clients sharing the driver) take slots 1, 2 and so on. A slot is in use
-// until the driver knows its entry is gone.
+// Clients sharing the driver, readers and permits) take slots 1, 2 and so
+// on. A slot is in use until the driver knows its entry is gone. The entry
+// of a semaphore permit is PREFIX K "\x00" "s" LIMIT "." LEASE "." SLOT,
+// LIMIT being the semaphore's limit in 16 hex digits: "s" sorts after the
+// hex digits, so lock entries, permits, and permits of each limit are name
+// ranges of their own.
 //
-// The value of an entry is JSON holding the raw owner and the holder's Info:
-// it says whose entry it is, and listings show it. Since names are reused,
-// every transaction that checks, refreshes or deletes an entry compares both
-// its value (the owner, unique per acquisition) and its CreateRevision (the
-// incarnation: each creation of a key gets the revision of its transaction),
-// so a late call for an earlier owner never touches a later owner's entry of
-// the same name.
+// The value of an entry is JSON holding the raw owner, the holder's Info and
+// the entry's mode ("shared", or "semaphore" and the limit; nothing for an
+// exclusive entry): it says whose entry it is and what it asks for, and
+// listings show it. Since names are reused, every transaction that checks,
+// refreshes or deletes an entry compares its CreateRevision (the
+// incarnation: each creation of a key gets the revision of its transaction,
+// and no two incarnations of a name share one), so a late call for an
+// earlier owner never touches a later owner's entry of the same name. The
+// value is not compared: a downgrade rewrites it.
 //
 // # Sessions
 //
@@ -87,23 +98,65 @@
 // expire the lease. This assumes that the client's and the leader's clocks
 // run at about the same rate, as every lease does.
 //
+// # Modes
+//
+// Every mode uses the same queue, and an entry's admission depends only on
+// the entries ahead of it, which never grow (new entries go to the back), so
+// an admitted entry stays admitted until it goes:
+//
+//   - Exclusive: admitted if it is first.
+//   - Shared: admitted if no exclusive entry is ahead of it. Readers share
+//     the key; a writer waits for the readers ahead of it; and a reader
+//     that comes after a queued writer waits behind it, which is writer
+//     preference: while a writer waits (its entry lives), a new reader is
+//     not admitted, and readers already admitted are not affected. A
+//     TryLock (no Queue) of a reader fails if any writer is in the queue.
+//   - Semaphore: admitted if fewer than Limit entries are ahead of it, so
+//     the holders are the first Limit entries and each permit has an entry,
+//     a session lease, a deadline and a token of its own.
+//
+// The transaction that creates an entry reads what decides its admission,
+// in the same atomic step: the first entry for an exclusive request (as a
+// plain mutex does), the first Limit entries for a permit, and every entry
+// ahead for a reader (an etcd range cannot filter on values; a reader's
+// request reads the values of the readers and writers ahead of it). A
+// waiter's later Acquire reads the same up to its own CreateRevision
+// (WithMaxCreateRev); a holder's reads nothing.
+//
+// Modes that cannot share a key are kept apart in that transaction too: it
+// creates the entry only if the queue has no entry of another kind
+// (comparisons on the CreateRevision of name ranges: for a lock request, no
+// permit; for a permit, no lock entry and no permit of another limit).
+// Otherwise nothing is written, and the request fails with an error wrapping
+// driver.ErrModeMismatch. An exclusive Acquire by an owner that holds the key
+// Shared (an upgrade) is refused the same way.
+//
+// A downgrade (a shared Acquire by the exclusive holder) is one transaction:
+// it checks the entry's incarnation and rewrites its value to shared. A Put
+// keeps the key's CreateRevision, so the hold keeps its token and its place;
+// the readers waiting behind it, which watch it for any change, are woken
+// and admitted (unless another writer is ahead of them).
+//
 // # Acquire, Refresh, Release
 //
 //   - A new owner's Acquire is one transaction. With Request.Queue (package
-//     dlock sets it when Lock waits): if the owner has no entry, create it
-//     and read the first entry of the queue; otherwise read both. Without
-//     Queue (TryLock): create the entry only if the queue is empty,
-//     otherwise read; so a TryLock never waits in line. The owner holds the
-//     key if its entry is first.
+//     dlock sets it when Lock waits), and for readers and permits: if the
+//     owner has no entry and the queue has none of another mode, create it
+//     and read the entries that decide its admission (see Modes). An
+//     exclusive request without Queue (TryLock) creates its entry only if
+//     the queue is empty, otherwise reads the first entry; so a TryLock
+//     never waits in line, and an uncontended lock costs one transaction
+//     whether it waits or not. A reader or permit without Queue that is not
+//     admitted at once deletes its entry again in a second transaction.
 //   - A waiter's later Acquire checks that its entry is the same
-//     incarnation (its value and CreateRevision) and whether it is first,
-//     in one transaction. An entry that is gone is never created again: the
+//     incarnation (its CreateRevision) and whether it is admitted now, in
+//     one transaction. An entry that is gone is never created again: the
 //     waiter gets driver.ErrNotHeld.
 //   - Refresh checks the entry's incarnation and that it holds, renews the
 //     session alongside, and moves the local deadline.
 //   - Release deletes the entry if it is still the incarnation the driver
-//     recorded (a compare on its value and CreateRevision and the delete in
-//     one transaction), so it never deletes a newer entry of the same name.
+//     recorded (a compare on its CreateRevision and the delete in one
+//     transaction), so it never deletes a newer entry of the same name.
 //     Entries the driver has no record of (the reply to their Acquire was
 //     lost, or another driver made them) are found by their owner among the
 //     values of the key's queue, and each is deleted only if it is still
@@ -118,40 +171,59 @@
 // The token of a hold is its entry's CreateRevision: the store's revision
 // when the entry was created. Revisions increase with every write to the
 // cluster and survive restarts, so tokens strictly increase per key across
-// holders, released or expired (with gaps), and a repeated Acquire by the
-// holder returns the same token.
+// holders of every mode (each reader and permit has an entry, hence a token,
+// of its own), released or expired (with gaps), and a repeated Acquire by
+// the holder, or its downgrade, returns the same token.
 //
 // IsOwner returns a comparison that holds only while a lock's entry exists
 // with the lock's token as CreateRevision (the driver knows the entry's name
 // from its records; for a lock it does not hold, the comparison never
-// holds). A transaction that writes the
-// data the lock protects under that comparison writes only if the lock is
+// holds), in every mode: for a reader or a permit it holds while that hold
+// lasts. A transaction that writes the data the lock protects under that comparison writes only if the lock is
 // still held, in the same atomic step: a holder that was paused past its
 // lease cannot write, even before it notices the loss.
 //
 // # Waiting
 //
-// The driver implements driver.Notifier. A waiter watches only its
-// predecessor in the queue (the entry created just before its own), so a
-// release wakes exactly one waiter and no herd. When the predecessor goes,
-// the waiter is signalled and watches the next predecessor, if any. A watch
-// starts at the server's current revision and is followed by a read of the
-// predecessor, which counts as its deletion if it is gone. etcd delivers
+// The driver implements driver.Notifier. A waiter watches what keeps it
+// waiting, and is signalled only when a read after a change finds nothing
+// does:
+//
+//   - an exclusive waiter watches its predecessor in the queue (the entry
+//     created just before its own) for its deletion, then the next one;
+//   - a reader watches the exclusive entry nearest ahead of it for its
+//     deletion or any change of its value (a downgrade), then the next one;
+//   - a permit that waits watches the deletions in its queue (one prefix
+//     watch) and counts those of the entries that were ahead of it, until
+//     fewer than Limit are left.
+//
+// So a release of an exclusive lock wakes the next writer or the readers
+// behind it (who are then all admitted), a reader's release wakes at most
+// the writer right behind it, and a waiter is not woken to find itself
+// still blocked. Waiting permits receive every deletion on their key as a
+// watch event (a semaphore's waiters cannot know which release admits
+// which of them without counting), but only those that may be admitted
+// read the store. A watch starts at the server's current revision and is
+// followed by a read of the watched entry (for a permit, of the entries
+// ahead), which counts as a change if it is gone or changed. etcd delivers
 // events at once only to a watch that was up to date when it was
 // registered; one registered just after another write catches up in a loop
 // that runs every 100ms. The reply that confirms the watch carries its
 // start revision: if the store has moved on by the time of the read, the
-// predecessor is read again a few times over the next 130ms. Lease expiry
-// of the predecessor deletes its entry, which wakes the waiter like a
-// release.
+// read is repeated a few times over the next 130ms. Lease expiry of a
+// blocking entry deletes it, which wakes the waiter like a release.
 //
-// The driver also implements driver.Lister (holders only: the first entry
-// of each queue, with the time left on its lease as etcd sees it) and
-// driver.ForceReleaser (one transaction deletes the holder and all waiters
-// of a key).
+// The driver also implements driver.Lister (holders only, of every mode:
+// the admitted entries of each queue, with the time left on their lease as
+// etcd sees it) and driver.ForceReleaser (one transaction deletes the
+// holders and all waiters of a key, and counts the holders).
 //
 // # Limits
 //
+//   - A reader's Acquire and its subscription read the entries ahead of it
+//     with their values (etcd cannot filter a range on values), so their
+//     cost grows with the number of readers that hold the key; a waiting
+//     permit receives a watch event for every release on its key.
 //   - A lock of a process that died stays held until its session expires:
 //     up to S after the process's last renewal, whatever the lock's TTL.
 //     Choose S with that in mind.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,18 +91,19 @@ var (
 // calls are answered ErrNotHeld, a waiter is never queued again at the back,
 // and a late Release never deletes a newer entry of the same name.
 type record struct {
-	name     string   // the entry's etcd key
-	val      string   // the entry's value
-	rev      int64    // the entry's CreateRevision: its incarnation, and the token once it holds
-	sess     *session // the session the entry is attached to
-	slot     *slot    // the entry's name while in use; nil in a tombstone
-	held     bool     // the entry was first in its queue: the owner holds the key
-	lost     bool     // a tombstone: the entry is no longer the owner's
-	released bool     // Release handed the entry back to its deadline after a failed delete
+	name     string      // the entry's etcd key
+	mode     driver.Mode // the entry's mode (Shared after a downgrade)
+	limit    int         // the semaphore's limit, for a permit
+	rev      int64       // the entry's CreateRevision: its incarnation, and the token once it holds
+	sess     *session    // the session the entry is attached to
+	slot     *slot       // the entry's name while in use; nil in a tombstone
+	held     bool        // the entry was admitted (see admitted): the owner holds the key
+	lost     bool        // a tombstone: the entry is no longer the owner's
+	released bool        // Release handed the entry back to its deadline after a failed delete
 }
 
 // is compares the entry with the incarnation the record describes.
-func (r record) is() []clientv3.Cmp { return isEntry(r.name, r.rev, r.val) }
+func (r record) is() []clientv3.Cmp { return isEntry(r.name, r.rev) }
 
 // Option configures a Driver.
 type Option func(*config)
@@ -167,7 +169,7 @@ func newDriver(cli *clientv3.Client, owns bool, opts []Option) (*Driver, error) 
 		prefix:     cfg.prefix,
 		sessionTTL: int64((cfg.sessionTTL + time.Second - 1) / time.Second),
 		caps: driver.Capabilities{
-			Modes:         driver.Modes(driver.Exclusive),
+			Modes:         driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
 			FIFO:          true,
 			DurableTokens: true,
 			ServerClock:   true,
@@ -186,8 +188,8 @@ func newDriver(cli *clientv3.Client, owns bool, opts []Option) (*Driver, error) 
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.cli }
 
-// Capabilities implements driver.Driver: exclusive locks with a FIFO queue,
-// durable tokens, expiry on the server's clock (through the session lease)
+// Capabilities implements driver.Driver: exclusive locks, read-write locks
+// and semaphores on one FIFO queue, durable tokens, expiry on the server's clock (through the session lease)
 // and consensus; keys of up to 1024 bytes; TTLs from 10ms. See the package
 // documentation.
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
@@ -205,6 +207,44 @@ func (d *Driver) queuePrefix(key string) string { return d.prefix + key + "\x00"
 // with it.
 func (d *Driver) entryName(key string, lease clientv3.LeaseID, n uint32) string {
 	return fmt.Sprintf("%s%016x.%08x", d.queuePrefix(key), uint64(lease), n)
+}
+
+// permitName is entryName for a permit of a semaphore with limit n: the
+// queue prefix, "s", the limit in 16 hex digits, a dot, and then the lease
+// and slot as in entryName. Permits of one limit share the name prefix
+// semPrefix(key, limit), and "s" sorts after every hex digit, so the names of
+// exclusive and shared entries, of permits, and of permits of other limits
+// are ranges of their own: a transaction can check that a queue has none of
+// another kind with one comparison per range (see modeGuard).
+func (d *Driver) permitName(key string, limit int, lease clientv3.LeaseID, n uint32) string {
+	return fmt.Sprintf("%s%016x.%08x", d.semPrefix(key, limit), uint64(lease), n)
+}
+
+// semPrefix returns the prefix of the names of the permits of key's
+// semaphore with the given limit.
+func (d *Driver) semPrefix(key string, limit int) string {
+	return fmt.Sprintf("%ss%016x.", d.queuePrefix(key), uint64(limit))
+}
+
+// modeGuard returns the comparisons that hold when key's queue has no entry
+// that a new entry of mode m (and limit n) could not share the key with:
+// for a lock (Exclusive or Shared) no permit; for a permit no lock entry and
+// no permit of another limit. They compare the CreateRevision of name
+// ranges (which is 0 for a range without keys), so they hold for an empty
+// queue and cost the server a walk of ranges that are empty on a key used
+// consistently.
+func (d *Driver) modeGuard(key string, m driver.Mode, n int) []clientv3.Cmp {
+	qp := d.queuePrefix(key)
+	sem := qp + "s"
+	if m != driver.Semaphore {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(sem), "=", 0).WithPrefix()}
+	}
+	mine := d.semPrefix(key, n)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithRange(sem),
+		clientv3.Compare(clientv3.CreateRevision(sem), "=", 0).WithRange(mine),
+		clientv3.Compare(clientv3.CreateRevision(clientv3.GetPrefixRangeEnd(mine)), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(sem)),
+	}
 }
 
 // holdID identifies the hold of the owner with dlock.OwnerID ownerID on key in
@@ -243,8 +283,9 @@ type slot struct {
 	freed atomic.Bool
 }
 
-// claim returns the lowest slot of key on s that no owner of the driver uses.
-func (d *Driver) claim(s *session, key string) *slot {
+// claim returns the lowest slot of key on s that no owner of the driver uses,
+// named for an entry of mode m (and limit n, for a semaphore).
+func (d *Driver) claim(s *session, key string, m driver.Mode, limit int) *slot {
 	s.slotMu.Lock()
 	defer s.slotMu.Unlock()
 	if s.slots == nil {
@@ -262,7 +303,11 @@ func (d *Driver) claim(s *session, key string) *slot {
 	used[i] |= 1 << b
 	s.slots[key] = used
 	n := uint32(i*64 + b)
-	return &slot{name: d.entryName(key, s.id, n), key: key, n: n, sess: s}
+	name := d.entryName(key, s.id, n)
+	if m == driver.Semaphore {
+		name = d.permitName(key, limit, s.id, n)
+	}
+	return &slot{name: name, key: key, n: n, sess: s}
 }
 
 // free hands the slot back for reuse; only the first call counts. A nil slot
@@ -286,46 +331,117 @@ func (sl *slot) free() {
 	}
 }
 
-// value is an entry's value: the raw owner (Lister reports it) and the
-// holder's Info.
+// value is an entry's value: the raw owner (Lister reports it), the
+// holder's Info, and the mode of the entry: "shared" or "semaphore" (with its
+// limit), or nothing for an exclusive entry. A downgrade rewrites it.
 type value struct {
 	Owner string `json:"owner"`
 	Info  string `json:"info,omitempty"`
+	Mode  string `json:"mode,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
 
-func encodeValue(owner, info string) string {
-	b, _ := json.Marshal(value{Owner: owner, Info: info}) // strings always marshal
+func encodeValue(owner, info string, m driver.Mode, limit int) string {
+	v := value{Owner: owner, Info: info}
+	if m != driver.Exclusive {
+		v.Mode = m.String()
+	}
+	if m == driver.Semaphore {
+		v.Limit = limit
+	}
+	b, _ := json.Marshal(v) // strings always marshal
 	return string(b)
+}
+
+// decode returns an entry's value. A foreign value decodes as an exclusive
+// entry of nobody: it keeps readers out rather than letting them in.
+func decode(kv *mvccpb.KeyValue) value {
+	var v value
+	if kv != nil {
+		_ = json.Unmarshal(kv.Value, &v)
+	}
+	return v
+}
+
+// mode returns the mode the value records.
+func (v value) mode() driver.Mode {
+	switch v.Mode {
+	case driver.Shared.String():
+		return driver.Shared
+	case driver.Semaphore.String():
+		return driver.Semaphore
+	}
+	return driver.Exclusive
+}
+
+// admitted reports whether the entry at index i of kvs, entries of one queue
+// in CreateRevision order starting with its first, may hold the key: an
+// exclusive entry if it is first, a shared one if no exclusive entry is
+// ahead of it, a permit if fewer than its limit are.
+func admitted(kvs []*mvccpb.KeyValue, i int) bool {
+	v := decode(kvs[i])
+	switch v.mode() {
+	case driver.Shared:
+		for _, kv := range kvs[:i] {
+			if decode(kv).mode() == driver.Exclusive {
+				return false
+			}
+		}
+		return true
+	case driver.Semaphore:
+		return i < v.Limit
+	}
+	return i == 0
+}
+
+// holding returns the entries of a queue (all of it, in CreateRevision
+// order) that hold the key: the first if it is exclusive, otherwise every
+// one that admitted allows (they come first in the queue).
+func holding(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	n := 0
+	for n < len(kvs) && admitted(kvs, n) {
+		n++
+	}
+	return kvs[:n]
+}
+
+// compatible reports whether an entry allows a request of mode m and limit
+// n on its key (see modeGuard); a nil entry (an empty queue) allows all.
+func compatible(kv *mvccpb.KeyValue, m driver.Mode, n int) bool {
+	if kv == nil {
+		return true
+	}
+	v := decode(kv)
+	if (v.mode() == driver.Semaphore) != (m == driver.Semaphore) {
+		return false
+	}
+	return m != driver.Semaphore || v.Limit == n
+}
+
+func mismatch(key string, kv *mvccpb.KeyValue, m driver.Mode, n int) error {
+	v := decode(kv)
+	return fmt.Errorf("etcddlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
+		key, v.mode(), v.Limit, m, n, driver.ErrModeMismatch)
 }
 
 // ownerOf returns the raw owner in an entry's value ("" for a foreign value
 // or a nil entry).
-func ownerOf(kv *mvccpb.KeyValue) string {
-	if kv == nil {
-		return ""
-	}
-	var v value
-	_ = json.Unmarshal(kv.Value, &v)
-	return v.Owner
-}
+func ownerOf(kv *mvccpb.KeyValue) string { return decode(kv).Owner }
 
-// isEntry compares an entry with one incarnation of it: the entry name exists,
-// holds val and was created at revision rev.
+// isEntry compares an entry with one incarnation of it: the entry name exists
+// and was created at revision rev.
 //
 // Names are reused, so a name alone does not say whose entry it is: after an
 // owner's entry is gone, a later owner of the same driver and key may create
 // the same name again. Every transaction that checks, refreshes or deletes an
-// entry on behalf of an owner therefore compares both the value, which holds
-// the raw owner (unique per acquisition), and the CreateRevision, the
+// entry on behalf of an owner therefore compares its CreateRevision, the
 // incarnation: etcd gives each creation of a key the revision of its
-// transaction, so no two incarnations of a name share one. A late Release,
-// Refresh or expiry of an earlier owner then finds the newer entry different
-// and leaves it alone.
-func isEntry(name string, rev int64, val string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
-		clientv3.Compare(clientv3.Value(name), "=", val),
-	}
+// transaction, so no two incarnations of a name share one, and a late
+// Release, Refresh or expiry of an earlier owner finds the newer entry
+// different and leaves it alone. (The value, which names the owner, is not
+// compared: a downgrade rewrites it within one incarnation.)
+func isEntry(name string, rev int64) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(name), "=", rev)}
 }
 
 // ---- the driver contract ----
@@ -345,24 +461,75 @@ func notHeld(key, why string) error {
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
-// firstOp reads the first entry of key's queue (the holder), with its value.
+// firstOp reads the first entry of key's queue, with its value: the holder
+// of an exclusive lock, and on any key the entry that shows which mode the
+// key is in use as.
 func (d *Driver) firstOp(key string) clientv3.Op {
 	return clientv3.OpGet(d.queuePrefix(key), clientv3.WithFirstCreate()...)
 }
 
+// aheadOp reads, oldest first, the entries of key's queue that decide
+// whether an entry of mode m (and limit n) created at revision rev is
+// admitted: for an exclusive entry the first of the queue, for a permit the
+// first n, and for a shared entry every entry up to its own, with their
+// values (the reader is admitted if none of them is exclusive). A rev of 0
+// reads the queue as a transaction that creates the entry sees it: the
+// entry is then the last. keysOnly leaves out the values where admission
+// does not need them.
+func (d *Driver) aheadOp(key string, m driver.Mode, n int, rev int64, keysOnly bool) clientv3.Op {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	switch m {
+	case driver.Exclusive:
+		opts = append(opts, clientv3.WithLimit(1))
+	case driver.Semaphore:
+		opts = append(opts, clientv3.WithLimit(int64(n)))
+	default:
+		keysOnly = false
+		if rev > 0 {
+			opts = append(opts, clientv3.WithMaxCreateRev(rev))
+		}
+	}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	return clientv3.OpGet(d.queuePrefix(key), opts...)
+}
+
+// rangeKVs returns the entries a range response read.
+func rangeKVs(r *pb.ResponseOp) []*mvccpb.KeyValue { return r.GetResponseRange().GetKvs() }
+
 // firstKV returns the entry a firstOp read, or nil if the queue was empty.
 func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
-	if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+	if kvs := rangeKVs(r); len(kvs) > 0 {
 		return kvs[0]
 	}
 	return nil
 }
 
-// isFirst reports whether the range response (a Get of a queue with
-// WithFirstCreate) names the entry name.
-func isFirst(r *pb.ResponseOp, name string) bool {
-	kv := firstKV(r)
-	return kv != nil && string(kv.Key) == name
+// admits reports whether the entries an aheadOp read for an entry of mode m
+// admit the entry name.
+func admits(kvs []*mvccpb.KeyValue, name string, m driver.Mode) bool {
+	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == name })
+	switch {
+	case i < 0:
+		return false // not among the first (exclusive) or the first n (permit)
+	case m == driver.Shared:
+		return !slices.ContainsFunc(kvs[:i], func(kv *mvccpb.KeyValue) bool { return decode(kv).mode() == driver.Exclusive })
+	case m == driver.Exclusive:
+		return i == 0
+	}
+	return true
+}
+
+// elsewhere returns an entry among kvs (read by an aheadOp, with values)
+// other than name that belongs to owner and holds the key, or nil.
+func elsewhere(kvs []*mvccpb.KeyValue, name, owner string) *mvccpb.KeyValue {
+	for i, kv := range kvs {
+		if string(kv.Key) != name && ownerOf(kv) == owner && admitted(kvs, i) {
+			return kv
+		}
+	}
+	return nil
 }
 
 // validity returns the lease to report for a hold acquired by a call that
@@ -384,15 +551,19 @@ func (d *Driver) renewal(ctx context.Context, s *session, t time.Time, req drive
 
 // Acquire implements driver.Driver. A new owner's entry is created in one
 // transaction; an owner the driver already knows (a waiter asking again, a
-// holder acquiring again) is checked by its entry's value and CreateRevision.
-// A KeepAliveOnce of the session lease runs alongside when the latest renewal
-// does not cover the lease to report. See the package documentation.
+// holder acquiring again or downgrading) is checked by its entry's
+// CreateRevision. A KeepAliveOnce of the session lease runs alongside when
+// the latest renewal does not cover the lease to report. See the package
+// documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if err := d.check(); err != nil {
 		return driver.Result{}, err
 	}
-	if req.Mode != driver.Exclusive {
+	switch {
+	case !d.caps.Modes.Has(req.Mode):
 		return driver.Result{}, fmt.Errorf("etcddlock: %v mode: %w", req.Mode, driver.ErrUnsupported)
+	case req.Mode == driver.Semaphore && req.Limit < 1:
+		return driver.Result{}, &dlock.ArgError{Name: "limit", Value: req.Limit, Reason: "must be at least 1"}
 	}
 	id := reqID(req)
 	if err := d.settle(ctx, id); err != nil {
@@ -414,18 +585,39 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	return res, err
 }
 
-// reacquire is Acquire for an owner whose entry the driver knows.
+// reacquire is Acquire for an owner whose entry the driver knows: a waiter
+// asking again, a holder acquiring again, or an exclusive holder asking for
+// a shared hold (a downgrade, which rewrites the entry's value: the Put keeps
+// its CreateRevision, hence its token, and wakes the readers that wait for
+// it).
 func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, rec record) (driver.Result, error) {
 	if rec.sess.ended() {
 		d.lose(id, rec)
 		return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
 	}
+	downgrade := false
+	switch {
+	case (rec.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || rec.mode == driver.Semaphore && rec.limit != req.Limit:
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner's entry is %s (limit %d), asked for %s (limit %d): %w",
+			req.Key, rec.mode, rec.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
+	case rec.mode == driver.Shared && req.Mode == driver.Exclusive:
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
+		if !rec.held {
+			return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
+		}
+		downgrade = true
+	}
+	var then []clientv3.Op
+	switch {
+	case downgrade:
+		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
+	case !rec.held:
+		then = append(then, d.aheadOp(req.Key, rec.mode, rec.limit, rec.rev, true))
+	}
 	start := time.Now()
 	p := d.renewal(ctx, rec.sess, start, req)
-	resp, err := d.cli.Txn(ctx).
-		If(rec.is()...).
-		Then(clientv3.OpGet(d.queuePrefix(req.Key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
-		Commit()
+	resp, err := d.cli.Txn(ctx).If(rec.is()...).Then(then...).Commit()
 	if err != nil {
 		p.stop()
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
@@ -435,6 +627,15 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		d.lose(id, rec)
 		return driver.Result{}, notHeld(req.Key, "its entry is gone")
 	}
+	if downgrade {
+		// The entry is shared now, whatever the renewal's outcome.
+		d.table.Update(id, func(r record) record {
+			if r.rev == rec.rev {
+				r.mode = driver.Shared
+			}
+			return r
+		})
+	}
 	if kerr != nil {
 		if isLeaseNotFound(kerr) {
 			rec.sess.kill()
@@ -443,9 +644,14 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		}
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	held := isFirst(resp.Responses[0], rec.name)
+	held := rec.held || admits(rangeKVs(resp.Responses[0]), rec.name, rec.mode)
 	if held && !rec.held {
-		d.table.Update(id, func(r record) record { r.held = true; return r })
+		d.table.Update(id, func(r record) record {
+			if r.rev == rec.rev {
+				r.held = true
+			}
+			return r
+		})
 	}
 	if !d.table.Touch(id, req.TTL) {
 		return driver.Result{}, notHeld(req.Key, "its lease ran out")
@@ -457,51 +663,64 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 }
 
 // create is Acquire for an owner the driver does not know: one transaction
-// that creates its entry, in a slot of the session it claims, when it may
-// (always with Queue; only if the queue is empty without), and otherwise reads
-// the holder. retry reports that nothing was created and another attempt may
-// succeed: the session had ended unnoticed, or the slot's name was taken.
+// that creates its entry, in a slot of the session it claims, when it may,
+// and reads what decides whether it holds the key.
+//
+// An exclusive request without Queue (TryLock) creates its entry only if the
+// queue is empty: it never waits in line. Every other request creates its
+// entry if the slot's name is free and the queue has no entry of a mode it
+// cannot share the key with (modeGuard), and reads the entries ahead of it
+// (aheadOp). A shared entry or a permit that is not admitted at once and
+// whose request has no Queue is deleted again by a second transaction. A
+// transaction that creates nothing reads the first entry: it shows a mode
+// mismatch, or the holder.
+//
+// retry reports that nothing was created and another attempt may succeed:
+// the session had ended unnoticed, or the slot's name was taken.
 func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ driver.Result, retry bool, _ error) {
 	s, err := d.session(ctx)
 	if err != nil {
 		return driver.Result{}, false, err
 	}
-	sl := d.claim(s, req.Key)
+	sl := d.claim(s, req.Key, req.Mode, req.Limit)
 	qp := d.queuePrefix(req.Key)
-	val := encodeValue(req.Owner, req.Info)
+	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit)
 	first := d.firstOp(req.Key)
-	cond := clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()
+	guarded := req.Queue || req.Mode != driver.Exclusive
+	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
 	then := []clientv3.Op{clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id))}
-	if req.Queue {
+	if guarded {
 		// Never overwrite: a Put on an existing key keeps its
 		// CreateRevision, which would hand out an old token.
-		cond = clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0)
-		then = append(then, first)
+		cond = append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
+		then = append(then, d.aheadOp(req.Key, req.Mode, req.Limit, 0, false))
 	}
 	created := func(resp *clientv3.TxnResponse) (record, bool) {
 		if !resp.Succeeded {
 			return record{}, false
 		}
-		rec := record{name: sl.name, val: val, rev: resp.Header.Revision, sess: s, slot: sl, held: true}
-		if req.Queue {
-			rec.held = isFirst(resp.Responses[1], sl.name)
+		rec := record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: true}
+		if guarded {
+			rec.held = admits(rangeKVs(resp.Responses[1]), sl.name, req.Mode)
 		}
 		return rec, true
+	}
+	// A guarded transaction that created nothing in a queue of a
+	// compatible mode found the slot's name taken: it stays in use.
+	nameTaken := func(resp *clientv3.TxnResponse) bool {
+		return guarded && compatible(firstKV(resp.Responses[0]), req.Mode, req.Limit)
 	}
 
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
 	c, err := d.commitDetached(id, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return d.cli.Txn(ctx).If(cond).Then(then...).Else(first).Commit()
+		return d.cli.Txn(ctx).If(cond...).Then(then...).Else(first).Commit()
 	}, func(resp *clientv3.TxnResponse) {
 		// The caller stopped waiting: record what was created, so
 		// that its Release (or the deadline) removes it.
-		// Without Queue, a transaction that created nothing found the
-		// key held; with Queue, it found the name taken, which stays
-		// in use.
 		if rec, ok := created(resp); ok {
 			d.table.Put(id, rec, req.TTL)
-		} else if !req.Queue {
+		} else if !nameTaken(resp) {
 			sl.free()
 		}
 	})
@@ -542,23 +761,33 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		}
 		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	switch {
-	case ok && rec.held:
-		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
-	case ok:
-		kv := firstKV(c.resp.Responses[1])
-		if ownerOf(kv) != req.Owner {
+	if ok {
+		if rec.held {
+			return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+		}
+		kv := elsewhere(rangeKVs(c.resp.Responses[1]), sl.name, req.Owner)
+		if kv == nil && req.Queue {
 			return driver.Result{}, false, nil // queued
 		}
-		// The owner holds the key through an entry this driver does
-		// not record: it needs no place in the queue.
+		// Without Queue the entry goes again; and an owner that holds
+		// the key through an entry this driver does not record needs
+		// no place in the queue.
 		d.table.Take(id)
 		if _, err := d.remove(ctx, id, rec); err != nil {
 			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
 		}
+		if kv == nil {
+			return driver.Result{}, false, nil
+		}
 		res, err := d.heldElsewhere(ctx, req, kv)
 		return res, false, err
-	case req.Queue:
+	}
+	kv := firstKV(c.resp.Responses[0])
+	switch {
+	case !compatible(kv, req.Mode, req.Limit):
+		sl.free()
+		return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
+	case guarded:
 		// The name is taken by an entry this driver did not know of
 		// (created by a request whose outcome it never learnt): its
 		// slot stays in use for the rest of the session.
@@ -566,7 +795,6 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 	}
 	// Nothing was created: the key is held.
 	sl.free()
-	kv := firstKV(c.resp.Responses[0])
 	if ownerOf(kv) != req.Owner {
 		return driver.Result{}, false, nil
 	}
@@ -575,7 +803,8 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 }
 
 // heldElsewhere is Acquire for an owner whose entry kv holds the key but is
-// not recorded by the driver.
+// not recorded by the driver. A shared request for an exclusive entry
+// downgrades it; other requests of another mode are refused.
 func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvccpb.KeyValue) (driver.Result, error) {
 	if ls := d.sessionOf(clientv3.LeaseID(kv.Lease)); ls != nil {
 		if ls.ended() {
@@ -587,12 +816,29 @@ func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvcc
 	}
 	// The owner's entry was made by another driver (another process
 	// acquiring for the same owner).
+	v := decode(kv)
+	downgrade := v.mode() == driver.Exclusive && req.Mode == driver.Shared
+	if v.mode() != req.Mode && !downgrade {
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner holds it as %s, asked for %s: %w", req.Key, v.mode(), req.Mode, driver.ErrModeMismatch)
+	}
 	session, err := d.prove(ctx, clientv3.LeaseID(kv.Lease))
 	if err != nil {
 		if isLeaseNotFound(err) {
 			return driver.Result{}, nil
 		}
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, err)
+	}
+	if downgrade {
+		name := string(kv.Key)
+		resp, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision)...).
+			Then(clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0), clientv3.WithIgnoreLease())).
+			Commit()
+		switch {
+		case err != nil:
+			return driver.Result{}, fmt.Errorf("etcddlock: downgrade %q: %w", req.Key, err)
+		case !resp.Succeeded:
+			return driver.Result{}, notHeld(req.Key, "its entry is gone")
+		}
 	}
 	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, nil
 }
@@ -646,16 +892,18 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 // refreshUnknown is Refresh of an owner whose entry the driver does not
 // record: it succeeds only for a hold made by another driver.
 func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request) error {
-	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithFirstCreate()...)
+	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
 	var kv *mvccpb.KeyValue
-	if len(resp.Kvs) > 0 {
-		kv = resp.Kvs[0]
+	for _, h := range holding(resp.Kvs) {
+		if ownerOf(h) == req.Owner {
+			kv = h
+		}
 	}
 	switch {
-	case ownerOf(kv) != req.Owner:
+	case kv == nil:
 		return notHeld(req.Key, "the owner does not hold the key")
 	case d.sessionOf(clientv3.LeaseID(kv.Lease)) != nil:
 		return notHeld(req.Key, "its lease ran out")
@@ -731,7 +979,7 @@ func (d *Driver) releaseUnknown(ctx context.Context, req driver.Request) error {
 			continue
 		}
 		name := string(kv.Key)
-		r, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision, string(kv.Value))...).Then(clientv3.OpDelete(name)).Commit()
+		r, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision)...).Then(clientv3.OpDelete(name)).Commit()
 		if err != nil {
 			return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
 		}
