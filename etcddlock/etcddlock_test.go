@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/dlockhq/dlock"
@@ -21,16 +18,7 @@ import (
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) {
-	code := testsrv.Run(m, testsrv.Etcd)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "etcddlock: leaked goroutines: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Etcd) }
 
 // newClient returns an etcd client of its own over addr.
 func newClient(t testing.TB, addr string) *clientv3.Client {

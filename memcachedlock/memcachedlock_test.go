@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"go.uber.org/goleak"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -25,16 +23,7 @@ import (
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) {
-	code := testsrv.Run(m, testsrv.Memcached)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "memcachedlock: leaked goroutines: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Memcached) }
 
 // newTestDriver returns a driver with a client of its own over addr.
 func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {

@@ -7,31 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/memdlock"
 	"github.com/dlockhq/dlock/quorum"
 )
 
 func TestMain(m *testing.M) {
-	code := runServers(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "quorum: leaked goroutines: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testsrv.Main(m, testsrv.RedisQuorum)
 }
 
 // quietLog discards the warnings tests provoke on purpose.

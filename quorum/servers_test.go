@@ -17,10 +17,6 @@ import (
 	"github.com/dlockhq/dlock/redisdlock"
 )
 
-// runServers starts five independent Redis servers for the tests over real
-// nodes, runs the tests and stops the servers.
-func runServers(m *testing.M) int { return testsrv.Run(m, testsrv.RedisQuorum) }
-
 // redisNode is a redisdlock driver that owns its client.
 type redisNode struct {
 	*redisdlock.Driver

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
 	"github.com/dlockhq/dlock/internal/testsrv"
@@ -20,15 +18,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	code := testsrv.Run(m, testsrv.Postgres, testsrv.MariaDB)
-	// The servers are stopped by now; nothing of ours may still run.
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "sqldlock: leaked goroutines: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testsrv.Main(m, testsrv.Postgres, testsrv.MariaDB)
 }
 
 // store is a fresh database of one dialect.

@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -20,16 +17,7 @@ import (
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) {
-	code := testsrv.Run(m, testsrv.ZooKeeper)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "zkdlock: leaked goroutines: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.ZooKeeper) }
 
 // newTestDriver returns a driver over addr, closed when t ends.
 func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
