@@ -744,21 +744,25 @@ func TestNewValidation(t *testing.T) {
 // TestCapabilities checks the flags each mode declares.
 func TestCapabilities(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Redis)
+	all := driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+	exclusive := driver.Modes(driver.Exclusive)
 	for _, tc := range []struct {
 		params      []string
 		serverClock bool
 		minTTL      time.Duration
+		modes       driver.ModeSet
+		fifo        bool
 	}{
-		{nil, true, time.Millisecond},
-		{[]string{"mode", "tx"}, true, time.Millisecond},
-		{[]string{"mode", "legacy"}, false, 10 * time.Millisecond},
-		{[]string{"mode", "legacy", "legacy_unit", "s"}, false, time.Second},
+		{nil, true, time.Millisecond, all, true},
+		{[]string{"mode", "tx"}, true, time.Millisecond, exclusive, false},
+		{[]string{"mode", "legacy"}, false, 10 * time.Millisecond, exclusive, false},
+		{[]string{"mode", "legacy", "legacy_unit", "s"}, false, time.Second, exclusive, false},
 	} {
 		d := openURL(t, withParams(srv.URL, tc.params...))
 		caps := d.Capabilities()
 		d.Close()
 		if caps.ServerClock != tc.serverClock || caps.MinTTL != tc.minTTL || caps.DurableTokens || caps.Consensus ||
-			caps.MaxKeyLen != 1024 || caps.Modes != driver.Modes(driver.Exclusive) || caps.FIFO {
+			caps.MaxKeyLen != 1024 || caps.Modes != tc.modes || caps.FIFO != tc.fifo {
 			t.Errorf("%v: capabilities %+v", tc.params, caps)
 		}
 	}

@@ -11,12 +11,20 @@ type layout struct {
 	fence   string // the fencing counter (outlives the lock)
 	holder  string // legacy only: the side hash naming the dlock holder
 	channel string // release notifications
+
+	// Script mode's general form (see scripts/common.lua): the holders,
+	// the queue in order, and the queue entries' leases. Empty in Legacy
+	// mode.
+	holders, queue, qexp string
 }
 
 // Suffixes of the keys that belong to one lock.
 const (
 	fenceSuffix   = ":fence"
 	channelSuffix = ":released"
+	holdersSuffix = ":holders"
+	queueSuffix   = ":queue"
+	qexpSuffix    = ":qexp"
 
 	legacyHolderSuffix  = ":dlock.holder"
 	legacyFenceSuffix   = ":dlock.fence"
@@ -35,7 +43,14 @@ func (d *Driver) layout(key string) layout {
 		}
 	}
 	base := "{" + d.cfg.prefix + escapeKey(key) + "}"
-	return layout{lock: base, fence: base + fenceSuffix, channel: base + channelSuffix}
+	return layout{
+		lock:    base,
+		fence:   base + fenceSuffix,
+		channel: base + channelSuffix,
+		holders: base + holdersSuffix,
+		queue:   base + queueSuffix,
+		qexp:    base + qexpSuffix,
+	}
 }
 
 // escapeKey makes a user key safe inside a hash tag: '%', '{' and '}' become

@@ -218,6 +218,12 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 		MaxKeyLen:   maxKeyLen,
 		MinTTL:      minTTL,
 	}
+	if cfg.mode == Script {
+		// The scripts implement every mode and a FIFO queue natively;
+		// Transaction and Legacy modes have exclusive locks only.
+		d.caps.Modes = driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+		d.caps.FIFO = true
+	}
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
 	}
@@ -231,7 +237,9 @@ func (d *Driver) Mode() Mode { return d.cfg.mode }
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
-// Capabilities implements driver.Driver. Tokens are not durable
+// Capabilities implements driver.Driver. Script mode implements every
+// mode (Exclusive, Shared, Semaphore) and a FIFO queue; Transaction and
+// Legacy modes implement Exclusive only. Tokens are not durable
 // (DurableTokens is false): the fencing counter is as durable as the
 // server's persistence, which the driver cannot vouch for. Leases expire on
 // the server's clock except in Legacy mode.
@@ -259,8 +267,8 @@ func (d *Driver) check(ctx context.Context, req *driver.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if req != nil && req.Mode != driver.Exclusive {
-		return fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported)
+	if req != nil && !d.caps.Modes.Has(req.Mode) {
+		return fmt.Errorf("%s locks in %s mode: %w", req.Mode, d.cfg.mode, driver.ErrUnsupported)
 	}
 	return nil
 }

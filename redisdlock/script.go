@@ -3,6 +3,7 @@ package redisdlock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,8 +16,12 @@ import (
 
 // The scripts of Script mode. redis.Script runs them with EVALSHA and falls
 // back to EVAL when the server answers NOSCRIPT (after a restart, a SCRIPT
-// FLUSH or a failover to a server that never ran them).
+// FLUSH or a failover to a server that never ran them). The code of the
+// general form (scripts/common.lua) is spliced into each script after its
+// fast path.
 var (
+	//go:embed scripts/common.lua
+	commonSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/refresh.lua
@@ -26,17 +31,51 @@ var (
 	//go:embed scripts/forcerelease.lua
 	forceReleaseSrc string
 
-	acquireScript      = redis.NewScript(acquireSrc)
-	refreshScript      = redis.NewScript(refreshSrc)
-	releaseScript      = redis.NewScript(releaseSrc)
-	forceReleaseScript = redis.NewScript(forceReleaseSrc)
+	acquireScript      = newScript(acquireSrc)
+	refreshScript      = newScript(refreshSrc)
+	releaseScript      = newScript(releaseSrc)
+	forceReleaseScript = newScript(forceReleaseSrc)
 )
+
+// commonMark is the line of a script that common.lua replaces.
+const commonMark = "-- @common\n"
+
+func newScript(src string) *redis.Script {
+	if strings.Count(src, commonMark) != 1 {
+		panic("redisdlock: a script lacks its " + strings.TrimSpace(commonMark) + " line")
+	}
+	return redis.NewScript(strings.Replace(src, commonMark, commonSrc, 1))
+}
+
+// The owner field of a lock hash in the general form: markers that no
+// owner can be (they start with a NUL byte; see scripts/common.lua).
+const (
+	markRW  = "\x00rw"  // exclusive and shared holds, waiters
+	markSem = "\x00sem" // semaphore permits, waiters
+)
+
+// modeArg is the mode argument of the acquire script.
+func modeArg(m driver.Mode) string {
+	switch m {
+	case driver.Shared:
+		return "r"
+	case driver.Semaphore:
+		return "s"
+	}
+	return "x"
+}
+
+// keys returns the KEYS of every script, in the order the scripts expect.
+func (k layout) keys() []string {
+	return []string{k.lock, k.fence, k.holders, k.queue, k.qexp}
+}
 
 // Fields of the holder hash (Script and Transaction modes).
 const (
 	fieldOwner = "owner"
 	fieldToken = "token"
 	fieldInfo  = "info"
+	fieldLimit = "limit" // the general form of a semaphore
 )
 
 // scriptProto is Script mode.
@@ -58,14 +97,22 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 		defer conn.Close()
 		c = conn
 	}
-	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence}, req.Owner, ms(ttl), req.Info).Int64Slice()
+	queue := "0"
+	if req.Queue {
+		queue = "1"
+	}
+	v, err := acquireScript.Run(ctx, c, k.keys(), req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit, k.channel).Int64Slice()
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if len(v) != 2 {
+	switch {
+	case len(v) == 1 && v[0] == -1:
+		return driver.Result{}, fmt.Errorf("the queue entry expired while waiting: %w", driver.ErrNotHeld)
+	case len(v) == 3 && v[0] == -2:
+		return driver.Result{}, mismatch(req, v[1], v[2])
+	case len(v) != 2:
 		return driver.Result{}, fmt.Errorf("acquire script returned %v", v)
-	}
-	if v[0] == 0 {
+	case v[0] == 0:
 		return driver.Result{RetryAfter: retryAfter(v[1])}, nil
 	}
 	if conn != nil {
@@ -76,8 +123,28 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	return driver.Result{Acquired: true, Token: uint64(v[1])}, nil
 }
 
+// mismatch is the error of an acquire script that found the lock in use
+// as another mode (code 0: exclusive or shared, 1: shared by req.Owner, 2:
+// a semaphore of limit).
+func mismatch(req driver.Request, code, limit int64) error {
+	var held string
+	switch code {
+	case 1:
+		held = "held shared by this owner (an upgrade)"
+	case 2:
+		held = fmt.Sprintf("in use as a semaphore of %d permits", limit)
+	default:
+		held = "in use as an exclusive or shared lock"
+	}
+	asked := req.Mode.String()
+	if req.Mode == driver.Semaphore {
+		asked = fmt.Sprintf("a semaphore of %d permits", req.Limit)
+	}
+	return fmt.Errorf("the lock is %s, asked for %s: %w", held, asked, driver.ErrModeMismatch)
+}
+
 func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner, ms(ttl)).Int64()
+	n, err := refreshScript.Run(ctx, p.d.client, k.keys(), req.Owner, ms(ttl)).Int64()
 	if err != nil {
 		return err
 	}
@@ -88,7 +155,7 @@ func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, 
 }
 
 func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) error {
-	n, err := releaseScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner, k.channel).Int64()
+	n, err := releaseScript.Run(ctx, p.d.client, k.keys(), req.Owner, k.channel).Int64()
 	if err != nil {
 		return err
 	}
@@ -99,7 +166,7 @@ func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) 
 }
 
 func (p scriptProto) forceRelease(ctx context.Context, k layout) (int, error) {
-	n, err := forceReleaseScript.Run(ctx, p.d.client, []string{k.lock}, k.channel).Int64()
+	n, err := forceReleaseScript.Run(ctx, p.d.client, k.keys(), k.channel).Int64()
 	return int(n), err
 }
 
@@ -127,28 +194,43 @@ func (d *Driver) keyOfHash(name string) (string, bool) {
 	return unescapeKey(name[len(p) : len(name)-1])
 }
 
-// listHashes lists the live holders recorded in holder hashes on node
-// (Script and Transaction modes).
+// listHashes lists the live holders recorded in lock hashes on node
+// (Script and Transaction modes): the owner of a hash in the simple form,
+// the members of the holders zset of one in the general form.
 func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) ([]driver.Holder, error) {
 	var hs []driver.Holder
 	err := scanKeys(ctx, node, d.hashPattern(prefix), func(names []string) error {
 		type item struct {
-			key  string
-			all  *redis.MapStringStringCmd
-			pttl *redis.DurationCmd
+			key     string
+			all     *redis.MapStringStringCmd
+			pttl    *redis.DurationCmd
+			holders *redis.ZSliceCmd
 		}
-		var items []item
+		var (
+			items []item
+			clock *redis.TimeCmd
+		)
 		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, name := range names {
 				key, ok := d.keyOfHash(name)
 				if !ok || !strings.HasPrefix(key, prefix) {
 					continue
 				}
-				items = append(items, item{key: key, all: p.HGetAll(ctx, name), pttl: p.PTTL(ctx, name)})
+				items = append(items, item{
+					key:     key,
+					all:     p.HGetAll(ctx, name),
+					pttl:    p.PTTL(ctx, name),
+					holders: p.ZRangeWithScores(ctx, name+holdersSuffix, 0, -1),
+				})
 			}
+			clock = p.Time(ctx)
 			return nil
 		})
 		if err != nil && !isWrongType(err) {
+			return err
+		}
+		now, err := clock.Result()
+		if err != nil {
 			return err
 		}
 		for _, it := range items {
@@ -160,24 +242,76 @@ func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix strin
 			if err != nil || ttl <= 0 {
 				continue // gone meanwhile, or no lease: not ours
 			}
-			tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
-			if err != nil {
-				continue
+			switch owner := m[fieldOwner]; owner {
+			case markRW, markSem:
+				zs, err := it.holders.Result()
+				if err != nil {
+					continue
+				}
+				for _, z := range zs {
+					o, _ := z.Member.(string)
+					left := time.UnixMilli(int64(z.Score)).Sub(now)
+					tok, err := strconv.ParseUint(m["t:"+o], 10, 64)
+					if left <= 0 || err != nil {
+						continue
+					}
+					h := driver.Holder{Key: it.key, Owner: o, Mode: driver.Semaphore, Token: tok, Info: m["i:"+o], TTL: left}
+					if owner == markRW {
+						h.Mode = driver.Shared
+						if m["m:"+o] == "x" {
+							h.Mode = driver.Exclusive
+						}
+					} else {
+						h.Limit, _ = strconv.Atoi(m[fieldLimit])
+					}
+					hs = append(hs, h)
+				}
+			default:
+				tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
+				if err != nil {
+					continue
+				}
+				hs = append(hs, driver.Holder{Key: it.key, Owner: owner, Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl})
 			}
-			hs = append(hs, driver.Holder{Key: it.key, Owner: m[fieldOwner], Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl})
 		}
 		return nil
 	})
 	return hs, err
 }
 
-// countHashes counts the holder hashes on node (Script and Transaction
-// modes).
+// countHashes counts the records of the locks on node (Script and
+// Transaction modes): one for a lock in the simple form, its holders and
+// waiters for one in the general form, live or expired but not yet removed.
 func countHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) (int, error) {
 	n := 0
 	err := scanKeys(ctx, node, d.hashPattern(prefix), func(names []string) error {
-		for _, name := range names {
-			if key, ok := d.keyOfHash(name); ok && strings.HasPrefix(key, prefix) {
+		type item struct {
+			owner           *redis.StringCmd
+			holders, queued *redis.IntCmd
+		}
+		var items []item
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, name := range names {
+				if key, ok := d.keyOfHash(name); ok && strings.HasPrefix(key, prefix) {
+					items = append(items, item{
+						owner:   p.HGet(ctx, name, fieldOwner),
+						holders: p.ZCard(ctx, name+holdersSuffix),
+						queued:  p.ZCard(ctx, name+queueSuffix),
+					})
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
+			return err
+		}
+		for _, it := range items {
+			switch it.owner.Val() {
+			case "":
+				// Expired meanwhile, or not a lock.
+			case markRW, markSem:
+				n += int(it.holders.Val() + it.queued.Val())
+			default:
 				n++
 			}
 		}

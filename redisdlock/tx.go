@@ -89,6 +89,15 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 				return lostRace(err)
 			}
 			res = driver.Result{Acquired: true, Token: token}
+		case isMark(owner):
+			// The general form of Script mode: the owner may hold the
+			// lock there since a Script waiter queued behind it.
+			held, err := p.heldGeneral(ctx, tx, k, req.Owner, ttl)
+			if err != nil || held == 0 {
+				res = driver.Result{RetryAfter: max(pttl.Val(), 0).Truncate(time.Millisecond)}
+				return lostRace(err)
+			}
+			res = driver.Result{Acquired: true, Token: held}
 		default:
 			res = driver.Result{RetryAfter: max(pttl.Val(), 0).Truncate(time.Millisecond)}
 			return nil
@@ -98,52 +107,199 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 	return res, err
 }
 
+// Script mode keeps a lock in the general form (see scripts/common.lua)
+// while waiters queue, so a hold that Transaction mode took may be found
+// there: its owner is then a member of the holders zset. Refresh and
+// Release handle that case too, WATCHing the hash, the holders and the
+// queue leases.
+
+// generalHold is what Refresh and Release read of a lock in the general
+// form: the owner's lease, the server's clock and the longest other leases.
+type generalHold struct {
+	mine  float64 // the owner's lease end (ms); 0 if it holds nothing
+	now   float64 // the server's clock (ms)
+	other float64 // the longest lease of another holder or a waiter (ms)
+}
+
+// readGeneral reads the general form of k for owner, under tx's WATCH.
+func readGeneral(ctx context.Context, tx *redis.Tx, k layout, owner string) (generalHold, error) {
+	var (
+		mine  *redis.FloatCmd
+		clock *redis.TimeCmd
+		top   *redis.ZSliceCmd
+		qtop  *redis.ZSliceCmd
+	)
+	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		mine = p.ZScore(ctx, k.holders, owner)
+		clock = p.Time(ctx)
+		top = p.ZRevRangeWithScores(ctx, k.holders, 0, 1)
+		qtop = p.ZRevRangeWithScores(ctx, k.qexp, 0, 0)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return generalHold{}, err
+	}
+	now, err := clock.Result()
+	if err != nil {
+		return generalHold{}, err
+	}
+	g := generalHold{mine: mine.Val(), now: float64(now.UnixMilli())}
+	for _, z := range top.Val() {
+		if z.Member != owner {
+			g.other = max(g.other, z.Score)
+		}
+	}
+	for _, z := range qtop.Val() {
+		g.other = max(g.other, z.Score)
+	}
+	return g, nil
+}
+
+// expireGeneral queues the PEXPIREATs of the general form's keys for a
+// longest lease ending at ms, or their deletion if it has passed.
+func expireGeneral(ctx context.Context, pipe redis.Pipeliner, k layout, at, now float64) {
+	if at <= now {
+		pipe.Del(ctx, k.lock, k.holders, k.queue)
+		return
+	}
+	t := time.UnixMilli(int64(at))
+	for _, key := range []string{k.lock, k.holders, k.queue} {
+		pipe.PExpireAt(ctx, key, t)
+	}
+}
+
+// heldGeneral extends owner's exclusive hold of a lock in the general form,
+// if it has one, and returns its token (0 if it has none).
+func (p txProto) heldGeneral(ctx context.Context, tx *redis.Tx, k layout, owner string, ttl time.Duration) (uint64, error) {
+	if err := tx.Watch(ctx, k.holders, k.qexp).Err(); err != nil {
+		return 0, err
+	}
+	f, err := tx.HMGet(ctx, k.lock, fieldOwner, "m:"+owner, "t:"+owner).Result()
+	if err != nil {
+		return 0, err
+	}
+	if m, _ := f[0].(string); !isMark(m) || f[1] != "x" {
+		return 0, nil
+	}
+	tokStr, _ := f[2].(string)
+	token, err := strconv.ParseUint(tokStr, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("lock %q has a bad token %q for its holder", k.lock, tokStr)
+	}
+	g, err := readGeneral(ctx, tx, k, owner)
+	if err != nil || g.mine <= g.now {
+		return 0, err
+	}
+	end := g.now + float64(ttl.Milliseconds())
+	err = commit(ctx, tx, func(pipe redis.Pipeliner) {
+		pipe.ZAdd(ctx, k.holders, redis.Z{Score: end, Member: owner})
+		expireGeneral(ctx, pipe, k, max(end, g.other), g.now)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return token, nil
+}
+
+func isMark(owner string) bool { return owner == markRW || owner == markSem }
+
 func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
 	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
 		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner {
+		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
 			return driver.ErrNotHeld
 		}
 		if err != nil {
 			return err
 		}
-		return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) })
-	}, k.lock)
+		if owner == req.Owner {
+			return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) })
+		}
+		g, err := readGeneral(ctx, tx, k, req.Owner)
+		if err != nil {
+			return err
+		}
+		if g.mine <= g.now {
+			return driver.ErrNotHeld
+		}
+		end := g.now + float64(ttl.Milliseconds())
+		return commit(ctx, tx, func(pipe redis.Pipeliner) {
+			pipe.ZAdd(ctx, k.holders, redis.Z{Score: end, Member: req.Owner})
+			expireGeneral(ctx, pipe, k, max(end, g.other), g.now)
+		})
+	}, k.lock, k.holders, k.qexp)
 }
 
 func (p txProto) release(ctx context.Context, k layout, req driver.Request) error {
 	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
 		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner {
+		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
 			return driver.ErrNotHeld
 		}
 		if err != nil {
 			return err
 		}
-		return commit(ctx, tx, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, k.lock)
+		if owner == req.Owner {
+			return commit(ctx, tx, func(pipe redis.Pipeliner) {
+				pipe.Del(ctx, k.lock)
+				pipe.Publish(ctx, k.channel, "")
+			})
+		}
+		g, err := readGeneral(ctx, tx, k, req.Owner)
+		if err != nil {
+			return err
+		}
+		if g.mine == 0 {
+			return driver.ErrNotHeld
+		}
+		o := req.Owner
+		if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
+			pipe.ZRem(ctx, k.holders, o)
+			pipe.HDel(ctx, k.lock, "t:"+o, "i:"+o, "m:"+o)
+			expireGeneral(ctx, pipe, k, g.other, g.now)
 			pipe.Publish(ctx, k.channel, "")
-		})
-	}, k.lock)
+		}); err != nil {
+			return err
+		}
+		if g.mine <= g.now {
+			return driver.ErrNotHeld // its lease had run out; the remains are gone now
+		}
+		return nil
+	}, k.lock, k.holders, k.qexp)
 }
 
 func (p txProto) forceRelease(ctx context.Context, k layout) (int, error) {
-	// MULTI/EXEC on the key's master, so that DEL and PUBLISH go to the
-	// same server; nothing needs watching.
+	// MULTI/EXEC on the key's master, so that the DEL and PUBLISH go to
+	// the same server; nothing needs watching.
 	node, err := p.d.master(ctx, k.lock)
 	if err != nil {
 		return 0, err
 	}
-	var del *redis.IntCmd
-	_, err = node.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		del = pipe.Del(ctx, k.lock)
-		pipe.Publish(ctx, k.channel, "")
-		return nil
-	})
+	now, err := node.Time(ctx).Result()
 	if err != nil {
 		return 0, err
 	}
-	return int(del.Val()), nil
+	var (
+		owner *redis.StringCmd
+		live  *redis.IntCmd
+	)
+	_, err = node.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		owner = pipe.HGet(ctx, k.lock, fieldOwner)
+		live = pipe.ZCount(ctx, k.holders, "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf")
+		pipe.Del(ctx, k.lock, k.holders, k.queue, k.qexp)
+		pipe.Publish(ctx, k.channel, "")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	switch o := owner.Val(); {
+	case o == "":
+		return 0, nil
+	case isMark(o):
+		return int(live.Val()), nil
+	}
+	return 1, nil
 }
 
 func (p txProto) list(ctx context.Context, node *redis.Client, prefix string) ([]driver.Holder, error) {

@@ -1,17 +1,202 @@
--- dlock acquire: one atomic attempt to take an exclusive lock.
--- KEYS[1] the lock hash {prefix+key}, KEYS[2] its fencing counter {prefix+key}:fence
--- ARGV[1] owner, ARGV[2] lease in milliseconds, ARGV[3] holder info
+-- dlock acquire: one atomic attempt to take a lock in any mode.
+-- KEYS: [1] the lock hash H {prefix+key}, [2] its fencing counter F,
+-- [3] the holders Z, [4] the queue W, [5] the queue entries' leases E
+-- (see common.lua)
+-- ARGV: [1] owner, [2] lease in milliseconds, [3] holder info, [4] mode
+-- (x exclusive, r shared, s semaphore), [5] '1' to queue the owner if it
+-- does not acquire, [6] the semaphore's limit, [7] the release channel
 -- Returns {1, token} when the owner holds the lock (newly or again),
--- {0, pttl} when another owner does (pttl < 0: no expiry known).
+-- {0, ms} when it does not (ms: the soonest a lease ends, < 0 unknown),
+-- {-1} when the owner's queue entry has expired, {-2, mode, limit} when the
+-- lock is in use as another mode (0 exclusive/shared, 2 semaphore) or with
+-- another limit.
 local owner = redis.call('HGET', KEYS[1], 'owner')
+if ARGV[4] == 'x' then
+  -- The fast path: an exclusive lock in the simple form.
+  if not owner then
+    local token = redis.call('INCR', KEYS[2])
+    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'info', ARGV[3])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, token}
+  end
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
+  end
+  if ARGV[5] ~= '1' and string.byte(owner) ~= 0 then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+end
+
+local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- @common
+local me, ms, mode, info = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[3]
+local queue, limit = ARGV[5] == '1', tonumber(ARGV[6])
+
+-- hold makes me a holder of the general form and returns its token.
+local function hold()
+  local token = redis.call('INCR', F)
+  redis.call('HSET', H, 't:' .. me, token, 'i:' .. me, info)
+  if mode ~= 's' then
+    redis.call('HSET', H, 'm:' .. me, mode)
+  end
+  redis.call('ZADD', Z, int(now + ms), me)
+  return token
+end
+
+-- simple_to_general turns the simple form held by o into the general form.
+local function simple_to_general(o)
+  local left = redis.call('PTTL', H)
+  if left < 1 then left = 1 end
+  local f = redis.call('HMGET', H, 'token', 'info')
+  redis.call('DEL', Z, W)
+  redis.call('HDEL', H, 'token', 'info')
+  redis.call('HSET', H, 'owner', RW, 't:' .. o, f[1], 'i:' .. o, f[2] or '', 'm:' .. o, 'x')
+  redis.call('ZADD', Z, int(now + left), o)
+end
+
+-- lost_place reports whether me queued before and its entry expired. It
+-- holds after prune.
+local function lost_place()
+  return queue and not redis.call('ZSCORE', W, me) and redis.call('ZSCORE', E, me)
+end
+
+if owner and owner ~= RW and owner ~= SEM then
+  -- The simple form: one exclusive holder, nobody queued.
+  if mode == 's' then
+    return {-2, 0, 0}
+  end
+  if owner == me then
+    -- A downgrade (mode r; x took the fast path): readers may join.
+    simple_to_general(me)
+    redis.call('HSET', H, 'm:' .. me, 'r')
+    redis.call('ZADD', Z, int(now + ms), me)
+    settle()
+    redis.call('PUBLISH', ARGV[7], '')
+    return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
+  end
+  if not queue then
+    return {0, redis.call('PTTL', H)}
+  end
+  simple_to_general(owner)
+  owner = RW
+end
+
+prune()
+if owner and redis.call('ZCARD', Z) + redis.call('ZCARD', W) == 0 then
+  redis.call('DEL', H, Z, W)
+  owner = nil
+end
+
 if not owner then
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'info', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- Nobody holds or waits.
+  if lost_place() then
+    return {-1}
+  end
+  redis.call('DEL', Z, W)
+  if mode == 'x' then
+    local token = redis.call('INCR', F)
+    redis.call('HSET', H, 'owner', me, 'token', token, 'info', info)
+    redis.call('PEXPIRE', H, ms)
+    return {1, token}
+  end
+  if mode == 'r' then
+    redis.call('HSET', H, 'owner', RW)
+  else
+    redis.call('HSET', H, 'owner', SEM, 'limit', ARGV[6])
+  end
+  local token = hold()
+  settle()
   return {1, token}
 end
-if owner == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
+
+-- The general form, with live holders or waiters.
+local held = redis.call('ZSCORE', Z, me)
+if held then
+  local m = 's'
+  if owner == RW then m = redis.call('HGET', H, 'm:' .. me) end
+  if (m == 's') ~= (mode == 's') then
+    return {-2, owner == SEM and 2 or 0, tonumber(redis.call('HGET', H, 'limit') or '0')}
+  end
+  if m == 'r' and mode == 'x' then
+    return {-2, 1, 0} -- an upgrade
+  end
+  redis.call('ZADD', Z, int(now + ms), me)
+  if m == 'x' and mode == 'r' then
+    redis.call('HSET', H, 'm:' .. me, 'r') -- a downgrade
+    redis.call('PUBLISH', ARGV[7], '')
+  end
+  settle()
+  return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+if (mode == 's') ~= (owner == SEM) then
+  return {-2, owner == SEM and 2 or 0, tonumber(redis.call('HGET', H, 'limit') or '0')}
+end
+if owner == SEM and tonumber(redis.call('HGET', H, 'limit')) ~= limit then
+  return {-2, 2, tonumber(redis.call('HGET', H, 'limit'))}
+end
+
+-- Who is ahead of me in the queue?
+local place = redis.call('ZSCORE', W, me)
+local ahead
+if place then
+  ahead = redis.call('ZRANGEBYSCORE', W, '-inf', '(' .. place)
+else
+  if lost_place() then
+    settle()
+    return {-1}
+  end
+  ahead = redis.call('ZRANGE', W, 0, -1)
+end
+
+local holders = redis.call('ZCARD', Z)
+local admit
+if mode == 'x' then
+  admit = holders == 0 and #ahead == 0
+elseif mode == 'r' then
+  admit = true
+  if holders > 0 then
+    local first = redis.call('ZRANGE', Z, 0, 0)
+    admit = redis.call('HGET', H, 'm:' .. first[1]) ~= 'x'
+  end
+  for _, o in ipairs(ahead) do
+    if not admit then break end
+    admit = redis.call('HGET', H, 'w:' .. o) ~= 'x'
+  end
+else
+  admit = holders + #ahead < limit
+end
+
+if admit then
+  if place then
+    redis.call('ZREM', W, me)
+    redis.call('ZREM', E, me)
+    redis.call('HDEL', H, 'w:' .. me)
+    redis.call('PUBLISH', ARGV[7], '') -- the next in line may be admitted too
+  end
+  if mode == 'x' and redis.call('ZCARD', W) == 0 then
+    -- Alone again: back to the simple form.
+    redis.call('DEL', H, Z, W)
+    local token = redis.call('INCR', F)
+    redis.call('HSET', H, 'owner', me, 'token', token, 'info', info)
+    redis.call('PEXPIRE', H, ms)
+    return {1, token}
+  end
+  local token = hold()
+  settle()
+  return {1, token}
+end
+
+if queue then
+  if not place then
+    redis.call('ZADD', W, redis.call('HINCRBY', H, 'seq', 1), me)
+    redis.call('HSET', H, 'w:' .. me, mode)
+  end
+  redis.call('ZADD', E, int(now + ms), me)
+end
+settle()
+local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
+if first[2] then
+  return {0, tonumber(first[2]) - now}
+end
+return {0, -1}

@@ -1,10 +1,46 @@
--- dlock release: delete the lock if, and only if, the owner holds it, and
--- wake the waiters.
--- KEYS[1] the lock hash; ARGV[1] owner, ARGV[2] the release channel
--- Returns 1 if released, 0 if the owner does not hold the lock.
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+-- dlock release: remove the owner's hold and queue entry, and wake the
+-- waiters.
+-- KEYS: H, F, Z, W, E as for acquire; ARGV[1] owner, ARGV[2] the
+-- release channel
+-- Returns 1 if the owner held the lock or waited for it, 0 if it did not
+-- (its remains, such as an expired hold, are removed all the same).
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  -- The fast path: the holder of the simple form.
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
 end
-return 0
+
+local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- @common
+local me = ARGV[1]
+local general = owner == RW or owner == SEM
+local res, changed, held = 0, false, false
+if general then
+  held = redis.call('ZSCORE', Z, me)
+  if held then
+    redis.call('ZREM', Z, me)
+    redis.call('HDEL', H, 't:' .. me, 'i:' .. me, 'm:' .. me)
+    changed = true
+    if tonumber(held) > now then res = 1 end
+  end
+end
+local queued = redis.call('ZSCORE', E, me)
+if queued then
+  -- A queue entry, live or expired: either way the owner stops waiting.
+  redis.call('ZREM', E, me)
+  if redis.call('ZREM', W, me) == 1 then
+    redis.call('HDEL', H, 'w:' .. me)
+  end
+  changed = true
+  if not held and tonumber(queued) > now then res = 1 end
+end
+if general then
+  prune()
+  settle()
+end
+if changed then
+  redis.call('PUBLISH', ARGV[2], '')
+end
+return res
