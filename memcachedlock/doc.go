@@ -36,7 +36,11 @@
 //
 //   - Acquire increments the key's fencing counter (incr), then stores the
 //     lock item with add and an expiry. The item's value is the token and
-//     the owner. If add finds the key taken, Acquire reads the item to tell
+//     the owner. Once add succeeds it reads the counter (incr by 0): if
+//     another client drew a token in between, which may belong to a holder
+//     that came and went between this client's incr and its add, it draws
+//     again and writes the new token into its item with cas, so that tokens
+//     always increase in the order holders acquire. If add finds the key taken, Acquire reads the item to tell
 //     a repeated acquisition by the holder (which renews the lease and
 //     returns its token) from another owner's hold.
 //   - Refresh reads the item with gets, checks the owner, and writes it back

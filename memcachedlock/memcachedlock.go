@@ -306,15 +306,20 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result
 	if err != nil {
 		return driver.Result{}, err
 	}
+	return d.take(ctx, req, token)
+}
+
+// take tries to take the lock with a token drawn before.
+func (d *Driver) take(ctx context.Context, req driver.Request, token uint64) (driver.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Result{}, err
 	}
 	exp, granted := expiry(req.TTL)
 	lk := d.lockKey(req.Key)
-	err = d.mc.Add(&memcache.Item{Key: lk, Value: encodeValue(token, req.Owner), Expiration: exp})
+	err := d.mc.Add(&memcache.Item{Key: lk, Value: encodeValue(token, req.Owner), Expiration: exp})
 	switch {
 	case err == nil:
-		return driver.Result{Acquired: true, Token: token, TTL: granted}, nil
+		return d.fresh(req, token, exp, granted)
 	case !errors.Is(err, memcache.ErrNotStored):
 		return driver.Result{}, err
 	}
@@ -339,6 +344,43 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, err
 	}
 	return driver.Result{Acquired: true, Token: held, TTL: granted}, nil
+}
+
+// fresh makes sure that the token of a hold just taken with add is above the
+// token of every earlier holder. The token was drawn before the add, so a
+// contender that drew a larger one may have held the key and released it in
+// between; the counter then shows a value above the token, and the holder
+// draws again, now that it holds the key (every later holder draws after it),
+// and writes the new token into its item with cas. Uncontended, this costs
+// one read of the counter.
+func (d *Driver) fresh(req driver.Request, token uint64, exp int32, granted time.Duration) (driver.Result, error) {
+	cur, err := d.mc.Increment(d.counterKey(req.Key), 0)
+	if err == nil && cur == token {
+		return driver.Result{Acquired: true, Token: token, TTL: granted}, nil
+	}
+	if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+		return driver.Result{}, err // unknown outcome: the caller releases
+	}
+	if token, err = d.nextToken(req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	it, err := d.owned(d.lockKey(req.Key), req.Owner)
+	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		return driver.Result{RetryAfter: time.Millisecond}, nil // its lease ran out already
+	case err != nil:
+		return driver.Result{}, err
+	}
+	it.Value, it.Expiration = encodeValue(token, req.Owner), exp
+	switch err := d.mc.CompareAndSwap(it); {
+	case err == nil:
+		return driver.Result{Acquired: true, Token: token, TTL: granted}, nil
+	case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
+		// The item changed: its lease ran out and the key moved on.
+		return driver.Result{RetryAfter: time.Millisecond}, nil
+	default:
+		return driver.Result{}, err
+	}
 }
 
 // nextToken increments the key's fencing counter, creating it if it is

@@ -619,3 +619,40 @@ func TestURL(t *testing.T) {
 		t.Errorf("Open of a closed port succeeded")
 	}
 }
+
+// TestTokenDrawnBeforeAnotherHold replays the interleaving in which a
+// contender draws its token, another client takes and releases the lock with
+// a larger token, and only then the contender's add succeeds: its hold must
+// still get a token above the other's.
+func TestTokenDrawnBeforeAnotherHold(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Memcached)
+	d := newTestDriver(t, srv.Addr)
+	defer d.Close()
+	k := key(t)
+	a, b := req(k), req(k)
+	a.TTL, b.TTL = 5*time.Second, 5*time.Second
+	early, err := d.nextToken(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := d.Acquire(ctx(t), b)
+	if err != nil || !rb.Acquired || rb.Token <= early {
+		t.Fatalf("B's Acquire = %+v, %v; want a token above %d", rb, err, early)
+	}
+	if err := d.Release(ctx(t), b); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := d.take(ctx(t), a, early)
+	if err != nil || !ra.Acquired {
+		t.Fatalf("A's add = %+v, %v", ra, err)
+	}
+	if ra.Token <= rb.Token {
+		t.Errorf("A holds with token %d after B held with %d; want a larger one", ra.Token, rb.Token)
+	}
+	if err := d.Refresh(ctx(t), a); err != nil {
+		t.Errorf("Refresh after the token was replaced: %v", err)
+	}
+	if err := d.Release(ctx(t), a); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
