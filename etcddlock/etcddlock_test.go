@@ -2,7 +2,6 @@ package etcddlock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -74,17 +74,10 @@ func TestConformance(t *testing.T) { drivertest.Run(t, suiteConfig(t)) }
 
 func BenchmarkDriver(b *testing.B) { drivertest.RunBenchmarks(b, suiteConfig(b)) }
 
-func ctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
+// Helpers shared with the other backends' tests.
+var ctx, req = dlocktest.Ctx, dlocktest.Request
 
-func req(key string) driver.Request {
-	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
-}
-
-func key(t testing.TB) string { return "etcd:" + t.Name() + ":" + rand.Text()[:8] }
+func key(t testing.TB) string { return dlocktest.Key(t, "etcd") }
 
 // assertEmpty checks that no etcd key is left under the key prefix p.
 func assertEmpty(t *testing.T, cli *clientv3.Client, p string) {

@@ -1,7 +1,6 @@
 package etcddlock
 
 import (
-	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -24,14 +24,7 @@ func TestURL(t *testing.T) {
 		{"etcd://" + srv.Addr + "?prefix=", "prefix", "empty"},
 		{"etcd://" + srv.Addr + ",:x", "url", ":x"},
 	} {
-		c, err := dlock.Open(ctx(t), tc.url)
-		var ae *dlock.ArgError
-		if !errors.As(err, &ae) || ae.Name != tc.arg || !strings.Contains(err.Error(), tc.names) {
-			t.Errorf("Open(%q) = %v; want an *ArgError for %s naming %q", tc.url, err, tc.arg, tc.names)
-		}
-		if c != nil {
-			c.Close()
-		}
+		dlocktest.RejectURL(t, tc.url, tc.arg, tc.names)
 	}
 	c, err := dlock.Open(ctx(t), "etcd://"+srv.Addr+","+srv.Addr+"?session=3s&prefix=/app1/&dial-timeout=2s")
 	if err != nil {

@@ -3,7 +3,6 @@ package memcachedlock
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -109,17 +109,10 @@ func metadump(ctx context.Context, addr, prefix string) (int, error) {
 	return 0, fmt.Errorf("metadump: %v", sc.Err())
 }
 
-func ctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
+// Helpers shared with the other backends' tests.
+var ctx, req = dlocktest.Ctx, dlocktest.Request
 
-func req(key string) driver.Request {
-	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
-}
-
-func key(t testing.TB) string { return "mc:" + t.Name() + ":" + rand.Text()[:8] }
+func key(t testing.TB) string { return dlocktest.Key(t, "mc") }
 
 func TestNewRejects(t *testing.T) {
 	mc := memcache.New("127.0.0.1:1")
@@ -583,14 +576,7 @@ func TestURL(t *testing.T) {
 		"memcached://" + srv.Addr + "?prefix=has%20space",
 		"memcached://" + srv.Addr + ",:x",
 	} {
-		c, err := dlock.Open(ctx(t), bad)
-		var ae *dlock.ArgError
-		if !errors.As(err, &ae) || ae.Name != "url" && ae.Name != "prefix" {
-			t.Errorf("Open(%q) = %v; want an *ArgError", bad, err)
-		}
-		if c != nil {
-			c.Close()
-		}
+		dlocktest.RejectURL(t, bad, "", "")
 	}
 	c, err := dlock.Open(ctx(t), "memcached://"+srv.Addr+"?prefix=app1:&timeout=2s&max_idle_conns=8")
 	if err != nil {

@@ -3,7 +3,6 @@ package quorum_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/memdlock"
 	"github.com/dlockhq/dlock/quorum"
@@ -66,17 +66,10 @@ func BenchmarkDriver(b *testing.B) {
 
 // ---- helpers ----
 
-func key(t testing.TB) string { return "q:" + t.Name() + ":" + rand.Text()[:8] }
+// Helpers shared with the other backends' tests.
+var ctx, req = dlocktest.Ctx, dlocktest.Request
 
-func req(key string) driver.Request {
-	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
-}
-
-func ctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
+func key(t testing.TB) string { return dlocktest.Key(t, "q") }
 
 // memNodes returns n fresh memdlock stores and quorum node drivers over
 // them.

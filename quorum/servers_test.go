@@ -12,6 +12,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
@@ -127,13 +128,7 @@ func TestRedlockURL(t *testing.T) {
 		"redlock://" + srv.Addrs[0] + "?fence=maybe",
 		"redlock://" + srv.Addrs[0] + "?unknown_param=1",
 	} {
-		c, err := dlock.Open(ctx(t), bad)
-		if !errors.Is(err, dlock.ErrInvalidArgument) {
-			t.Errorf("Open(%q) = %v; want an *ArgError", bad, err)
-		}
-		if c != nil {
-			c.Close()
-		}
+		dlocktest.RejectURL(t, bad, "", "")
 	}
 }
 

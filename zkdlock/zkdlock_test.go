@@ -2,7 +2,6 @@ package zkdlock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -125,17 +125,10 @@ func count(ctx context.Context, addr, root, prefix string, empty bool) (int, err
 	return n, nil
 }
 
-func ctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
+// Helpers shared with the other backends' tests.
+var ctx, req = dlocktest.Ctx, dlocktest.Request
 
-func req(key string) driver.Request {
-	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
-}
-
-func key(t testing.TB) string { return "zk:" + t.Name() + ":" + rand.Text()[:8] }
+func key(t testing.TB) string { return dlocktest.Key(t, "zk") }
 
 func TestURL(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
@@ -154,16 +147,7 @@ func TestURL(t *testing.T) {
 		"zk://" + srv.Addr + "?prefix=/a/",
 		"zk://" + srv.Addr + ",:x",
 	} {
-		c, err := dlock.Open(ctx(t), bad)
-		var ae *dlock.ArgError
-		if !errors.As(err, &ae) || ae.Name != "url" {
-			t.Errorf("Open(%q) = %v; want an *ArgError for the url", bad, err)
-		} else if !strings.Contains(ae.Error(), "zk:") {
-			t.Errorf("Open(%q) = %v; want the URL named", bad, err)
-		}
-		if c != nil {
-			c.Close()
-		}
+		dlocktest.RejectURL(t, bad, "url", "zk:")
 	}
 	c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+"/chroot/x?session=3s&linger=250ms&prefix=/app/locks")
 	if err != nil {

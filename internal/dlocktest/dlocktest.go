@@ -1,0 +1,54 @@
+// Package dlocktest holds the small helpers that the backends' own tests
+// share (the conformance suite itself is package drivertest).
+package dlocktest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// Ctx returns a context that ends after a minute or when tb ends: a bound on
+// every call of a test, never a timing measurement.
+func Ctx(tb testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tb.Cleanup(cancel)
+	return c
+}
+
+// Request returns an exclusive request for key with a new owner and a
+// one-minute lease.
+func Request(key string) driver.Request {
+	return driver.Request{Key: key, Owner: rand.Text(), TTL: time.Minute, Mode: driver.Exclusive}
+}
+
+// Key returns a key unique to this run of the test, starting with prefix.
+func Key(tb testing.TB, prefix string) string {
+	return prefix + ":" + tb.Name() + ":" + rand.Text()[:8]
+}
+
+// RejectURL checks that dlock.Open refuses url with an *ArgError for the
+// argument arg ("url", "prefix", ...; empty for any) whose message contains
+// mention (if not empty), and closes the client if Open succeeded anyway.
+func RejectURL(t *testing.T, url, arg, mention string) {
+	t.Helper()
+	c, err := dlock.Open(Ctx(t), url)
+	if c != nil {
+		c.Close()
+	}
+	var ae *dlock.ArgError
+	switch {
+	case !errors.As(err, &ae):
+		t.Errorf("Open(%q) = %v; want an *ArgError", url, err)
+	case arg != "" && ae.Name != arg:
+		t.Errorf("Open(%q) = %v; want an *ArgError for %s", url, err, arg)
+	case !strings.Contains(err.Error(), mention):
+		t.Errorf("Open(%q) = %v; want the error to name %q", url, err, mention)
+	}
+}
