@@ -34,8 +34,10 @@
 //
 // # How locks are stored
 //
-// A hold is one row of the lock table, keyed by the lock's key, with the
-// owner, the fencing token, the holder's info and the lease's expiry. Leases
+// An Exclusive hold is one row of the lock table, keyed by the lock's key,
+// with the owner, the fencing token, the holder's info and the lease's
+// expiry. Shared holds, semaphore permits and queue entries are rows of a
+// second table, the holds table (see Modes). Leases
 // expire on the database's clock, never the client's: expiry times are
 // computed and compared in SQL (clock_timestamp() on PostgreSQL,
 // UTC_TIMESTAMP(6) on MySQL, the host clock on SQLite, which every process
@@ -64,14 +66,81 @@
 // Release notification (driver.Notifier) works on PostgreSQL, with
 // LISTEN/NOTIFY; on MySQL and SQLite waiters poll.
 //
+// # Modes
+//
+// Every dialect implements the three modes natively (Capabilities.Modes):
+// Exclusive, Shared (read-write locks, with writer preference and
+// downgrade) and Semaphore (at most Limit holders, each with its own lease
+// and token). The wait queue is not FIFO (Capabilities.FIFO is false): it
+// serves writer preference only.
+//
+// Exclusive holds keep the v1 layout and statements: the uncontended
+// Exclusive Acquire is the same single statement or short transaction as
+// before (a Driver remembers which owners' Acquire with Request.Queue did
+// not succeed; only for them does a successful Acquire also delete a queue
+// entry). Shared holds and permits are rows of the holds table (NAME_holds),
+// one per (key, owner), with their mode, the semaphore's limit, token, info
+// and lease; so are the queue entries of waiters (waiting = 1, their place
+// in line in the token column), written when an Acquire with Request.Queue
+// fails. While a key has holders in the holds table, its lock-table row is a
+// marker: its owner is the empty string (never a real owner), its expiry the
+// latest of those holders'. To the Exclusive path, and to v1 clients, which
+// know nothing of the holds table, the marker is a key held by someone else;
+// when it expires every holder behind it has expired too, and an Exclusive
+// Acquire takes the key over and deletes their rows.
+//
+// A Shared or Semaphore Acquire, and an Exclusive one that meets a marker or
+// waits in the queue, is one transaction that first locks the key (SQLite:
+// the database's write lock; PostgreSQL and MySQL: the key's lock-table row,
+// inserted as an expired marker if missing, since the Exclusive path locks
+// that row too), deletes the key's expired holds-table rows, reads the
+// key's holders and waiters and decides as the reference driver (memdlock)
+// does:
+//
+//   - Shared is admitted if no Exclusive hold exists and no live Exclusive
+//     waiter queued before the requester (writer preference: once a writer
+//     waits, new readers wait behind it; granted holds are unaffected).
+//   - Semaphore is admitted while fewer than Limit permits are held.
+//   - Exclusive is admitted if the key has no holder.
+//   - A Shared Acquire by the Exclusive holder is a downgrade: the lock-table
+//     row becomes a marker and the hold moves to the holds table, same
+//     token, lease renewed; waiting readers are notified (PostgreSQL).
+//   - A Semaphore request on a key in use as Exclusive/Shared (or the other
+//     way round), with another Limit, or an Exclusive request by a Shared
+//     holder (an upgrade) fails with driver.ErrModeMismatch; the transaction
+//     is rolled back.
+//
+// Tokens of every mode, and waiters' places, are drawn from the same counter
+// after the key is locked, so they increase per key across modes. Refresh
+// and Release try the v1 statement on the lock table first and, if the owner
+// has no row there, run a transaction on the holds table that also brings
+// the marker's expiry down to the remaining holders (or deletes it). On
+// PostgreSQL and MySQL every such transaction locks the lock-table row
+// before holds-table rows, so they cannot deadlock each other. List returns
+// every live holder (lock table and holds table), with Mode and Limit;
+// ForceRelease deletes both tables' rows of the key; the cleanup sweeps
+// both tables.
+//
+// Mixed versions: v1 clients are safe against v2 ones (they see markers as
+// foreign holds) but do not know the holds table: a v1 ForceRelease of a
+// key held Shared removes the marker only, letting Exclusive requests in
+// beside the readers until their leases end, and a v1 takeover of an
+// expired marker leaves the expired holder rows to the cleanup.
+//
 // # Schema
 //
 // The driver creates its schema on first use unless it exists (so an
 // application whose user may not run DDL works once CreateSchema has been run
 // by a more privileged one); creation is idempotent and safe when several
-// processes do it at once. With the default table name the statements are:
+// processes do it at once. With the default table name the statements are
+// below. The schema is versioned additively: version 2 adds the holds table
+// (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects,
+// which it leaves as they are, so v1 clients keep working against a v2
+// schema and a v2 client upgrades a v1 schema itself on first use (it checks
+// for every object, and creates what is missing).
 //
-// PostgreSQL (the function is the one-round-trip acquire; see pgOps):
+// PostgreSQL (the functions are the one-round-trip acquire; see pgOps;
+// NAME_acquire_v1 is kept for v1 clients):
 //
 //	CREATE TABLE IF NOT EXISTS "dlock_locks" (
 //		lock_key   text COLLATE "C" PRIMARY KEY,
@@ -109,6 +178,52 @@
 //		END IF;
 //	END
 //	$$
+//	CREATE TABLE IF NOT EXISTS "dlock_locks_holds" (
+//		lock_key   text COLLATE "C" NOT NULL,
+//		owner      text NOT NULL,
+//		waiting    smallint NOT NULL,
+//		mode       smallint NOT NULL,
+//		lim        integer NOT NULL,
+//		token      bigint NOT NULL,
+//		info       text NOT NULL,
+//		expires_at timestamptz NOT NULL,
+//		PRIMARY KEY (lock_key, owner)
+//	)
+//	CREATE OR REPLACE FUNCTION "dlock_locks_acquire_v2"(
+//		p_key text, p_owner text, p_info text, p_ttl_us bigint, p_queued boolean,
+//		OUT o_acquired boolean, OUT o_token bigint, OUT o_retry_us bigint, OUT o_marked boolean)
+//	LANGUAGE plpgsql AS $$
+//	BEGIN
+//		INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//		VALUES (p_key, p_owner, 0, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//		ON CONFLICT (lock_key) DO UPDATE SET
+//			owner = excluded.owner,
+//			info = excluded.info,
+//			expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond',
+//			token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+//				THEN l.token WHEN l.owner = '' THEN -1 ELSE 0 END
+//		WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+//		RETURNING l.token INTO o_token;
+//		IF NOT FOUND THEN
+//			o_acquired := false;
+//			SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint, l.owner = ''
+//				INTO o_retry_us, o_marked FROM "dlock_locks" AS l WHERE l.lock_key = p_key;
+//			RETURN;
+//		END IF;
+//		o_acquired := true;
+//		IF o_token = -1 THEN
+//			DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND waiting = 0;
+//			o_token := 0;
+//		END IF;
+//		IF p_queued THEN
+//			DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND owner = p_owner;
+//		END IF;
+//		IF o_token = 0 THEN
+//			UPDATE "dlock_locks" SET token = nextval('"dlock_locks_token_seq"')
+//				WHERE lock_key = p_key RETURNING token INTO o_token;
+//		END IF;
+//	END
+//	$$
 //
 // MySQL and MariaDB:
 //
@@ -124,6 +239,17 @@
 //		v  BIGINT UNSIGNED NOT NULL
 //	) ENGINE=InnoDB
 //	INSERT IGNORE INTO `dlock_locks_seq` (id, v) VALUES (1, 0)
+//	CREATE TABLE IF NOT EXISTS `dlock_locks_holds` (
+//		lock_key   VARBINARY(255) NOT NULL,
+//		owner      VARBINARY(255) NOT NULL,
+//		waiting    TINYINT NOT NULL,
+//		mode       TINYINT NOT NULL,
+//		lim        INT NOT NULL,
+//		token      BIGINT UNSIGNED NOT NULL,
+//		info       VARBINARY(1024) NOT NULL,
+//		expires_at DATETIME(6) NOT NULL,
+//		PRIMARY KEY (lock_key, owner)
+//	) ENGINE=InnoDB
 //
 // SQLite (expires_at in Unix milliseconds):
 //
@@ -139,6 +265,17 @@
 //		v  INTEGER NOT NULL
 //	)
 //	INSERT OR IGNORE INTO "dlock_locks_seq" (id, v) VALUES (1, 0)
+//	CREATE TABLE IF NOT EXISTS "dlock_locks_holds" (
+//		lock_key   TEXT NOT NULL,
+//		owner      TEXT NOT NULL,
+//		waiting    INTEGER NOT NULL,
+//		mode       INTEGER NOT NULL,
+//		lim        INTEGER NOT NULL,
+//		token      INTEGER NOT NULL,
+//		info       TEXT NOT NULL,
+//		expires_at INTEGER NOT NULL,
+//		PRIMARY KEY (lock_key, owner)
+//	) WITHOUT ROWID
 //
 // # SQLite and several processes
 //

@@ -23,7 +23,8 @@ import (
 //	--                                                      with a duplicate key: not acquired
 //	-- expired row:   take it over (below)
 //	-- own live row:  UPDATE its lease, keep the token
-//	-- foreign live:  ROLLBACK, not acquired
+//	-- foreign live:  ROLLBACK, not acquired (a marker, or a queued waiter:
+//	--                the holds-table protocol, see multiSQL)
 //	UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1   -- draw the token
 //	UPDATE t SET token = ?, ... WHERE lock_key = ?
 //	COMMIT
@@ -54,7 +55,79 @@ func (o myOps) ddl() []string {
 	v  BIGINT UNSIGNED NOT NULL
 ) ENGINE=InnoDB`,
 		`INSERT IGNORE INTO ` + o.n.seq + ` (id, v) VALUES (1, 0)`,
+		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
+	lock_key   VARBINARY(255) NOT NULL,
+	owner      VARBINARY(255) NOT NULL,
+	waiting    TINYINT NOT NULL,
+	mode       TINYINT NOT NULL,
+	lim        INT NOT NULL,
+	token      BIGINT UNSIGNED NOT NULL,
+	info       VARBINARY(1024) NOT NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (lock_key, owner)
+) ENGINE=InnoDB`,
 	}
+}
+
+func (myOps) modes() driver.ModeSet {
+	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+}
+
+const myLeft = `TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, expires_at)`
+
+// multi returns the statements of the holds-table protocol (see multiSQL).
+// lockKey locks the key's lock-table row, inserting an expired marker if
+// there is none (a locking read of a missing row locks nothing under READ
+// COMMITTED), so that every contender for the key waits for the
+// transaction.
+func (o myOps) multi() *multiSQL {
+	t, h := o.n.table, o.n.holds
+	exp := myNow + ` + INTERVAL ? MICROSECOND`
+	return &multiSQL{
+		lockKey: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', '1970-01-01')
+ON DUPLICATE KEY UPDATE owner = owner`,
+		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
+		readMain:   `SELECT owner, token, expires_at > ` + myNow + `, ` + myLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
+		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
+		readHolds: `SELECT owner, waiting, mode, lim, token, ` + myLeft + ` FROM ` + h + `
+WHERE lock_key = ? ORDER BY waiting, token`,
+		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
+ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), mode = VALUES(mode), lim = VALUES(lim),
+	token = VALUES(token), info = VALUES(info), expires_at = VALUES(expires_at)`,
+		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
+		upsertMarker: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', ` + exp + `)
+ON DUPLICATE KEY UPDATE expires_at = IF(owner = '', GREATEST(expires_at, VALUES(expires_at)), expires_at)`,
+		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
+		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
+ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token), info = VALUES(info),
+	expires_at = VALUES(expires_at)`,
+		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
+		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
+		releaseHold:   `SELECT waiting, expires_at > ` + myNow + ` FROM ` + h + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
+		noReturning:   true,
+		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
+WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
+WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
+		nextToken: o.nextToken,
+		unit:      time.Microsecond,
+	}
+}
+
+// acquireMulti runs the holds-table protocol in tx, which may already hold
+// the key's row.
+func (o myOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+	q := o.multi()
+	if _, err := tx.ExecContext(ctx, q.lockKey, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND expires_at <= `+myNow, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	return q.acquireMulti(ctx, tx, req, ttl)
 }
 
 // createSchema runs the statements one by one: each is idempotent and
@@ -70,7 +143,21 @@ func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 }
 
 func (o myOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	return counterExists(ctx, db, o.n)
+	return holdsExist(ctx, db, o.n)
+}
+
+// holdsExist checks for the lock table, the counter row and the holds table
+// (MySQL and SQLite); a v1 schema lacks the last.
+func holdsExist(ctx context.Context, db *sql.DB, n names) (bool, error) {
+	ok, err := counterExists(ctx, db, n)
+	if !ok || err != nil {
+		return ok, err
+	}
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // counterExists checks for the lock table and the counter row (MySQL and
@@ -86,14 +173,23 @@ func counterExists(ctx context.Context, db *sql.DB, n names) (bool, error) {
 	return rows == 1, nil
 }
 
-func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return driver.Result{}, err
 	}
 	defer rollback(tx)
-	res, err := o.acquireTx(ctx, tx, req, ttl)
-	if err == nil && res.Acquired {
+	var (
+		res    driver.Result
+		commit bool
+	)
+	if req.Mode != driver.Exclusive {
+		res, err = o.acquireMulti(ctx, tx, req, ttl)
+		commit = err == nil
+	} else {
+		res, commit, err = o.acquireTx(ctx, tx, req, ttl, queued)
+	}
+	if err == nil && (res.Acquired || commit) {
 		err = tx.Commit()
 	}
 	if err != nil {
@@ -108,54 +204,80 @@ func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 	return res, nil
 }
 
-func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool) (_ driver.Result, commit bool, err error) {
 	var (
 		owner string
 		token int64
 		live  bool
 		left  int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
+	err = tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
 	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
 FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&owner, &token, &live, &left)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
 VALUES (?, ?, 0, ?, `+myNow+` + INTERVAL ? MICROSECOND)`, req.Key, req.Owner, req.Info, ttl); err != nil {
-			return driver.Result{}, err
+			return driver.Result{}, false, err
+		}
+		if err := o.dropEntry(ctx, tx, req, queued); err != nil {
+			return driver.Result{}, false, err
 		}
 		// The row is ours (inserted, uncommitted): draw the token.
 		tok, err := o.nextToken(ctx, tx)
 		if err != nil {
-			return driver.Result{}, err
+			return driver.Result{}, false, err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, tok, req.Key); err != nil {
-			return driver.Result{}, err
+			return driver.Result{}, false, err
 		}
-		return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+		return driver.Result{Acquired: true, Token: uint64(tok)}, true, nil
 	case err != nil:
-		return driver.Result{}, err
+		return driver.Result{}, false, err
 	case live && owner == req.Owner:
 		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
 SET info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`, req.Info, ttl, req.Key); err != nil {
-			return driver.Result{}, err
+			return driver.Result{}, false, err
 		}
-		return driver.Result{Acquired: true, Token: uint64(token)}, nil
+		return driver.Result{Acquired: true, Token: uint64(token)}, true, nil
+	case live && (owner == markerOwner || req.Queue):
+		// Readers or permits hold the key (a mode mismatch or an upgrade
+		// is possible), or the owner waits in the queue.
+		res, err := o.acquireMulti(ctx, tx, req, ttl)
+		return res, err == nil, err
 	case live:
-		return driver.Result{RetryAfter: micros(left)}, nil
+		return driver.Result{RetryAfter: micros(left)}, false, nil
+	}
+	if owner == markerOwner {
+		// The expired marker of readers or permits: their rows go.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
+			return driver.Result{}, false, err
+		}
+	}
+	if err := o.dropEntry(ctx, tx, req, queued); err != nil {
+		return driver.Result{}, false, err
 	}
 	// Expired: the row is locked by the SELECT ... FOR UPDATE; take it over
 	// with a new token.
 	tok, err := o.nextToken(ctx, tx)
 	if err != nil {
-		return driver.Result{}, err
+		return driver.Result{}, false, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
 SET owner = ?, token = ?, info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`,
 		req.Owner, tok, req.Info, ttl, req.Key); err != nil {
-		return driver.Result{}, err
+		return driver.Result{}, false, err
 	}
-	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+	return driver.Result{Acquired: true, Token: uint64(tok)}, true, nil
+}
+
+// dropEntry deletes the queue entry of an owner that waited and acquires.
+func (o myOps) dropEntry(ctx context.Context, tx *sql.Tx, req driver.Request, queued bool) error {
+	if !queued {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
+	return err
 }
 
 // nextToken increments the counter row, which stays locked until the
@@ -192,7 +314,27 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Own
 	var n int
 	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.table+`
 WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
-	return n == 1, err
+	if n == 1 || err != nil {
+		return n == 1, err
+	}
+	return o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
+		return o.multi().refreshMulti(ctx, tx, req, ttl)
+	})
+}
+
+// withTx runs f in a READ COMMITTED transaction and commits it if f
+// reports true.
+func (o myOps) withTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, error)) (bool, error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer rollback(tx)
+	ok, err := f(tx)
+	if !ok || err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
 }
 
 // release deletes the owner's live row; failing that, its expired remains
@@ -204,34 +346,65 @@ func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 		return n == 1, n == 1, err
 	}
 	n, err = execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
-	return n == 1, false, err
+	if err != nil || n == 1 {
+		return n == 1, false, err
+	}
+	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
+		f, l, err := o.multi().releaseMulti(ctx, tx, req)
+		live = l
+		return f, err
+	})
+	return found, live && found, err
 }
 
 func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
-	live, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND expires_at > `+myNow, key)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
-	_, err = execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ?`, key)
-	return int(live), err
+	defer rollback(tx)
+	live := 0
+	for i, q := range []string{
+		// The live holders first, to count them; then every remaining row.
+		`DELETE FROM ` + o.n.table + ` WHERE lock_key = ? AND owner <> '' AND expires_at > ` + myNow,
+		`DELETE FROM ` + o.n.holds + ` WHERE lock_key = ? AND waiting = 0 AND expires_at > ` + myNow,
+		`DELETE FROM ` + o.n.table + ` WHERE lock_key = ?`,
+		`DELETE FROM ` + o.n.holds + ` WHERE lock_key = ?`,
+	} {
+		res, err := tx.ExecContext(ctx, q, key)
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		if i < 2 {
+			live += int(n)
+		}
+	}
+	return live, tx.Commit()
 }
 
 func (o myOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, token, info,
-	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
+	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, `+myLeft+`
 FROM `+o.n.table+`
-WHERE lock_key LIKE ? ESCAPE '!' AND expires_at > `+myNow+`
-ORDER BY lock_key`, likePrefix(prefix))
+WHERE lock_key LIKE ? ESCAPE '!' AND owner <> '' AND expires_at > `+myNow+`
+UNION ALL
+SELECT lock_key, owner, mode, lim, token, info, `+myLeft+`
+FROM `+o.n.holds+`
+WHERE lock_key LIKE ? ESCAPE '!' AND waiting = 0 AND expires_at > `+myNow, likePrefix(prefix), likePrefix(prefix))
 	if err != nil {
 		return nil, err
 	}
-	return scanHolders(rows, time.Microsecond)
+	return scanModeHolders(rows, time.Microsecond)
 }
 
 func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key LIKE ? ESCAPE '!'`,
-		likePrefix(prefix)).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key LIKE ? ESCAPE '!')
+	+ (SELECT COUNT(*) FROM `+o.n.holds+` WHERE lock_key LIKE ? ESCAPE '!')`,
+		likePrefix(prefix), likePrefix(prefix)).Scan(&n)
 	return n, err
 }
 
@@ -239,6 +412,17 @@ func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 // primary key in one statement that re-checks the expiry under the row locks
 // (a row taken over meanwhile is kept).
 func (o myOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
+	// Long-expired holds-table rows (of readers, permits and waiters).
+	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+`
+WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND LIMIT ?`, grace.Microseconds(), limit)
+	if err != nil {
+		return int(m), err
+	}
+	n, err := o.sweepLocks(ctx, db, grace, limit)
+	return int(m) + n, err
+}
+
+func (o myOps) sweepLocks(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.table+`
 WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
 	if err != nil {

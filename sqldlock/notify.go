@@ -48,7 +48,7 @@ func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Su
 	if err := d.usable(ctx); err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
-	if req.Mode != driver.Exclusive {
+	if !d.ops.modes().Has(req.Mode) {
 		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
 	}
 	l, err := d.listener(ctx)

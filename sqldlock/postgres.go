@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 
 // pgOps implements the PostgreSQL dialect.
 //
-// Acquire is one round trip: a call of the plpgsql function created with the
-// schema (NAME_acquire_v1), which runs as one statement, so atomically. Its
+// An Exclusive Acquire is one round trip: a call of the plpgsql function
+// created with the schema (NAME_acquire_v2; NAME_acquire_v1 is the same
+// without the holds table, kept for v1 clients), which runs as one
+// statement, so atomically. Its
 // first statement is an upsert that either inserts the row or, under the
 // row lock that ON CONFLICT takes, takes over an expired row or extends the
 // caller's own; a live row of another owner is left alone (still locked,
@@ -34,6 +37,12 @@ import (
 // committed (its row was visible, locked and updated by us, or deleted and
 // the delete committed before our insert could succeed), and that holder
 // drew its own token before it committed: ours is larger.
+//
+// Besides v1, NAME_acquire_v2 marks a takeover of an expired marker (token
+// -1: the stale holder rows are deleted), deletes the caller's queue entry
+// when it waited (p_queued), and reports whether a failure met a marker
+// (o_marked), in which case, as when the caller waits in the queue, the
+// driver runs the holds-table transaction (see multiSQL).
 type pgOps struct{ n names }
 
 func (pgOps) unit() time.Duration { return time.Microsecond }
@@ -77,7 +86,124 @@ BEGIN
 	END IF;
 END
 $$`,
+		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
+	lock_key   text COLLATE "C" NOT NULL,
+	owner      text NOT NULL,
+	waiting    smallint NOT NULL,
+	mode       smallint NOT NULL,
+	lim        integer NOT NULL,
+	token      bigint NOT NULL,
+	info       text NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (lock_key, owner)
+)`,
+		`CREATE OR REPLACE FUNCTION ` + o.n.acq2 + `(
+	p_key text, p_owner text, p_info text, p_ttl_us bigint, p_queued boolean,
+	OUT o_acquired boolean, OUT o_token bigint, OUT o_retry_us bigint, OUT o_marked boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+	VALUES (p_key, p_owner, 0, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+	ON CONFLICT (lock_key) DO UPDATE SET
+		owner = excluded.owner,
+		info = excluded.info,
+		expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond',
+		token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+			THEN l.token WHEN l.owner = '' THEN -1 ELSE 0 END
+	WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+	RETURNING l.token INTO o_token;
+	IF NOT FOUND THEN
+		o_acquired := false;
+		SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint, l.owner = ''
+			INTO o_retry_us, o_marked FROM ` + t + ` AS l WHERE l.lock_key = p_key;
+		RETURN;
+	END IF;
+	o_acquired := true;
+	IF o_token = -1 THEN
+		DELETE FROM ` + o.n.holds + ` WHERE lock_key = p_key AND waiting = 0;
+		o_token := 0;
+	END IF;
+	IF p_queued THEN
+		DELETE FROM ` + o.n.holds + ` WHERE lock_key = p_key AND owner = p_owner;
+	END IF;
+	IF o_token = 0 THEN
+		UPDATE ` + t + ` SET token = nextval('` + seq + `')
+			WHERE lock_key = p_key RETURNING token INTO o_token;
+	END IF;
+END
+$$`,
 	}
+}
+
+func (pgOps) modes() driver.ModeSet {
+	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+}
+
+// rebind turns the ? placeholders of q into $1, $2, ...
+func rebind(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// pgLeft is the time left on expires_at, in microseconds.
+const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
+
+// multi returns the statements of the holds-table protocol (see multiSQL).
+// lockKey locks the key's lock-table row, inserting an expired marker if
+// there is none, so that every contender for the key, on the fast path or
+// not, waits for the transaction.
+func (o pgOps) multi() *multiSQL {
+	t, h := o.n.table, o.n.holds
+	exp := `clock_timestamp() + ?::bigint * interval '1 microsecond'`
+	q := &multiSQL{
+		lockKey: `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp())
+INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', 'epoch')
+ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`,
+		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
+		readMain:   `SELECT owner, token, expires_at > clock_timestamp(), ` + pgLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
+		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
+		readHolds: `SELECT owner, waiting, mode, lim, token, ` + pgLeft + ` FROM ` + h + `
+WHERE lock_key = ? ORDER BY waiting, token`,
+		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
+		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
+		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+VALUES (?, '', 0, '', ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET expires_at = greatest(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
+		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
+		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+	info = excluded.info, expires_at = excluded.expires_at`,
+		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
+		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
+		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > clock_timestamp()`,
+		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
+WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
+WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > clock_timestamp()`,
+		notify: `SELECT pg_notify('` + o.n.raw + `', ?)`,
+		nextToken: func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			var v int64
+			err := tx.QueryRowContext(ctx, `SELECT nextval('`+o.n.seq+`')`).Scan(&v)
+			return v, err
+		},
+		unit: time.Microsecond,
+	}
+	q.rebind(rebind)
+	return q
 }
 
 // createSchema runs the DDL in one transaction holding an advisory lock, so
@@ -105,20 +231,26 @@ func (o pgOps) createSchema(ctx context.Context, db *sql.DB) error {
 func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
 	var ok bool
 	err := db.QueryRowContext(ctx,
-		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL`,
-		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)").Scan(&ok)
+		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL
+	AND to_regclass($4) IS NOT NULL AND to_regprocedure($5) IS NOT NULL`,
+		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)",
+		o.n.holds, o.n.acq2+"(text,text,text,bigint,boolean)").Scan(&ok)
 	return ok, err
 }
 
-func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
+	if req.Mode != driver.Exclusive {
+		return o.acquireMulti(ctx, db, req, ttl)
+	}
 	var (
 		acquired bool
 		token    sql.NullInt64
 		retry    sql.NullInt64
+		marked   sql.NullBool
 	)
 	err := db.QueryRowContext(ctx,
-		`SELECT o_acquired, o_token, o_retry_us FROM `+o.n.acquire+`($1, $2, $3, $4)`,
-		req.Key, req.Owner, req.Info, ttl).Scan(&acquired, &token, &retry)
+		`SELECT o_acquired, o_token, o_retry_us, o_marked FROM `+o.n.acq2+`($1, $2, $3, $4, $5)`,
+		req.Key, req.Owner, req.Info, ttl, queued).Scan(&acquired, &token, &retry, &marked)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		// A serialization failure or deadlock (possible under a stricter
@@ -126,12 +258,46 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 		return driver.Result{}, nil
 	case err != nil:
 		return driver.Result{}, err
+	case !acquired && (marked.Bool || req.Queue):
+		// Readers or permits hold the key (a mode mismatch or an upgrade
+		// is possible), or the owner waits in the queue.
+		return o.acquireMulti(ctx, db, req, ttl)
 	case !acquired:
 		return driver.Result{RetryAfter: micros(retry.Int64)}, nil
 	case !token.Valid || token.Int64 <= 0:
 		return driver.Result{}, errors.New("acquire function returned no token")
 	}
 	return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
+}
+
+// acquireMulti runs the holds-table protocol in one transaction.
+func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+	q := o.multi()
+	res, err := withTx(ctx, db, func(tx *sql.Tx) (driver.Result, error) {
+		if _, err := tx.ExecContext(ctx, q.lockKey, req.Key, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		return q.acquireMulti(ctx, tx, req, ttl)
+	})
+	if err != nil && pgContention(err) && ctx.Err() == nil {
+		return driver.Result{}, nil
+	}
+	return res, err
+}
+
+// withTx runs f in a transaction and commits it unless f fails.
+func withTx[T any](ctx context.Context, db *sql.DB, f func(*sql.Tx) (T, error)) (T, error) {
+	var zero T
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return zero, err
+	}
+	defer rollback(tx)
+	v, err := f(tx)
+	if err != nil {
+		return zero, err
+	}
+	return v, tx.Commit()
 }
 
 func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
@@ -143,7 +309,12 @@ WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
 		return false, err
 	}
 	n, err := res.RowsAffected()
-	return n == 1, err
+	if n == 1 || err != nil {
+		return n == 1, err
+	}
+	return withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
+		return o.multi().refreshMulti(ctx, tx, req, ttl)
+	})
 }
 
 // release deletes the row and notifies the key's channel in the same
@@ -155,37 +326,49 @@ func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 	RETURNING expires_at > clock_timestamp() AS live)
 SELECT d.live FROM d, pg_notify($3, $1)`,
 		req.Key, req.Owner, o.n.raw).Scan(&live)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return err == nil, live, err
 	}
-	return err == nil, live, err
+	type fl struct{ found, live bool }
+	r, err := withTx(ctx, db, func(tx *sql.Tx) (fl, error) {
+		found, live, err := o.multi().releaseMulti(ctx, tx, req)
+		return fl{found, live}, err
+	})
+	return r.found, r.live, err
 }
 
 func (o pgOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
 	var n int
 	err := db.QueryRowContext(ctx, `WITH d AS (
 	DELETE FROM `+o.n.table+` WHERE lock_key = $1
-	RETURNING expires_at > clock_timestamp() AS live)
-SELECT count(*) FILTER (WHERE d.live) FROM d, pg_notify($2, $1)`,
+	RETURNING owner <> '' AND expires_at > clock_timestamp() AS live),
+h AS (
+	DELETE FROM `+o.n.holds+` WHERE lock_key = $1
+	RETURNING waiting = 0 AND expires_at > clock_timestamp() AS live)
+SELECT (SELECT count(*) FILTER (WHERE live) FROM d) + (SELECT count(*) FILTER (WHERE live) FROM h)
+FROM pg_notify($2, $1)`,
 		key, o.n.raw).Scan(&n)
 	return n, err
 }
 
 func (o pgOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, token, info,
-	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, `+pgLeft+`
 FROM `+o.n.table+`
-WHERE lock_key LIKE $1 ESCAPE '!' AND expires_at > clock_timestamp()
-ORDER BY lock_key`, likePrefix(prefix))
+WHERE lock_key LIKE $1 ESCAPE '!' AND owner <> '' AND expires_at > clock_timestamp()
+UNION ALL
+SELECT lock_key, owner, mode, lim, token, info, `+pgLeft+`
+FROM `+o.n.holds+`
+WHERE lock_key LIKE $1 ESCAPE '!' AND waiting = 0 AND expires_at > clock_timestamp()`, likePrefix(prefix))
 	if err != nil {
 		return nil, err
 	}
-	return scanHolders(rows, time.Microsecond)
+	return scanModeHolders(rows, time.Microsecond)
 }
 
 func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+o.n.table+` WHERE lock_key LIKE $1 ESCAPE '!'`,
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.table+` WHERE lock_key LIKE $1 ESCAPE '!')
+	+ (SELECT count(*) FROM `+o.n.holds+` WHERE lock_key LIKE $1 ESCAPE '!')`,
 		likePrefix(prefix)).Scan(&n)
 	return n, err
 }
@@ -202,7 +385,18 @@ func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit
 		return 0, err
 	}
 	n, err := res.RowsAffected()
-	return int(n), err
+	if err != nil {
+		return int(n), err
+	}
+	res, err = db.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE (lock_key, owner) IN (
+	SELECT lock_key, owner FROM `+o.n.holds+`
+	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit)
+	if err != nil {
+		return int(n), err
+	}
+	m, err := res.RowsAffected()
+	return int(n + m), err
 }
 
 // pgContention reports a serialization failure, a deadlock or a lock

@@ -67,9 +67,10 @@ type config struct {
 }
 
 // WithTable sets the name of the lock table (default DefaultTable). The
-// names of the other schema objects are derived from it: NAME_seq (MySQL,
-// SQLite), NAME_token_seq and NAME_acquire_v1 (PostgreSQL), and the
-// PostgreSQL notification channel NAME. The name must be a plain identifier
+// names of the other schema objects are derived from it: NAME_holds, NAME_seq
+// (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1
+// and NAME_acquire_v2 (PostgreSQL), and the PostgreSQL notification channel
+// NAME. The name must be a plain identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
 // unqualified name (search_path on PostgreSQL, the connection's database on
 // MySQL). New reports a bad name with a *dlock.ArgError.
@@ -137,6 +138,11 @@ type sqlDriver struct {
 	sweepEvery time.Duration // see sweepEvery and sweepGrace; tests change them
 	sweepGrace time.Duration
 
+	// queued holds queueKey of the owners whose Acquire with Request.Queue
+	// did not succeed (so that they may have a queue entry), until they
+	// acquire or release.
+	queued sync.Map
+
 	mu        sync.Mutex
 	closed    bool
 	lastSweep time.Time
@@ -163,7 +169,9 @@ type names struct {
 	raw     string // the table name, unquoted; also the NOTIFY channel
 	table   string // the lock table
 	seq     string // the token counter: a sequence (PostgreSQL) or a one-row table
-	acquire string // PostgreSQL: the acquire function
+	acquire string // PostgreSQL: the v1 acquire function (kept for v1 clients)
+	acq2    string // PostgreSQL: the v2 acquire function, aware of the holds table
+	holds   string // the holds table (Shared and Semaphore holds, waiters)
 }
 
 // New returns a driver that keeps its locks in db, whose SQL dialect is d.
@@ -204,13 +212,17 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 	case Postgres:
 		drv.n.seq = d.quote(cfg.table + "_token_seq")
 		drv.n.acquire = d.quote(cfg.table + "_acquire_v1")
+		drv.n.acq2 = d.quote(cfg.table + "_acquire_v2")
+		drv.n.holds = d.quote(cfg.table + "_holds")
 		drv.ops = pgOps{drv.n}
 		return &pgDriver{drv}, nil
 	case MySQL:
 		drv.n.seq = d.quote(cfg.table + "_seq")
+		drv.n.holds = d.quote(cfg.table + "_holds")
 		drv.ops = myOps{drv.n}
 	default:
 		drv.n.seq = d.quote(cfg.table + "_seq")
+		drv.n.holds = d.quote(cfg.table + "_holds")
 		drv.ops = liteOps{drv.n}
 	}
 	return drv, nil
@@ -227,7 +239,10 @@ type ops interface {
 	// means "unknown" and is treated as "no".
 	schemaExists(ctx context.Context, db *sql.DB) (bool, error)
 	// acquire takes or extends the hold; ttl is in the dialect's units.
-	acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error)
+	// queued reports that req.Owner may have a queue entry, which a
+	// successful Exclusive acquisition must then delete (the uncontended
+	// path has none, and skips that statement).
+	acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error)
 	// refresh extends a live hold of req.Owner and reports whether there was one.
 	refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error)
 	// release deletes req.Owner's row and reports whether there was one
@@ -241,6 +256,8 @@ type ops interface {
 	sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error)
 	// unit is the resolution of TTLs and expiry times.
 	unit() time.Duration
+	// modes are the modes the dialect implements.
+	modes() driver.ModeSet
 }
 
 // Opportunistic cleanup of the rows of crashed holders: at most once per
@@ -262,7 +279,7 @@ func (d *sqlDriver) begin(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
-	if req != nil && req.Mode != driver.Exclusive {
+	if req != nil && !d.ops.modes().Has(req.Mode) {
 		return fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported)
 	}
 	return d.ensureSchema(ctx, false)
@@ -371,7 +388,16 @@ func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Res
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
 	}
 	req.Info = cleanInfo(req.Info)
-	res, err := d.ops.acquire(ctx, d.db, req, n)
+	qk := queueKey(req)
+	_, queued := d.queued.Load(qk)
+	res, err := d.ops.acquire(ctx, d.db, req, n, queued)
+	switch {
+	case err == nil && res.Acquired:
+		d.queued.Delete(qk)
+	case req.Queue:
+		// Not acquired, or an unknown outcome: a queue entry may exist.
+		d.queued.Store(qk, struct{}{})
+	}
 	if err != nil {
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
 	}
@@ -410,6 +436,9 @@ func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
 		return fail(ctx, "release", req.Key, err)
 	}
 	found, live, err := d.ops.release(ctx, d.db, req)
+	if err == nil {
+		d.queued.Delete(queueKey(req))
+	}
 	switch {
 	case err != nil:
 		return fail(ctx, "release", req.Key, err)
@@ -424,7 +453,7 @@ func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
 // Capabilities implements driver.Driver.
 func (d *sqlDriver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Modes:         driver.Modes(driver.Exclusive),
+		Modes:         d.ops.modes(),
 		DurableTokens: true,
 		ServerClock:   true,
 		MaxKeyLen:     maxKeyLen,
@@ -512,6 +541,9 @@ func (d *sqlDriver) maybeSweep() {
 		d.mu.Unlock()
 	}()
 }
+
+// queueKey identifies req's owner on its key in sqlDriver.queued.
+func queueKey(req driver.Request) string { return req.Key + "\x00" + req.Owner }
 
 // rollback ends tx, ignoring the error (the transaction may already be over
 // because its context ended).

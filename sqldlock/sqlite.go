@@ -19,8 +19,11 @@ import (
 // through the busy timeout instead of failing on a read-to-write upgrade):
 //
 //	INSERT ... ON CONFLICT (lock_key) DO UPDATE ... WHERE <own or expired> RETURNING token
-//	-- no row returned: held by another owner; read its expiry, roll back
-//	-- token 0 (a new hold):
+//	-- no row returned: held by another owner; read its owner and expiry,
+//	--   roll back (a marker, or a queued waiter: the holds-table protocol)
+//	-- token -1 (an expired marker taken over): delete its holder rows
+//	-- a queued waiter: delete its queue entry
+//	-- token 0 or -1 (a new hold):
 //	UPDATE t_seq SET v = v + 1 WHERE id = 1 RETURNING v
 //	UPDATE t SET token = ? WHERE lock_key = ?
 //	COMMIT
@@ -50,7 +53,68 @@ func (o liteOps) ddl() []string {
 	v  INTEGER NOT NULL
 )`,
 		`INSERT OR IGNORE INTO ` + o.n.seq + ` (id, v) VALUES (1, 0)`,
+		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
+	lock_key   TEXT NOT NULL,
+	owner      TEXT NOT NULL,
+	waiting    INTEGER NOT NULL,
+	mode       INTEGER NOT NULL,
+	lim        INTEGER NOT NULL,
+	token      INTEGER NOT NULL,
+	info       TEXT NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (lock_key, owner)
+) WITHOUT ROWID`,
 	}
+}
+
+func (liteOps) modes() driver.ModeSet {
+	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+}
+
+// multi returns the statements of the holds-table protocol (see multiSQL).
+func (o liteOps) multi() *multiSQL {
+	t, h := o.n.table, o.n.holds
+	exp := liteNow + ` + ?`
+	return &multiSQL{
+		lockKey:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow,
+		readMain:   `SELECT owner, token, expires_at > ` + liteNow + `, expires_at - ` + liteNow + ` FROM ` + t + ` WHERE lock_key = ?`,
+		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
+		readHolds: `SELECT owner, waiting, mode, lim, token, expires_at - ` + liteNow + ` FROM ` + h + `
+WHERE lock_key = ? ORDER BY waiting, token`,
+		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
+		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
+		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+VALUES (?, '', 0, '', ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET expires_at = max(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
+		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
+		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+	info = excluded.info, expires_at = excluded.expires_at`,
+		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
+		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
+		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > ` + liteNow,
+		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
+WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
+WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + liteNow,
+		nextToken: o.nextToken,
+		unit:      time.Millisecond,
+	}
+}
+
+// nextToken draws a token from the counter.
+func (o liteOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var token int64
+	err := tx.QueryRowContext(ctx, `UPDATE `+o.n.seq+` SET v = v + 1 WHERE id = 1 RETURNING v`).Scan(&token)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = errors.New("the token counter row is missing from " + o.n.seq)
+	}
+	return token, err
 }
 
 // createSchema runs the statements one by one, each in its own implicit
@@ -65,15 +129,27 @@ func (o liteOps) createSchema(ctx context.Context, db *sql.DB) error {
 }
 
 func (o liteOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	return counterExists(ctx, db, o.n)
+	ok, err := counterExists(ctx, db, o.n)
+	if !ok || err != nil {
+		return ok, err
+	}
+	// A v1 schema lacks the holds table.
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
-func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return driver.Result{}, err
 	}
 	defer rollback(tx)
+	if req.Mode != driver.Exclusive {
+		return o.acquireMulti(ctx, tx, req, ttl)
+	}
 	var token int64
 	err = tx.QueryRowContext(ctx, `INSERT INTO `+o.n.table+` AS l (lock_key, owner, token, info, expires_at)
 VALUES (?1, ?2, 0, ?3, `+liteNow+` + ?4)
@@ -81,25 +157,44 @@ ON CONFLICT (lock_key) DO UPDATE SET
 	owner = excluded.owner,
 	info = excluded.info,
 	expires_at = excluded.expires_at,
-	token = CASE WHEN l.owner = excluded.owner AND l.expires_at > `+liteNow+` THEN l.token ELSE 0 END
+	token = CASE WHEN l.owner = excluded.owner AND l.expires_at > `+liteNow+` THEN l.token
+		WHEN l.owner = '' THEN -1 ELSE 0 END
 WHERE l.owner = excluded.owner OR l.expires_at <= `+liteNow+`
 RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
-		var left int64
-		err := tx.QueryRowContext(ctx, `SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?`, req.Key).Scan(&left)
+		var (
+			owner string
+			left  int64
+		)
+		err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return driver.Result{}, err
+		}
+		if owner == markerOwner && err == nil || req.Queue {
+			// Readers or permits hold the key (a mode mismatch or an
+			// upgrade is possible), or the owner waits in the queue.
+			return o.acquireMulti(ctx, tx, req, ttl)
 		}
 		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
 	}
 	if err != nil {
 		return driver.Result{}, err
 	}
+	if token == -1 {
+		// The expired marker of readers or permits: their rows go.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		token = 0
+	}
+	if queued {
+		// The owner's queue entry, if it waited.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner); err != nil {
+			return driver.Result{}, err
+		}
+	}
 	if token == 0 {
-		if err := tx.QueryRowContext(ctx, `UPDATE `+o.n.seq+` SET v = v + 1 WHERE id = 1 RETURNING v`).Scan(&token); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				err = errors.New("the token counter row is missing from " + o.n.seq)
-			}
+		if token, err = o.nextToken(ctx, tx); err != nil {
 			return driver.Result{}, err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, token, req.Key); err != nil {
@@ -112,34 +207,88 @@ RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 	return driver.Result{Acquired: true, Token: uint64(token)}, nil
 }
 
+// acquireMulti runs the holds-table protocol in tx and commits unless it
+// failed. Its first statement is a write (a DELETE of the key's expired
+// holds-table rows), which takes SQLite's write lock.
+func (o liteOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+	q := o.multi()
+	if _, err := tx.ExecContext(ctx, q.lockKey, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	res, err := q.acquireMulti(ctx, tx, req, ttl)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return driver.Result{}, err
+	}
+	return res, nil
+}
+
 func (o liteOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
 	n, err := execCount(ctx, db, `UPDATE `+o.n.table+` SET expires_at = `+liteNow+` + ?
 WHERE lock_key = ? AND owner = ? AND expires_at > `+liteNow, ttl, req.Key, req.Owner)
-	return n == 1, err
+	if n == 1 || err != nil {
+		return n == 1, err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer rollback(tx)
+	ok, err := o.multi().refreshMulti(ctx, tx, req, ttl)
+	if !ok || err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
 }
 
 func (o liteOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
 	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?
 RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return err == nil, live, err
 	}
-	return err == nil, live, err
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, false, err
+	}
+	defer rollback(tx)
+	found, live, err = o.multi().releaseMulti(ctx, tx, req)
+	if !found || err != nil {
+		return false, false, err
+	}
+	return found, live, tx.Commit()
 }
 
 func (o liteOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
-	var live bool
-	err := db.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ?
-RETURNING expires_at > `+liteNow, key).Scan(&live)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
-	case err != nil:
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
 		return 0, err
-	case live:
-		return 1, nil
 	}
-	return 0, nil
+	defer rollback(tx)
+	var live bool
+	err = tx.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ?
+RETURNING owner <> '' AND expires_at > `+liteNow, key).Scan(&live)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	n := 0
+	if live {
+		n = 1
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0 AND expires_at > `+liteNow, key)
+	if err != nil {
+		return 0, err
+	}
+	m, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ?`, key); err != nil {
+		return 0, err
+	}
+	return n + int(m), tx.Commit()
 }
 
 // keyRange returns the condition and arguments selecting keys that start
@@ -155,23 +304,33 @@ func keyRange(prefix string) (string, []any) {
 
 func (o liteOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
 	cond, args := keyRange(prefix)
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, token, info, expires_at - `+liteNow+`
-FROM `+o.n.table+` WHERE `+cond+` AND expires_at > `+liteNow+` ORDER BY lock_key`, args...)
+	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, expires_at - `+liteNow+`
+FROM `+o.n.table+` WHERE `+cond+` AND owner <> '' AND expires_at > `+liteNow+`
+UNION ALL
+SELECT lock_key, owner, mode, lim, token, info, expires_at - `+liteNow+`
+FROM `+o.n.holds+` WHERE `+cond+` AND waiting = 0 AND expires_at > `+liteNow+`
+ORDER BY 1, 5`, append(args, args...)...)
 	if err != nil {
 		return nil, err
 	}
-	return scanHolders(rows, time.Millisecond)
+	return scanModeHolders(rows, time.Millisecond)
 }
 
 func (o liteOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	cond, args := keyRange(prefix)
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+o.n.table+` WHERE `+cond, args...).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.table+` WHERE `+cond+`)
+	+ (SELECT count(*) FROM `+o.n.holds+` WHERE `+cond+`)`, append(args, args...)...).Scan(&n)
 	return n, err
 }
 
 func (o liteOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (
 	SELECT lock_key FROM `+o.n.table+` WHERE expires_at < `+liteNow+` - ? LIMIT ?)`, grace.Milliseconds(), limit)
-	return int(n), err
+	if err != nil {
+		return int(n), err
+	}
+	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+` WHERE (lock_key, owner) IN (
+	SELECT lock_key, owner FROM `+o.n.holds+` WHERE expires_at < `+liteNow+` - ? LIMIT ?)`, grace.Milliseconds(), limit)
+	return int(n + m), err
 }

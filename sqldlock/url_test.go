@@ -170,9 +170,9 @@ func TestSchemaDoc(t *testing.T) {
 		text.WriteString(line + "\n")
 	}
 	for _, o := range []ops{
-		pgOps{names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"), acquire: Postgres.quote(DefaultTable + "_acquire_v1")}},
-		myOps{names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq")}},
-		liteOps{names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq")}},
+		pgOps{names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"), acquire: Postgres.quote(DefaultTable + "_acquire_v1"), acq2: Postgres.quote(DefaultTable + "_acquire_v2"), holds: Postgres.quote(DefaultTable + "_holds")}},
+		myOps{names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq"), holds: MySQL.quote(DefaultTable + "_holds")}},
+		liteOps{names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq"), holds: SQLite.quote(DefaultTable + "_holds")}},
 	} {
 		for _, q := range o.ddl() {
 			if !strings.Contains(text.String(), q+"\n") {

@@ -1,0 +1,425 @@
+package sqldlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// Shared and Semaphore holds, and the queue entries of waiters, live in a
+// second table, the holds table (NAME_holds), one row per (key, owner):
+//
+//   - a holder row (waiting = 0) carries the hold's mode, the semaphore's
+//     limit, its fencing token, info and lease;
+//   - a waiter row (waiting = 1) is the queue entry of an owner whose
+//     Acquire with Request.Queue failed; its token column is its place in
+//     line (drawn from the token counter), its lease is the entry's.
+//
+// The lock table keeps its v1 meaning for Exclusive holds, and gains one more
+// kind of row: while a key has holders in the holds table, its lock-table row
+// is a marker whose owner is the empty string (never a real owner) and whose
+// expiry is the latest expiry of those holders. The marker keeps the
+// Exclusive fast path (and v1 clients, which know nothing of the holds
+// table) away from a key that readers or permits hold: to them it is a key
+// held by someone else. When the marker expires, every holder behind it has
+// expired too, and an Exclusive Acquire may take the key over; it then
+// deletes the stale holder rows.
+//
+// Every step on a key in the holds table runs in one transaction that first
+// locks the key (see multiSQL.lockKey), so that contenders for one key,
+// including Exclusive ones, are serialized.
+
+// markerOwner is the owner column of a lock-table row that marks a key held
+// in the holds table. Real owners are never empty.
+const markerOwner = ""
+
+// multiSQL are the statements of the holds-table protocol for one dialect,
+// with ? placeholders; exp is the expression of "now plus the ttl
+// argument", in the order the arguments are listed in each comment.
+type multiSQL struct {
+	// lockKey locks the key for the transaction (SQLite: it must be a
+	// write) and deletes the key's expired holds-table rows. Args: key
+	// (SQLite); key, key (PostgreSQL).
+	lockKey string
+	// lockMain, if set, locks the key's lock-table row before Refresh and
+	// Release touch the holds table, so that every transaction locks the
+	// lock-table row first. Args: key.
+	lockMain string
+	// notify, if set, wakes the key's waiters when the transaction
+	// commits. Args: key.
+	notify string
+	// readMain reads the lock-table row: owner, token, live, time left.
+	// Args: key.
+	readMain string
+	// deleteMain deletes the key's lock-table row. Args: key.
+	deleteMain string
+	// readHolds reads the key's rows: owner, waiting, mode, lim, token,
+	// time left. Args: key.
+	readHolds string
+	// upsertHold inserts or replaces (key, owner)'s row. Args: key, owner,
+	// waiting, mode, lim, token, info, ttl.
+	upsertHold string
+	// touchHold sets the expiry of (key, owner)'s row. Args: ttl, key, owner.
+	touchHold string
+	// upsertMarker inserts the marker or extends it to ttl from now if
+	// that is later. Args: key, ttl.
+	upsertMarker string
+	// downgrade turns the key's Exclusive row into a marker. Args: ttl, key.
+	downgrade string
+	// setMain makes the key's row an Exclusive hold. Args: key, owner,
+	// token, info, ttl.
+	setMain string
+	// deleteHold deletes (key, owner)'s row. Args: key, owner.
+	deleteHold string
+	// deleteHolders deletes the key's holder rows. Args: key.
+	deleteHolders string
+	// releaseHold deletes (key, owner)'s row and returns waiting and
+	// live. Args: key, owner. Without RETURNING (MySQL), it is a locking
+	// SELECT of waiting and live, and deleteHold follows.
+	releaseHold string
+	// noReturning says that releaseHold only reads (MySQL).
+	noReturning bool
+	// setMarker sets the marker's expiry to the latest of the key's
+	// holders, if it has any. Args: key, key, key.
+	setMarker string
+	// deleteMarker deletes the marker if the key has no holders left.
+	// Args: key, key.
+	deleteMarker string
+	// refreshHold extends (key, owner)'s live holder row. Args: ttl, key, owner.
+	refreshHold string
+	// nextToken draws a token from the counter.
+	nextToken func(ctx context.Context, tx *sql.Tx) (int64, error)
+	// unit is the unit of "time left" and ttl.
+	unit time.Duration
+}
+
+// rebind rewrites every statement with f.
+func (q *multiSQL) rebind(f func(string) string) {
+	for _, p := range []*string{&q.lockKey, &q.lockMain, &q.notify, &q.readMain, &q.deleteMain,
+		&q.readHolds, &q.upsertHold, &q.touchHold, &q.upsertMarker, &q.downgrade, &q.setMain,
+		&q.deleteHold, &q.deleteHolders, &q.releaseHold, &q.setMarker, &q.deleteMarker, &q.refreshHold} {
+		*p = f(*p)
+	}
+}
+
+// execIf runs the statement q, if there is one.
+func execIf(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+	if q == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+// lockRow runs lockMain, if set: a locking read, run as a query (an Exec of
+// a SELECT that returns no row hangs in go-sql-driver/mysql).
+func (q *multiSQL) lockRow(ctx context.Context, tx *sql.Tx, key string) error {
+	if q.lockMain == "" {
+		return nil
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, q.lockMain, key).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// entry is a row of the holds table.
+type entry struct {
+	owner   string
+	waiting bool
+	mode    driver.Mode
+	limit   int
+	token   int64
+	left    int64
+}
+
+func modeMismatch(key string, format string, args ...any) error {
+	return fmt.Errorf("%q: "+format+": %w", append(append([]any{key}, args...), driver.ErrModeMismatch)...)
+}
+
+// acquireMulti is the slow path of Acquire, for Shared and Semaphore
+// requests and for Exclusive ones on a key marked as held in the holds
+// table. tx has locked the key (lockKey has run). It reports whether the
+// transaction changed something worth committing.
+func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+	var (
+		mOwner string
+		mToken int64
+		mLive  bool
+		mLeft  int64
+	)
+	err := tx.QueryRowContext(ctx, q.readMain, req.Key).Scan(&mOwner, &mToken, &mLive, &mLeft)
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return driver.Result{}, err
+	}
+	if found && !mLive {
+		// An expired hold or marker: everything behind it has expired.
+		if _, err := tx.ExecContext(ctx, q.deleteMain, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		if _, err := tx.ExecContext(ctx, q.deleteHolders, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+		found = false
+	}
+	entries, err := q.readEntries(ctx, tx, req.Key)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	var holders, waiters []entry
+	var own *entry
+	for i := range entries {
+		e := &entries[i]
+		if e.owner == req.Owner {
+			own = e
+		}
+		if e.waiting {
+			waiters = append(waiters, *e)
+		} else {
+			holders = append(holders, *e)
+		}
+	}
+	exp := ttl
+
+	// An Exclusive holder in the lock table.
+	if found && mOwner != markerOwner {
+		if mOwner == req.Owner {
+			switch req.Mode {
+			case driver.Shared: // a downgrade, keeping the token
+				if _, err := tx.ExecContext(ctx, q.downgrade, exp, req.Key); err != nil {
+					return driver.Result{}, err
+				}
+				if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, mToken, req.Info, exp); err != nil {
+					return driver.Result{}, err
+				}
+				if err := execIf(ctx, tx, q.notify, req.Key); err != nil { // readers may join
+					return driver.Result{}, err
+				}
+				return driver.Result{Acquired: true, Token: uint64(mToken)}, nil
+			case driver.Semaphore:
+				return driver.Result{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
+			}
+			// Exclusive: the fast path handles it; refresh all the same.
+			if _, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, mToken, req.Info, exp); err != nil {
+				return driver.Result{}, err
+			}
+			return driver.Result{Acquired: true, Token: uint64(mToken)}, nil
+		}
+		if req.Mode == driver.Semaphore {
+			return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+		}
+		return q.wait(ctx, tx, req, own, exp, mLeft)
+	}
+
+	// Holders (if any) are in the holds table.
+	if own != nil && !own.waiting {
+		if own.mode != req.Mode || req.Mode == driver.Semaphore && own.limit != req.Limit {
+			return driver.Result{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", own.mode, req.Mode)
+		}
+		if _, err := tx.ExecContext(ctx, q.touchHold, exp, req.Key, req.Owner); err != nil {
+			return driver.Result{}, err
+		}
+		if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, exp); err != nil {
+			return driver.Result{}, err
+		}
+		return driver.Result{Acquired: true, Token: uint64(own.token)}, nil
+	}
+	var first *entry
+	if len(holders) > 0 {
+		first = &holders[0]
+	} else if len(waiters) > 0 {
+		first = &waiters[0]
+	}
+	if first != nil {
+		sem := first.mode == driver.Semaphore
+		if (req.Mode == driver.Semaphore) != sem || sem && first.limit != req.Limit {
+			return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)", first.mode, first.limit, req.Mode, req.Limit)
+		}
+	}
+	admit := false
+	switch req.Mode {
+	case driver.Exclusive:
+		admit = len(holders) == 0
+	case driver.Shared:
+		// Writer preference: no new reader passes a queued writer.
+		admit = true
+		for _, h := range holders {
+			if h.mode == driver.Exclusive {
+				admit = false
+			}
+		}
+		for _, w := range waiters {
+			if w.mode == driver.Exclusive && w.owner != req.Owner && (own == nil || w.token < own.token) {
+				admit = false
+			}
+		}
+	case driver.Semaphore:
+		admit = len(holders) < req.Limit
+	}
+	if !admit {
+		left := int64(0)
+		for _, h := range holders {
+			if left == 0 || h.left < left {
+				left = h.left
+			}
+		}
+		return q.wait(ctx, tx, req, own, exp, left)
+	}
+	tok, err := q.nextToken(ctx, tx)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if req.Mode == driver.Exclusive {
+		if own != nil {
+			if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
+				return driver.Result{}, err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, tok, req.Info, exp); err != nil {
+			return driver.Result{}, err
+		}
+		return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+	}
+	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, exp); err != nil {
+		return driver.Result{}, err
+	}
+	if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, exp); err != nil {
+		return driver.Result{}, err
+	}
+	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+}
+
+// wait reports "not acquired", keeping or renewing req.Owner's queue entry
+// if req.Queue is set.
+func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own *entry, exp, left int64) (driver.Result, error) {
+	if req.Queue {
+		if own != nil {
+			if _, err := tx.ExecContext(ctx, q.touchHold, exp, req.Key, req.Owner); err != nil {
+				return driver.Result{}, err
+			}
+		} else {
+			seq, err := q.nextToken(ctx, tx)
+			if err != nil {
+				return driver.Result{}, err
+			}
+			if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 1, int(req.Mode), req.Limit, seq, "", exp); err != nil {
+				return driver.Result{}, err
+			}
+		}
+	}
+	return driver.Result{RetryAfter: time.Duration(max(left, 0)) * q.unit}, nil
+}
+
+func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]entry, error) {
+	rows, err := tx.QueryContext(ctx, q.readHolds, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var es []entry
+	for rows.Next() {
+		var (
+			e    entry
+			mode int
+		)
+		if err := rows.Scan(&e.owner, &e.waiting, &mode, &e.limit, &e.token, &e.left); err != nil {
+			return nil, err
+		}
+		e.mode = driver.Mode(mode)
+		es = append(es, e)
+	}
+	return es, rows.Err()
+}
+
+// releaseMulti deletes req.Owner's holds-table row and, if it was a holder,
+// brings the key's marker down to its remaining holders (deleting it if
+// none are left).
+func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
+	if err := q.lockRow(ctx, tx, req.Key); err != nil {
+		return false, false, err
+	}
+	var waiting bool
+	err = tx.QueryRowContext(ctx, q.releaseHold, req.Key, req.Owner).Scan(&waiting, &live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	if q.noReturning {
+		if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
+			return false, false, err
+		}
+	}
+	if !waiting {
+		if err := q.fixMarker(ctx, tx, req.Key); err != nil {
+			return false, false, err
+		}
+	}
+	// A reader, a permit or a queued writer left: others may get in.
+	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
+		return false, false, err
+	}
+	return true, live, nil
+}
+
+// fixMarker sets the marker's expiry to the latest of the key's holders, or
+// deletes it if there are none.
+func (q *multiSQL) fixMarker(ctx context.Context, tx *sql.Tx, key string) error {
+	if _, err := tx.ExecContext(ctx, q.setMarker, key, key, key); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, q.deleteMarker, key, key)
+	return err
+}
+
+// refreshMulti extends req.Owner's live holder row and the key's marker.
+func (q *multiSQL) refreshMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (bool, error) {
+	if err := q.lockRow(ctx, tx, req.Key); err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, q.refreshHold, ttl, req.Key, req.Owner)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, ttl); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// scanModeHolders reads rows of (key, owner, mode, limit, token, info, time
+// left in units), sorted by key and token.
+func scanModeHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error) {
+	defer rows.Close()
+	var hs []driver.Holder
+	for rows.Next() {
+		var (
+			h         driver.Holder
+			mode      int
+			tok, left int64
+		)
+		if err := rows.Scan(&h.Key, &h.Owner, &mode, &h.Limit, &tok, &h.Info, &left); err != nil {
+			return nil, err
+		}
+		h.Mode = driver.Mode(mode)
+		h.Token = uint64(tok)
+		h.TTL = time.Duration(left) * unit
+		hs = append(hs, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sortHolders(hs)
+	return hs, nil
+}
