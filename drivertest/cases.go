@@ -471,8 +471,14 @@ func (s *spy) Acquire(ctx context.Context, req driver.Request) (driver.Result, e
 	return res, err
 }
 
+// Subscribe forwards to the driver's Subscribe, or reports ErrUnsupported
+// (which makes package dlock poll) if the driver is no Notifier.
 func (s *spy) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
-	sub, err := s.Driver.(driver.Notifier).Subscribe(ctx, req)
+	n, ok := s.Driver.(driver.Notifier)
+	if !ok {
+		return nil, driver.ErrUnsupported
+	}
+	sub, err := n.Subscribe(ctx, req)
 	s.mu.Lock()
 	s.subscribed = err == nil
 	s.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/cli"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	_ "github.com/dlockhq/dlock/memdlock" // mem:// for the README table
 )
@@ -21,8 +22,8 @@ import (
 func supports(t *testing.T, e *env, m driver.Mode) bool {
 	t.Helper()
 	url := e.url
-	if url == "" {
-		return false // the default SQLite store: see sqldlock's capabilities
+	if url == "" { // the default store: a SQLite file
+		url = cli.SQLiteURL(filepath.Join(t.TempDir(), "caps.db"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
 	defer cancel()
@@ -95,7 +96,7 @@ func runGathered(t *testing.T, e *env, n, want int, args ...string) {
 // TestLimit runs nine `dlock run --limit 3` processes on one key: exactly
 // three hold it at a time.
 func TestLimit(t *testing.T) {
-	for _, s := range stores {
+	for _, s := range append([]store{{name: "default", setup: defaultStore}}, stores...) {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
 			if !supports(t, e, driver.Semaphore) {
@@ -109,7 +110,7 @@ func TestLimit(t *testing.T) {
 // TestShared runs readers (--shared) that must be inside together, then
 // checks that a writer excludes them.
 func TestShared(t *testing.T) {
-	for _, s := range stores {
+	for _, s := range append([]store{{name: "default", setup: defaultStore}}, stores...) {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
 			if !supports(t, e, driver.Shared) {
