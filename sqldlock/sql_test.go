@@ -112,11 +112,19 @@ func TestContention(t *testing.T) {
 			wg     sync.WaitGroup
 		)
 		ctx := tctx(t)
-		deadline := time.Now().Add(2 * time.Second)
+		// Contenders spin until the lock has changed hands target times:
+		// progress, not speed, is what this checks (the test's context
+		// bounds it).
+		const target = 30
+		more := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return wins < target && ctx.Err() == nil
+		}
 		for g := range 12 {
 			d := drivers[g%len(drivers)]
 			wg.Go(func() {
-				for time.Now().Before(deadline) {
+				for more() {
 					r := req("hot", time.Minute)
 					res, err := d.Acquire(ctx, r)
 					if err != nil {
@@ -147,10 +155,9 @@ func TestContention(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if wins < 10 {
-			t.Errorf("only %d acquisitions in 2s", wins)
+		if wins < target {
+			t.Errorf("only %d acquisitions before the test's deadline; want %d", wins, target)
 		}
-		t.Logf("%d acquisitions in 2s", wins)
 		if n, err := drivers[0].Count(ctx, ""); err != nil || n != 0 {
 			t.Errorf("Count = %d, %v; want 0", n, err)
 		}
