@@ -423,3 +423,40 @@ func scanModeHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error
 	sortHolders(hs)
 	return hs, nil
 }
+
+// upsertMulti returns the statements of the holds-table protocol that
+// PostgreSQL and SQLite write alike (both have INSERT ... ON CONFLICT and
+// DELETE ... RETURNING), given the tables t and h and the dialect's
+// expressions: now (the database's clock), exp (now plus the lease in the
+// statement's parameter), left (the time left on expires_at, in the
+// dialect's unit) and greatest (its two-argument maximum). The caller adds
+// the statements that differ.
+func upsertMulti(t, h, now, exp, left, greatest string) *multiSQL {
+	return &multiSQL{
+		readMain:   `SELECT owner, token, expires_at > ` + now + `, ` + left + ` FROM ` + t + ` WHERE lock_key = ?`,
+		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
+		readHolds: `SELECT owner, waiting, mode, lim, token, ` + left + ` FROM ` + h + `
+WHERE lock_key = ? ORDER BY waiting, token`,
+		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
+		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
+		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+VALUES (?, '', 0, '', ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET expires_at = ` + greatest + `(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
+		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
+		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
+ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+	info = excluded.info, expires_at = excluded.expires_at`,
+		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
+		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
+		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > ` + now,
+		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
+WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
+WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + now,
+	}
+}

@@ -164,44 +164,18 @@ const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::
 func (o pgOps) multi() *multiSQL {
 	t, h := o.n.table, o.n.holds
 	exp := `clock_timestamp() + ?::bigint * interval '1 microsecond'`
-	q := &multiSQL{
-		lockKey: `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp())
+	q := upsertMulti(t, h, "clock_timestamp()", exp, pgLeft, "greatest")
+	q.lockKey = `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp())
 INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', 'epoch')
-ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`,
-		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
-		readMain:   `SELECT owner, token, expires_at > clock_timestamp(), ` + pgLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
-		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + pgLeft + ` FROM ` + h + `
-WHERE lock_key = ? ORDER BY waiting, token`,
-		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
-	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
-		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
-		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
-VALUES (?, '', 0, '', ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET expires_at = greatest(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
-		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
-		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-	info = excluded.info, expires_at = excluded.expires_at`,
-		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
-		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
-		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > clock_timestamp()`,
-		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
-WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > clock_timestamp()`,
-		notify: `SELECT pg_notify('` + o.n.raw + `', ?)`,
-		nextToken: func(ctx context.Context, tx *sql.Tx) (int64, error) {
-			var v int64
-			err := tx.QueryRowContext(ctx, `SELECT nextval('`+o.n.seq+`')`).Scan(&v)
-			return v, err
-		},
-		unit: time.Microsecond,
+ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`
+	q.lockMain = `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`
+	q.notify = `SELECT pg_notify('` + o.n.raw + `', ?)`
+	q.nextToken = func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		var v int64
+		err := tx.QueryRowContext(ctx, `SELECT nextval('`+o.n.seq+`')`).Scan(&v)
+		return v, err
 	}
+	q.unit = time.Microsecond
 	q.rebind(rebind)
 	return q
 }

@@ -75,36 +75,10 @@ func (liteOps) modes() driver.ModeSet {
 func (o liteOps) multi() *multiSQL {
 	t, h := o.n.table, o.n.holds
 	exp := liteNow + ` + ?`
-	return &multiSQL{
-		lockKey:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow,
-		readMain:   `SELECT owner, token, expires_at > ` + liteNow + `, expires_at - ` + liteNow + ` FROM ` + t + ` WHERE lock_key = ?`,
-		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, expires_at - ` + liteNow + ` FROM ` + h + `
-WHERE lock_key = ? ORDER BY waiting, token`,
-		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
-	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
-		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
-		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
-VALUES (?, '', 0, '', ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET expires_at = max(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
-		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
-		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-	info = excluded.info, expires_at = excluded.expires_at`,
-		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
-		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
-		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > ` + liteNow,
-		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
-WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + liteNow,
-		nextToken: o.nextToken,
-		unit:      time.Millisecond,
-	}
+	q := upsertMulti(t, h, liteNow, exp, `expires_at - `+liteNow, "max")
+	q.lockKey = `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow
+	q.nextToken, q.unit = o.nextToken, time.Millisecond
+	return q
 }
 
 // nextToken draws a token from the counter.
