@@ -39,7 +39,12 @@
 //   - No lost state. A driver never leaves state behind for an owner after
 //     Release, after the owner's lease expired and the key was taken over, or
 //     after Acquire returned an error. The only state that may outlive a lock
-//     is what fencing needs (for example a per-key counter).
+//     is what fencing needs (for example a per-key counter). An Acquire that
+//     does not succeed (without Request.Queue) may write and undo within the
+//     call, as a queue-based store does when it creates an entry to find its
+//     place and deletes it again, provided the store is as it found it when
+//     the call returns; such a transient entry may make a concurrent attempt
+//     fail, never succeed where it should not.
 //   - Contexts. Every call honours ctx: when it is done the call returns
 //     promptly with an error wrapping ctx.Err().
 //   - Concurrency. All methods are safe for concurrent use.
