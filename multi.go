@@ -68,7 +68,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 	}
 	base := context.Background()
 	for _, l := range m.locks {
-		base = carry(l.ctx, base, l)
+		base = withHeld(base, l)
 	}
 	m.ctx, m.cancel = context.WithCancelCause(base)
 	for _, l := range m.locks {

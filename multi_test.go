@@ -86,11 +86,13 @@ func TestMultiLockContext(t *testing.T) {
 	if len(ls) != 2 || ls[0].Key() != "a" || ls[1].Key() != "b" {
 		t.Fatalf("Locks = %v; want a then b", ls)
 	}
-	// The context carries both locks: a nested Lock re-enters.
-	if l, err := c.TryLock(m.Context(), "b"); err != nil || l != ls[1] {
-		t.Fatalf("TryLock(b) with the multi-lock's context = %v, %v; want the held lock", l, err)
-	} else {
-		l.Release(t.Context())
+	// The context carries every lock: a nested Lock of any key re-enters.
+	for i, k := range []string{"a", "b"} {
+		if l, err := c.TryLock(m.Context(), k); err != nil || l != ls[i] {
+			t.Fatalf("TryLock(%s) with the multi-lock's context = %v, %v; want the held lock", k, l, err)
+		} else {
+			l.Release(t.Context())
+		}
 	}
 	if _, err := c.ForceRelease(t.Context(), "a"); err != nil {
 		t.Fatal(err)
