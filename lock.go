@@ -138,6 +138,9 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	case err == nil:
+		// Whatever the store made of the request is not this lock's hold:
+		// clear it, and the handle is lost.
+		l.c.cleanup(req)
 		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
 		return l.ended()
 	case errors.Is(err, driver.ErrNotHeld):
