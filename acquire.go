@@ -16,49 +16,62 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.checkKey(key); err != nil {
-		return nil, err
-	}
-	cfg, err := c.lockConfig(opts)
+	req, cfg, l, err := c.prepare(ctx, key, opts)
 	if err != nil {
 		return nil, err
 	}
-	if l := c.heldIn(ctx, key); l != nil {
-		// The holder asks again: the same mode re-enters, a read inside a
-		// write lock re-enters the write lock, and the rest is refused at
-		// once (it would wait for itself).
-		switch m, n := cfg.mode(); {
-		case m == driver.Exclusive && l.Mode() == driver.Shared:
-			return nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
-		case (m == driver.Semaphore) != (l.Mode() == driver.Semaphore) || n != l.Limit():
-			return nil, fmt.Errorf("%w: %q is held as %s", ErrModeMismatch, key, l.Mode())
-		}
+	if l != nil {
 		if err := l.reenter(); err != nil {
 			return nil, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err)
 		}
 		return l, nil
 	}
-	if cfg.fair && !c.caps.FIFO {
-		return nil, fmt.Errorf("dlock: fair lock %q: %w: this backend does not queue waiters in order", key, ErrUnsupported)
-	}
-	info := c.cfg.info
-	if cfg.info != nil {
-		info = *cfg.info
-	}
-	mode, limit := cfg.mode()
-	req := driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: mode, Limit: limit, Info: info}
 	// A FIFO store keeps a waiter's place in the queue between attempts; a
 	// store with read-write locks holds new readers back while a writer
 	// waits.
 	req.Queue = wait && (c.caps.FIFO || c.caps.Modes.Has(driver.Shared))
 	begin := time.Now()
-	l, err := c.acquireLoop(ctx, req, cfg, wait)
+	l, err = c.acquireLoop(ctx, req, cfg, wait)
 	if err != nil {
 		c.observe(Event{Kind: EventNotAcquired, Key: key, Wait: time.Since(begin), Err: err})
 		return nil, err
 	}
 	c.observe(Event{Kind: EventAcquired, Key: key, Token: l.token, Wait: time.Since(begin)})
 	return l, nil
+}
+
+// prepare validates a request for key. If ctx carries a lock on key that
+// the request may re-enter, it returns that lock (without entering it);
+// otherwise the driver request for a new acquisition, without Queue.
+func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (driver.Request, lockConfig, *Lock, error) {
+	if err := c.checkKey(key); err != nil {
+		return driver.Request{}, lockConfig{}, nil, err
+	}
+	cfg, err := c.lockConfig(opts)
+	if err != nil {
+		return driver.Request{}, lockConfig{}, nil, err
+	}
+	mode, limit := cfg.mode()
+	if l := c.heldIn(ctx, key); l != nil {
+		// The holder asks again: the same mode re-enters, a read inside a
+		// write lock re-enters the write lock, and the rest is refused at
+		// once (it would wait for itself).
+		switch {
+		case mode == driver.Exclusive && l.Mode() == driver.Shared:
+			return driver.Request{}, cfg, nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
+		case (mode == driver.Semaphore) != (l.Mode() == driver.Semaphore) || limit != l.Limit():
+			return driver.Request{}, cfg, nil, fmt.Errorf("%w: %q is held as %s", ErrModeMismatch, key, l.Mode())
+		}
+		return driver.Request{}, cfg, l, nil
+	}
+	if cfg.fair && !c.caps.FIFO {
+		return driver.Request{}, cfg, nil, fmt.Errorf("dlock: fair lock %q: %w: this backend does not queue waiters in order", key, ErrUnsupported)
+	}
+	info := c.cfg.info
+	if cfg.info != nil {
+		info = *cfg.info
+	}
+	return driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: mode, Limit: limit, Info: info}, cfg, nil, nil
 }
 
 func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockConfig, wait bool) (_ *Lock, err error) {
@@ -131,11 +144,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 		}
 		reached = true
 		if res.Acquired {
-			ttl := req.TTL
-			if res.TTL > 0 && res.TTL < ttl {
-				ttl = res.TTL
-			}
-			validUntil := sent.Add(ttl - DriftMargin(ttl))
+			ttl, validUntil := lease(req, res, sent)
 			if time.Now().Before(validUntil) {
 				if req.Mode != driver.Exclusive {
 					// Readers and permits of one Client hold at
@@ -200,6 +209,16 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			return nil, notAcquired(req.Key, err)
 		}
 	}
+}
+
+// lease returns the lease the store granted req and the time until which
+// the hold is valid, for a request sent at sent.
+func lease(req driver.Request, res driver.Result, sent time.Time) (time.Duration, time.Time) {
+	ttl := req.TTL
+	if res.TTL > 0 && res.TTL < ttl {
+		ttl = res.TTL
+	}
+	return ttl, sent.Add(ttl - DriftMargin(ttl))
 }
 
 // cleanup releases whatever req's owner may hold after an unknown outcome or

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
 )
 
 // MultiLock is a set of locks acquired together, all or none, by
@@ -18,18 +21,23 @@ type MultiLock struct {
 
 // LockAll acquires the locks named keys, all or none, waiting until it holds
 // every one of them or ctx ends: ctx bounds the whole wait, not the wait for
-// each key. The keys are taken one by one in one canonical order (sorted), so
-// that LockAll calls whose keys overlap cannot deadlock each other; if any
-// acquisition fails, the locks already taken are released before LockAll
-// returns, and the error is the failed acquisition's. Options apply to every
-// lock. An empty list, an invalid key or a key given twice is an *ArgError,
-// reported before anything is acquired.
+// each key. On a backend that can take several keys in one atomic step
+// (driver.MultiAcquirer: Redis in script mode, when the keys share a Cluster
+// slot or the server is not a cluster) it first tries that; otherwise, or if
+// some key is held, it takes the keys one by one in one canonical order
+// (sorted), so that LockAll calls whose keys overlap cannot deadlock each
+// other. If any acquisition fails, the locks already taken are released
+// before LockAll returns, and the error is the failed acquisition's. Options
+// apply to every lock. An empty list, an invalid key or a key given twice is
+// an *ArgError, reported before anything is acquired.
 func (c *Client) LockAll(ctx context.Context, keys []string, opts ...LockOption) (*MultiLock, error) {
 	return c.acquireAll(ctx, keys, true, opts)
 }
 
 // TryLockAll is LockAll without waiting: if any key is held it releases what
-// it took and returns an error wrapping ErrNotAcquired.
+// it took and returns an error wrapping ErrNotAcquired. On a backend that
+// can take several keys in one atomic step it makes exactly one such step,
+// so that it takes nothing at all when it fails.
 func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...LockOption) (*MultiLock, error) {
 	return c.acquireAll(ctx, keys, false, opts)
 }
@@ -51,21 +59,140 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 			return nil, argError("keys", k, "is given twice")
 		}
 	}
-	m := &MultiLock{}
+	if ma, ok := c.drv.(driver.MultiAcquirer); ok && len(sorted) > 1 {
+		locks, done, err := c.acquireAtOnce(ctx, ma, sorted, wait, opts)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return newMultiLock(locks), nil
+		}
+	}
+	var locks []*Lock
 	for _, k := range sorted {
 		l, err := c.acquire(ctx, k, wait, opts)
 		if err != nil {
 			// Nothing partial stays behind: give back what was taken,
 			// even if ctx has ended.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			for _, held := range slices.Backward(m.locks) {
+			for _, held := range slices.Backward(locks) {
 				held.Release(rctx)
 			}
 			cancel()
 			return nil, fmt.Errorf("dlock: acquiring %d keys, stopped at %q: %w", len(sorted), k, err)
 		}
-		m.locks = append(m.locks, l)
+		locks = append(locks, l)
 	}
+	return newMultiLock(locks), nil
+}
+
+// acquireAtOnce makes one atomic attempt to take every key through ma. It
+// reports done when it acquired them all; when it returns neither locks nor
+// an error, the caller takes the keys one by one: a key that ctx holds
+// already (re-entry), another goroutine of this Client in a key's gate, a
+// set of keys the driver cannot take at once, or a key held by someone else
+// while the caller is willing to wait.
+func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, done bool, _ error) {
+	reqs := make([]driver.Request, len(keys))
+	cfgs := make([]lockConfig, len(keys))
+	for i, k := range keys {
+		req, cfg, held, err := c.prepare(ctx, k, opts)
+		if err != nil || held != nil {
+			return nil, false, nil // the one-by-one path re-enters or reports it
+		}
+		reqs[i], cfgs[i] = req, cfg
+	}
+	var leaves []func()
+	leave := func(from int) {
+		for _, lv := range slices.Backward(leaves[from:]) {
+			lv()
+		}
+	}
+	for _, k := range keys {
+		lv := c.gates.tryEnter(k)
+		if lv == nil {
+			leave(0)
+			return nil, false, nil
+		}
+		leaves = append(leaves, lv)
+	}
+	cleanup := func(from int) {
+		for _, req := range reqs[from:] {
+			c.cleanup(req)
+		}
+		leave(from)
+	}
+
+	begin := time.Now()
+	res, err := ma.AcquireAll(ctx, reqs)
+	switch {
+	case errors.Is(err, driver.ErrUnsupported):
+		leave(0)
+		return nil, false, nil
+	case err != nil:
+		cleanup(0)
+		if ctx.Err() != nil {
+			err = notAcquired(keys[0], ctx.Err())
+		}
+		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
+		c.observe(Event{Kind: EventNotAcquired, Key: keys[0], Wait: time.Since(begin), Err: err})
+		return nil, false, err
+	case !res.Acquired:
+		leave(0)
+		if wait {
+			return nil, false, nil
+		}
+		k := keys[0]
+		if res.Blocked >= 0 && res.Blocked < len(keys) {
+			k = keys[res.Blocked]
+		}
+		err := fmt.Errorf("dlock: acquiring %d keys at once: %w: %q is held", len(keys), ErrNotAcquired, k)
+		c.observe(Event{Kind: EventNotAcquired, Key: k, Wait: time.Since(begin), Err: err})
+		return nil, false, err
+	case len(res.Results) != len(reqs) || slices.ContainsFunc(res.Results, func(r driver.Result) bool { return !r.Acquired }):
+		cleanup(0)
+		return nil, false, fmt.Errorf("dlock: acquiring %d keys at once: the driver reported success without a hold for every key", len(keys))
+	}
+	for i, r := range res.Results {
+		if _, validUntil := lease(reqs[i], r, begin); !time.Now().Before(validUntil) {
+			// The reply came too late to leave any validity: never hand
+			// those locks out.
+			cleanup(0)
+			if wait {
+				return nil, false, nil
+			}
+			return nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w: %q: the store answered after the lease of %v had run out", len(keys), ErrNotAcquired, keys[i], reqs[i].TTL)
+		}
+	}
+	locks := make([]*Lock, 0, len(reqs))
+	for i, req := range reqs {
+		ttl, validUntil := lease(req, res.Results[i], begin)
+		lv := leaves[i]
+		if req.Mode != driver.Exclusive {
+			lv() // as in acquireLoop: only exclusive holds keep the gate
+			lv = func() {}
+		}
+		l := newLock(c, ctx, req, res.Results[i].Token, ttl, cfgs[i].renew, begin, validUntil, lv)
+		if l == nil {
+			cleanup(i)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			for _, held := range locks {
+				held.Release(rctx)
+			}
+			cancel()
+			return nil, false, ErrClosed
+		}
+		locks = append(locks, l)
+	}
+	for _, l := range locks {
+		c.observe(Event{Kind: EventAcquired, Key: l.Key(), Token: l.token, Wait: time.Since(begin)})
+	}
+	return locks, true, nil
+}
+
+// newMultiLock joins held locks into a MultiLock.
+func newMultiLock(locks []*Lock) *MultiLock {
+	m := &MultiLock{locks: locks}
 	base := context.Background()
 	for _, l := range m.locks {
 		base = withHeld(base, l)
@@ -74,7 +201,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 	for _, l := range m.locks {
 		context.AfterFunc(l.ctx, func() { m.cancel(context.Cause(l.ctx)) })
 	}
-	return m, nil
+	return m
 }
 
 // Locks returns the locks, in the order they were acquired (sorted by key).

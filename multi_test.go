@@ -3,11 +3,14 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
@@ -109,5 +112,102 @@ func TestMultiLockContext(t *testing.T) {
 	}
 	if n := store.Count(""); n != 0 {
 		t.Errorf("store holds %d records after Release; want none", n)
+	}
+}
+
+// counting counts a driver's Acquire and AcquireAll calls.
+type counting struct {
+	*memdlock.Driver
+	one, all atomic.Int32
+}
+
+func (c *counting) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	c.one.Add(1)
+	return c.Driver.Acquire(ctx, req)
+}
+
+func (c *counting) AcquireAll(ctx context.Context, reqs []driver.Request) (driver.MultiResult, error) {
+	c.all.Add(1)
+	return c.Driver.AcquireAll(ctx, reqs)
+}
+
+// TestLockAllAtOnce checks that on a driver.MultiAcquirer a multi-lock is
+// one atomic step, so that a refused TryLockAll takes nothing at all, and
+// that LockAll falls back to the canonical order to wait.
+func TestLockAllAtOnce(t *testing.T) {
+	store := memdlock.New()
+	d := &counting{Driver: store.Share()}
+	c, other := newClient(t, d), newClient(t, store.Share())
+	m, err := c.TryLockAll(t.Context(), []string{"c", "a", "b"})
+	if err != nil {
+		t.Fatalf("TryLockAll of free keys: %v", err)
+	}
+	if all, one := d.all.Load(), d.one.Load(); all != 1 || one != 0 {
+		t.Errorf("TryLockAll made %d AcquireAll and %d Acquire calls; want 1 and 0", all, one)
+	}
+	for _, l := range m.Locks() {
+		if _, err := other.TryLock(t.Context(), l.Key()); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock(%s) while the multi-lock holds it: %v; want ErrNotAcquired", l.Key(), err)
+		}
+	}
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	hb, err := other.Lock(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.all.Store(0)
+	_, err = c.TryLockAll(t.Context(), []string{"c", "a", "b"})
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), `"b" is held`) {
+		t.Errorf("TryLockAll with b held: %v; want ErrNotAcquired naming b", err)
+	}
+	if all, one := d.all.Load(), d.one.Load(); all != 1 || one != 0 {
+		t.Errorf("refused TryLockAll made %d AcquireAll and %d Acquire calls; want 1 and 0", all, one)
+	}
+	if n := store.Count(""); n != 1 {
+		t.Errorf("store holds %d records after a refused TryLockAll; want 1 (b)", n)
+	}
+
+	// LockAll tries at once, then waits key by key.
+	wctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.LockAll(wctx, []string{"a", "b"})
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("LockAll with b held until the deadline: %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if all, one := d.all.Load(), d.one.Load(); all != 2 || one == 0 {
+		t.Errorf("LockAll made %d AcquireAll calls in all and %d Acquire; want 2 and some", all, one)
+	}
+	if err := hb.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A key the context holds already is re-entered, so the set is taken
+	// key by key.
+	la, err := c.Lock(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.all.Store(0)
+	m, err = c.LockAll(la.Context(), []string{"a", "b"})
+	if err != nil {
+		t.Fatalf("LockAll re-entering a: %v", err)
+	}
+	if got := m.Locks()[0]; got != la {
+		t.Errorf("LockAll re-entering a returned a new lock for a (token %d, held %d)", got.Token(), la.Token())
+	}
+	if all := d.all.Load(); all != 0 {
+		t.Errorf("LockAll re-entering a made %d AcquireAll calls; want 0", all)
+	}
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Count(""); n != 0 {
+		t.Errorf("store holds %d records at the end; want none", n)
 	}
 }

@@ -89,9 +89,9 @@
 // # Optional interfaces
 //
 // A driver may also implement Notifier (wake waiters when a key is released),
-// Lister (enumerate holders, for `dlock ls`) and ForceReleaser (remove every
-// holder of a key, for operators). Package dlock discovers them by type
-// assertion.
+// Lister (enumerate holders, for `dlock ls`), ForceReleaser (remove every
+// holder of a key, for operators) and MultiAcquirer (take several keys in one
+// atomic step). Package dlock discovers them by type assertion.
 package driver
 
 import (
@@ -340,4 +340,41 @@ type ForceReleaser interface {
 	// ForceRelease removes all holds and queue entries on key and reports
 	// how many holds it removed. It is not an error if there were none.
 	ForceRelease(ctx context.Context, key string) (int, error)
+}
+
+// MultiAcquirer is implemented by drivers that can take holds on several keys
+// in one atomic step (one Lua script on Redis). Package dlock uses it for
+// the all-or-none attempts of Client.TryLockAll and Client.LockAll, and falls
+// back to taking the keys one by one in canonical order when it returns
+// ErrUnsupported or cannot grant them all at once.
+type MultiAcquirer interface {
+	// AcquireAll makes one atomic attempt to grant every request: either
+	// it takes every hold, or it takes none and leaves the store as it
+	// found it (except for removing expired records). Each request obeys
+	// the rules of Acquire, with these restrictions, which package dlock
+	// keeps: the keys are distinct, every owner is new (it holds nothing
+	// and is not queued), and Queue is false.
+	//
+	// It returns ErrUnsupported, before touching the store, for a set of
+	// requests it cannot grant in one step (keys on different Redis
+	// Cluster slots, a mode it only implements one key at a time). An
+	// error means the outcome is unknown, as for Acquire: the caller will
+	// Release every request.
+	AcquireAll(ctx context.Context, reqs []Request) (MultiResult, error)
+}
+
+// MultiResult is the outcome of a MultiAcquirer.AcquireAll call that reached
+// the store.
+type MultiResult struct {
+	// Acquired reports whether every hold was taken. When it is false, none
+	// was.
+	Acquired bool
+	// Results has one Result per request, in the order of the requests,
+	// when Acquired is true.
+	Results []Result
+	// Blocked is, when Acquired is false, the index of a request that could
+	// not be granted, and RetryAfter estimates how long until that key's
+	// current holders' leases end (zero: unknown).
+	Blocked    int
+	RetryAfter time.Duration
 }

@@ -70,6 +70,7 @@ func Run(t *testing.T, cfg Config) {
 		{"Notification", s.testNotification},
 		{"FIFO", s.testFIFO},
 		{"MultiLock", s.testMultiLock},
+		{"AcquireAll", s.testAcquireAll},
 		{"SharedReaders", s.testSharedReaders},
 		{"WriterExcludesReaders", s.testWriterExcludesReaders},
 		{"NoWriterStarvation", s.testNoWriterStarvation},

@@ -58,6 +58,7 @@ var (
 	_ driver.Notifier      = (*Driver)(nil)
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.MultiAcquirer = (*Driver)(nil)
 )
 
 // New returns a driver over a new, empty in-memory store.
@@ -219,6 +220,42 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.sweep(now)
+	return s.acquire(req, now)
+}
+
+// AcquireAll implements driver.MultiAcquirer: it grants each request in
+// turn under the store's lock and, if one cannot be granted, takes back the
+// holds it gave, so that no other caller ever sees a part of them.
+func (d *Driver) AcquireAll(ctx context.Context, reqs []driver.Request) (driver.MultiResult, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.MultiResult{}, err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.sweep(now)
+	results := make([]driver.Result, len(reqs))
+	for i, req := range reqs {
+		res, err := s.acquire(req, now)
+		if err != nil || !res.Acquired {
+			for _, r := range reqs[:i] {
+				l := s.locks[r.Key]
+				l.holders = slices.DeleteFunc(l.holders, func(h *holder) bool { return h.owner == r.Owner })
+				s.dropIfEmpty(r.Key, l)
+			}
+			if err != nil {
+				return driver.MultiResult{}, err
+			}
+			return driver.MultiResult{Blocked: i, RetryAfter: res.RetryAfter}, nil
+		}
+		results[i] = res
+	}
+	return driver.MultiResult{Acquired: true, Results: results}, nil
+}
+
+// acquire is Acquire's step. s.mu is held.
+func (s *store) acquire(req driver.Request, now time.Time) (driver.Result, error) {
 	l := s.get(req.Key, now)
 	if l == nil {
 		l = &lock{}

@@ -141,6 +141,7 @@ var (
 	_ driver.Notifier      = (*Driver)(nil)
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.MultiAcquirer = (*Driver)(nil)
 )
 
 // New returns a driver over client, which must be a *redis.Client
@@ -314,6 +315,49 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	}
 	if res.Acquired && ttl != req.TTL {
 		res.TTL = ttl
+	}
+	return res, nil
+}
+
+// AcquireAll implements driver.MultiAcquirer in Script mode: one script
+// takes every lock or none. It returns driver.ErrUnsupported in the other
+// modes, and on Redis Cluster for keys that are not all in one hash slot
+// (see the package documentation on hash tags).
+func (d *Driver) AcquireAll(ctx context.Context, reqs []driver.Request) (driver.MultiResult, error) {
+	if len(reqs) == 0 {
+		return driver.MultiResult{}, fmt.Errorf("redisdlock: acquire-all: no requests")
+	}
+	if d.cfg.mode != Script {
+		return driver.MultiResult{}, fmt.Errorf("redisdlock: acquire-all in %s mode: %w", d.cfg.mode, driver.ErrUnsupported)
+	}
+	ks := make([]layout, len(reqs))
+	ttls := make([]time.Duration, len(reqs))
+	for i := range reqs {
+		if err := d.check(ctx, &reqs[i]); err != nil {
+			return driver.MultiResult{}, fail(ctx, "acquire", reqs[i].Key, err)
+		}
+		ks[i], ttls[i] = d.layout(reqs[i].Key), d.grant(reqs[i].TTL)
+		if d.cluster != nil && slot(ks[i].lock) != slot(ks[0].lock) {
+			return driver.MultiResult{}, fmt.Errorf("redisdlock: acquire-all: %q and %q are in different Cluster slots: %w", reqs[0].Key, reqs[i].Key, driver.ErrUnsupported)
+		}
+	}
+	res, err := scriptProto{d}.acquireAll(ctx, ks, reqs, ttls)
+	if err != nil {
+		var ack *ackError
+		if errors.As(err, &ack) {
+			// The locks may be held without the replicas the caller
+			// asked for: give them back.
+			for _, req := range reqs {
+				d.cleanup(req)
+			}
+			err = ack.err
+		}
+		return driver.MultiResult{}, fail(ctx, fmt.Sprintf("acquire-all of %d locks from", len(reqs)), reqs[0].Key, err)
+	}
+	for i := range res.Results {
+		if ttls[i] != reqs[i].TTL {
+			res.Results[i].TTL = ttls[i]
+		}
 	}
 	return res, nil
 }

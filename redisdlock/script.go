@@ -30,11 +30,14 @@ var (
 	releaseSrc string
 	//go:embed scripts/forcerelease.lua
 	forceReleaseSrc string
+	//go:embed scripts/acquireall.lua
+	acquireAllSrc string
 
 	acquireScript      = newScript(acquireSrc)
 	refreshScript      = newScript(refreshSrc)
 	releaseScript      = newScript(releaseSrc)
 	forceReleaseScript = newScript(forceReleaseSrc)
+	acquireAllScript   = newScript(acquireAllSrc)
 )
 
 // commonMark is the line of a script that common.lua replaces.
@@ -121,6 +124,64 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 		}
 	}
 	return driver.Result{Acquired: true, Token: uint64(v[1])}, nil
+}
+
+// acquireAll takes every lock of reqs in one script, or none: the locks'
+// keys all live on one server (and one Cluster slot).
+func (p scriptProto) acquireAll(ctx context.Context, ks []layout, reqs []driver.Request, ttls []time.Duration) (driver.MultiResult, error) {
+	var c redis.Scripter = p.d.client
+	var conn *redis.Conn
+	if p.d.cfg.replicas > 0 {
+		node, err := p.d.master(ctx, ks[0].lock)
+		if err != nil {
+			return driver.MultiResult{}, err
+		}
+		conn = node.Conn()
+		defer conn.Close()
+		c = conn
+	}
+	keys := make([]string, 0, 5*len(reqs))
+	args := make([]any, 0, 5*len(reqs))
+	for i, req := range reqs {
+		keys = append(keys, ks[i].keys()...)
+		args = append(args, req.Owner, ms(ttls[i]), req.Info, modeArg(req.Mode), req.Limit)
+	}
+	v, err := acquireAllScript.Run(ctx, c, keys, args...).Int64Slice()
+	if err != nil {
+		return driver.MultiResult{}, err
+	}
+	at := func(i int64) (int, error) {
+		if i < 1 || int(i) > len(reqs) {
+			return 0, fmt.Errorf("acquire-all script returned %v", v)
+		}
+		return int(i - 1), nil
+	}
+	switch {
+	case len(v) == 4 && v[0] == -2:
+		i, err := at(v[1])
+		if err != nil {
+			return driver.MultiResult{}, err
+		}
+		return driver.MultiResult{}, fmt.Errorf("%q: %w", reqs[i].Key, mismatch(reqs[i], v[2], v[3]))
+	case len(v) == 3 && v[0] == 0:
+		i, err := at(v[1])
+		if err != nil {
+			return driver.MultiResult{}, err
+		}
+		return driver.MultiResult{Blocked: i, RetryAfter: retryAfter(v[2])}, nil
+	case len(v) != len(reqs)+1 || v[0] != 1:
+		return driver.MultiResult{}, fmt.Errorf("acquire-all script returned %v", v)
+	}
+	if conn != nil {
+		if err := p.d.awaitReplicas(ctx, conn); err != nil {
+			return driver.MultiResult{}, err
+		}
+	}
+	res := driver.MultiResult{Acquired: true, Results: make([]driver.Result, len(reqs))}
+	for i, tok := range v[1:] {
+		res.Results[i] = driver.Result{Acquired: true, Token: uint64(tok)}
+	}
+	return res, nil
 }
 
 // mismatch is the error of an acquire script that found the lock in use
