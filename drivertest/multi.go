@@ -16,8 +16,10 @@ func (s *suite) testAcquireAll(t *testing.T) {
 	if !ok {
 		t.Skip("driver does not implement MultiAcquirer")
 	}
+	// The keys share a Redis Cluster hash tag, so that a store that
+	// partitions keys by it can take them at once.
 	p := prefix(t)
-	a, b, c, e := p+"a", p+"b", p+"c", p+"e"
+	a, b, c, e := p+"{t}a", p+"{t}b", p+"{t}c", p+"{t}e"
 	reqs := func(keys ...string) []driver.Request {
 		rs := make([]driver.Request, len(keys))
 		for i, k := range keys {
@@ -82,7 +84,7 @@ func (s *suite) testAcquireAll(t *testing.T) {
 
 	// Readers share across AcquireAll calls.
 	if s.caps.Modes.Has(driver.Shared) {
-		r1, r2 := reqs(p+"r1", p+"r2"), reqs(p+"r1", p+"r2")
+		r1, r2 := reqs(p+"{t}r1", p+"{t}r2"), reqs(p+"{t}r1", p+"{t}r2")
 		for _, rs := range [][]driver.Request{r1, r2} {
 			for i := range rs {
 				rs[i].Mode = driver.Shared

@@ -138,6 +138,20 @@
 // a failover to a replica whose clock differs they end earlier or later by
 // the difference. Exclusive holds in the simple form are PEXPIREs, as ever.
 //
+// # Multi-locks
+//
+// The driver implements driver.MultiAcquirer in Script mode: one script
+// (scripts/acquireall.lua) checks every lock of a dlock.Client.LockAll or
+// TryLockAll, then takes them all, or takes none and changes nothing. On a
+// standalone server or behind Sentinel any keys qualify; on Redis Cluster,
+// keys that share a hash tag (see Keys). For keys on different Cluster
+// slots, and in Transaction and Legacy modes, AcquireAll returns
+// ErrUnsupported and package dlock takes the keys one by one in canonical
+// order. The script admits a request as Acquire does a new owner that does
+// not queue: an exclusive one on a lock without holders and waiters, a
+// shared one when no writer holds or waits, a permit while holders and
+// waiters number fewer than the limit.
+//
 // # Keys
 //
 // In Script and Transaction modes, the keys of the lock named KEY are:
@@ -153,7 +167,14 @@
 // replaces '%', '{' and '}' in the key by "%25", "%7B" and "%7D", so the hash
 // tag always ends at the driver's closing brace: every key of one lock hashes
 // to one Cluster slot whatever the user key contains (so that each script
-// runs on one node), and distinct keys never share a name. The fencing
+// runs on one node), and distinct keys never share a name.
+//
+// A key with a Redis Cluster hash tag of its own (the content TAG of its
+// first {...}, if not empty, as in "order:{42}:payment") is named
+// {PREFIX+ESC(TAG)}{ESC(KEY)} instead of {PREFIX+ESC(KEY)}, with the same
+// suffixes: the locks of keys with one tag share a slot, as the tag asks,
+// and can be taken together in one script (see Multi-locks). The two forms
+// cannot be mistaken for each other (one pair of braces, or two). The fencing
 // counter is the one key that outlives a lock, as the driver contract
 // allows: it must, or a later holder could be handed a smaller token (the
 // qexp set also lingers for a minute after its last entry ended, see

@@ -42,7 +42,7 @@ func (d *Driver) layout(key string) layout {
 			channel: sideKey(lk, legacyChannelSuffix),
 		}
 	}
-	base := "{" + d.cfg.prefix + escapeKey(key) + "}"
+	base := d.base(key)
 	return layout{
 		lock:    base,
 		fence:   base + fenceSuffix,
@@ -51,6 +51,26 @@ func (d *Driver) layout(key string) layout {
 		queue:   base + queueSuffix,
 		qexp:    base + qexpSuffix,
 	}
+}
+
+// base returns the name of the lock hash of key, which begins the names of
+// the lock's other keys: {PREFIX+ESC(KEY)}, or, for a key with a Redis
+// Cluster hash tag TAG of its own, {PREFIX+ESC(TAG)}{ESC(KEY)}, so that the
+// locks of keys with one tag share a Cluster slot (and can be taken in one
+// script). Neither form can be mistaken for the other: the first has one
+// pair of braces, the second two.
+func (d *Driver) base(key string) string {
+	if tag, ok := userTag(key); ok {
+		return "{" + d.cfg.prefix + escapeKey(tag) + "}{" + escapeKey(key) + "}"
+	}
+	return "{" + d.cfg.prefix + escapeKey(key) + "}"
+}
+
+// userTag returns the hash tag of a user key, as Redis Cluster reads it:
+// the content of its first {...}, if that is not empty.
+func userTag(key string) (string, bool) {
+	tag := hashPart(key)
+	return tag, tag != key // a key with a tag has a brace its tag lacks
 }
 
 // escapeKey makes a user key safe inside a hash tag: '%', '{' and '}' become

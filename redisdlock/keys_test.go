@@ -2,6 +2,7 @@ package redisdlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +106,11 @@ func TestSlotGrouping(t *testing.T) {
 							t.Errorf("key %q: %q is in slot %d, the lock %q in %d", key, other, keyslot(other), k.lock, want)
 						}
 					}
-					if mode != Legacy && slot(k.lock) != crc16(d.cfg.prefix+escapeKey(key))%16384 {
+					tag := key
+					if ut, ok := userTag(key); ok {
+						tag = ut // the key's own hash tag decides its slot
+					}
+					if mode != Legacy && slot(k.lock) != crc16(d.cfg.prefix+escapeKey(tag))%16384 {
 						t.Errorf("key %q: the lock %q is not hashed by the driver's tag", key, k.lock)
 					}
 					req := driver.Request{Key: key, Owner: "owner-" + key, TTL: time.Minute, Info: "slots"}
@@ -128,6 +133,39 @@ func TestSlotGrouping(t *testing.T) {
 					t.Errorf("Count = %d, %v; want 0", n, err)
 				}
 			})
+		}
+	}
+}
+
+// TestKeyOfHash checks that the name of a lock hash, in either form, gives
+// back its key and nothing else does.
+func TestKeyOfHash(t *testing.T) {
+	keys := append(slices.Clone(awkwardKeys), "order:{42}:a", "order:{42}:b", "{42}", "x{42}", "{4}2}", "a{}{b}")
+	for _, prefix := range []string{"", "dlock:", "p%"} {
+		d := &Driver{cfg: config{prefix: prefix}}
+		seen := map[string]string{}
+		for _, k := range keys {
+			name := d.base(k)
+			if other, dup := seen[name]; dup {
+				t.Errorf("prefix %q: keys %q and %q share the lock hash %q", prefix, k, other, name)
+			}
+			seen[name] = k
+			if got, ok := d.keyOfHash(name); !ok || got != k {
+				t.Errorf("prefix %q: keyOfHash(%q) = %q, %v; want %q", prefix, name, got, ok, k)
+			}
+			for _, suffix := range []string{fenceSuffix, holdersSuffix, channelSuffix} {
+				if got, ok := d.keyOfHash(name + suffix); ok {
+					t.Errorf("prefix %q: keyOfHash(%q) = %q; want no key", prefix, name+suffix, got)
+				}
+			}
+		}
+		if slot(d.base("order:{42}:a")) != slot(d.base("order:{42}:b")) {
+			t.Errorf("prefix %q: keys with one hash tag are in different slots", prefix)
+		}
+		for _, bad := range []string{"{" + prefix + "}", "{" + prefix + "a}{b}", "{" + prefix + "42}{x%7B42%7D}x", "{" + prefix + "%}"} {
+			if got, ok := d.keyOfHash(bad); ok {
+				t.Errorf("prefix %q: keyOfHash(%q) = %q; want no key", prefix, bad, got)
+			}
 		}
 	}
 }

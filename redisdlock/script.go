@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -239,20 +240,40 @@ func (p scriptProto) count(ctx context.Context, node *redis.Client, prefix strin
 	return countHashes(ctx, p.d, node, prefix)
 }
 
-// hashPattern returns the SCAN pattern of the holder hashes of keys that
-// start with prefix: {PREFIX+escaped...} — the closing brace leaves out the
-// fencing counters.
-func (d *Driver) hashPattern(prefix string) string {
-	return "{" + globEscape(d.cfg.prefix+escapeKey(prefix)) + "*}"
+// scanHashes calls fn with batches of the names of the lock hashes on node
+// whose keys may start with prefix (Script and Transaction modes), with
+// two SCANs: {PREFIX+ESC(prefix)*} for keys without a hash tag, and
+// {PREFIX*}{ESC(prefix)*} for keys with one (see Driver.base). fn checks
+// each name with keyOfHash.
+func (d *Driver) scanHashes(ctx context.Context, node *redis.Client, prefix string, fn func(names []string) error) error {
+	untagged := "{" + globEscape(d.cfg.prefix+escapeKey(prefix)) + "*}"
+	tagged := "{" + globEscape(d.cfg.prefix) + "*}{" + globEscape(escapeKey(prefix)) + "*}"
+	err := scanKeys(ctx, node, untagged, func(names []string) error {
+		// The pattern also matches some names of the tagged form,
+		// which the second SCAN finds.
+		return fn(slices.DeleteFunc(names, func(n string) bool { return strings.Contains(n, "}{") }))
+	})
+	if err != nil {
+		return err
+	}
+	return scanKeys(ctx, node, tagged, fn)
 }
 
-// keyOfHash returns the user key of a holder hash name.
+// keyOfHash returns the user key of a lock hash name.
 func (d *Driver) keyOfHash(name string) (string, bool) {
 	p := "{" + d.cfg.prefix
-	if !strings.HasPrefix(name, p) || !strings.HasSuffix(name, "}") || len(name) < len(p)+2 {
+	if !strings.HasPrefix(name, p) || !strings.HasSuffix(name, "}") {
 		return "", false
 	}
-	return unescapeKey(name[len(p) : len(name)-1])
+	esc := name[len(p) : len(name)-1]
+	if i := strings.LastIndexByte(esc, '{'); i >= 0 {
+		esc = esc[i+1:] // the tagged form: ESC(KEY) is in the last braces
+	}
+	key, ok := unescapeKey(esc)
+	if !ok || key == "" || d.base(key) != name {
+		return "", false
+	}
+	return key, true
 }
 
 // listHashes lists the live holders recorded in lock hashes on node
@@ -260,7 +281,7 @@ func (d *Driver) keyOfHash(name string) (string, bool) {
 // the members of the holders zset of one in the general form.
 func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) ([]driver.Holder, error) {
 	var hs []driver.Holder
-	err := scanKeys(ctx, node, d.hashPattern(prefix), func(names []string) error {
+	err := d.scanHashes(ctx, node, prefix, func(names []string) error {
 		type item struct {
 			key     string
 			all     *redis.MapStringStringCmd
@@ -345,7 +366,7 @@ func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix strin
 // waiters for one in the general form, live or expired but not yet removed.
 func countHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) (int, error) {
 	n := 0
-	err := scanKeys(ctx, node, d.hashPattern(prefix), func(names []string) error {
+	err := d.scanHashes(ctx, node, prefix, func(names []string) error {
 		type item struct {
 			owner           *redis.StringCmd
 			holders, queued *redis.IntCmd
