@@ -19,12 +19,21 @@ import (
 //
 //   - Uncontended/G=1 and G=64: goroutines lock and release keys of their
 //     own;
+//
 //   - HotKey/G=8 and G=64, CS=0 and CS=1ms: goroutines contend for one key
 //     and hold it for the critical section CS;
+//
 //   - ReadHeavy/G=64/CS=1ms, if the driver declares Shared: a read-write lock
 //     on one key, where one goroutine in eight writes and the others read;
+//
 //   - Semaphore/N=4/G=16/CS=1ms, if the driver declares Semaphore: goroutines
 //     share four permits of one key.
+//
+//   - MultiLock/K=3/G=1 and G=8/CS=1ms: goroutines take three of four keys
+//     (which share a Redis Cluster hash tag) with LockAll; on a driver that
+//     implements driver.MultiAcquirer the same workloads run again as
+//     MultiLockOneByOne with it hidden, so that the atomic step can be
+//     compared with taking the keys one by one in one run.
 //
 // Goroutines are spread over up to four Clients, each with its own driver,
 // as separate processes would be. Besides ns/op each reports acquisitions per
@@ -32,11 +41,11 @@ import (
 // acquiring (wait-p50-µs, wait-p99-µs).
 func RunBenchmarks(b *testing.B, cfg Config) {
 	for _, g := range []int{1, 64} {
-		b.Run(fmt.Sprintf("Uncontended/G=%d", g), func(b *testing.B) { runBench(b, cfg, g, false, 0, nil) })
+		b.Run(fmt.Sprintf("Uncontended/G=%d", g), func(b *testing.B) { runBench(b, cfg, workload{goroutines: g}) })
 	}
 	for _, g := range []int{8, 64} {
 		for _, cs := range []time.Duration{0, time.Millisecond} {
-			b.Run(fmt.Sprintf("HotKey/G=%d/CS=%v", g, cs), func(b *testing.B) { runBench(b, cfg, g, true, cs, nil) })
+			b.Run(fmt.Sprintf("HotKey/G=%d/CS=%v", g, cs), func(b *testing.B) { runBench(b, cfg, workload{goroutines: g, hot: true, cs: cs}) })
 		}
 	}
 	d := cfg.NewDriver(b)
@@ -44,27 +53,54 @@ func RunBenchmarks(b *testing.B, cfg Config) {
 	d.Close()
 	if caps.Modes.Has(driver.Shared) {
 		b.Run("ReadHeavy/G=64/CS=1ms", func(b *testing.B) {
-			runBench(b, cfg, 64, true, time.Millisecond, func(g int) []dlock.LockOption {
+			runBench(b, cfg, workload{goroutines: 64, hot: true, cs: time.Millisecond, opts: func(g int) []dlock.LockOption {
 				if g%8 == 0 {
 					return nil // a writer
 				}
 				return []dlock.LockOption{dlock.Shared()}
-			})
+			}})
 		})
 	}
 	if caps.Modes.Has(driver.Semaphore) {
 		b.Run("Semaphore/N=4/G=16/CS=1ms", func(b *testing.B) {
-			runBench(b, cfg, 16, true, time.Millisecond, func(int) []dlock.LockOption {
+			runBench(b, cfg, workload{goroutines: 16, hot: true, cs: time.Millisecond, opts: func(int) []dlock.LockOption {
 				return []dlock.LockOption{dlock.WithLimit(4)}
-			})
+			}})
+		})
+	}
+	_, multi := d.(driver.MultiAcquirer)
+	for _, hide := range []bool{false, true} {
+		if hide && !multi {
+			break
+		}
+		c := cfg
+		name := "MultiLock"
+		if hide {
+			name += "OneByOne"
+			c.NewDriver = func(t testing.TB) driver.Driver { return oneByOne{cfg.NewDriver(t)} }
+		}
+		b.Run(name+"/K=3/G=1", func(b *testing.B) { runBench(b, c, workload{goroutines: 1, multi: true}) })
+		b.Run(name+"/K=3/G=8/CS=1ms", func(b *testing.B) {
+			runBench(b, c, workload{goroutines: 8, hot: true, cs: time.Millisecond, multi: true})
 		})
 	}
 }
 
-// runBench runs one workload: goroutines lock (a key each, or one hot key)
-// with the options mode gives goroutine g (none if mode is nil), hold the
-// lock for cs and release it.
-func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Duration, mode func(g int) []dlock.LockOption) {
+// workload is one benchmark's load.
+type workload struct {
+	goroutines int
+	hot        bool          // one key for all (or four, multi), else a key each
+	cs         time.Duration // the critical section
+	// opts gives goroutine g's lock options; nil means none.
+	opts func(g int) []dlock.LockOption
+	// multi makes each goroutine take three of four keys with LockAll.
+	multi bool
+}
+
+// runBench runs one workload: goroutines lock, hold the lock for the
+// critical section and release it, until b.N acquisitions are made.
+func runBench(b *testing.B, cfg Config, w workload) {
+	goroutines := w.goroutines
 	clients := make([]*dlock.Client, min(goroutines, 4))
 	for i := range clients {
 		c, err := dlock.New(cfg.NewDriver(b))
@@ -88,7 +124,7 @@ func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Durati
 		wg.Go(func() {
 			c := clients[g%len(clients)]
 			key := base + "hot"
-			if !hot {
+			if !w.hot {
 				key = base + strconv.Itoa(g)
 			}
 			var mine []time.Duration
@@ -98,19 +134,33 @@ func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Durati
 				mu.Unlock()
 			}()
 			opts := []dlock.LockOption{dlock.WithTTL(30 * time.Second)}
-			if mode != nil {
-				opts = append(opts, mode(g)...)
+			if w.opts != nil {
+				opts = append(opts, w.opts(g)...)
+			}
+			var keys []string // the MultiLock workloads
+			if w.multi {
+				for i := range 3 {
+					keys = append(keys, key+"{m}"+strconv.Itoa((g+i)%4))
+				}
 			}
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				l, err := c.Lock(ctx, key, opts...)
+				var (
+					l   interface{ Release(context.Context) error }
+					err error
+				)
+				if w.multi {
+					l, err = c.LockAll(ctx, keys, opts...)
+				} else {
+					l, err = c.Lock(ctx, key, opts...)
+				}
 				if err != nil {
 					b.Error(err)
 					return
 				}
 				mine = append(mine, time.Since(t0))
-				if cs > 0 {
-					time.Sleep(cs)
+				if w.cs > 0 {
+					time.Sleep(w.cs)
 				}
 				if err := l.Release(ctx); err != nil {
 					b.Error(err)
@@ -132,4 +182,15 @@ func runBench(b *testing.B, cfg Config, goroutines int, hot bool, cs time.Durati
 	b.ReportMetric(float64(len(waits))/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(pct(0.50), "wait-p50-µs")
 	b.ReportMetric(pct(0.99), "wait-p99-µs")
+}
+
+// oneByOne hides a driver's MultiAcquirer (and Lister and ForceReleaser),
+// keeping its notifications.
+type oneByOne struct{ driver.Driver }
+
+func (o oneByOne) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	if n, ok := o.Driver.(driver.Notifier); ok {
+		return n.Subscribe(ctx, req)
+	}
+	return nil, driver.ErrUnsupported
 }
