@@ -200,7 +200,7 @@
 //
 //	local owner = redis.call('HGET', KEYS[1], 'owner')
 //	if ARGV[4] == 'x' then  -- exclusive
-//	  if not owner then
+//	  if not owner and (ARGV[5] ~= '1' or not redis.call('ZSCORE', KEYS[5], ARGV[1])) then
 //	    local token = redis.call('INCR', KEYS[2])
 //	    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'info', ARGV[3])
 //	    redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -192,8 +192,15 @@ func TestLostPlace(t *testing.T) {
 	if err := d.Release(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Release of the expired entry = %v; want ErrNotHeld", err)
 	}
+	// The same when the lock is free by the time the waiter returns.
+	w2 := queued(request("k", 50*time.Millisecond), driver.Exclusive, 0)
+	mustAcquire(t, d, w2, false)
+	time.Sleep(100 * time.Millisecond)
 	if err := d.Release(ctx, holder); err != nil {
 		t.Fatal(err)
+	}
+	if res, err := d.Acquire(ctx, w2); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Acquire of a free lock after the queue entry expired = %+v, %v; want ErrNotHeld", res, err)
 	}
 	if n, err := d.Count(ctx, ""); err != nil || n != 0 {
 		t.Errorf("Count = %d, %v; want 0", n, err)

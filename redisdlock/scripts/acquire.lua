@@ -12,8 +12,10 @@
 -- another limit.
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if ARGV[4] == 'x' then
-  -- The fast path: an exclusive lock in the simple form.
-  if not owner then
+  -- The fast path: an exclusive lock in the simple form. A waiter that
+  -- may have lost its place (its entry would be in the qexp set) takes
+  -- the general path, which tells it.
+  if not owner and (ARGV[5] ~= '1' or not redis.call('ZSCORE', KEYS[5], ARGV[1])) then
     local token = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'info', ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
