@@ -29,6 +29,10 @@ import (
 //   - Semaphore/N=4/G=16/CS=1ms, if the driver declares Semaphore: goroutines
 //     share four permits of one key.
 //
+//   - Fair/G=8/CS=1ms, if the driver declares FIFO: HotKey with Fair locks;
+//
+//   - Reentrant/G=1: a goroutine holds its key and re-enters it;
+//
 //   - MultiLock/K=3/G=1 and G=8/CS=1ms: goroutines take three of four keys
 //     (which share a Redis Cluster hash tag) with LockAll; on a driver that
 //     implements driver.MultiAcquirer the same workloads run again as
@@ -68,6 +72,14 @@ func RunBenchmarks(b *testing.B, cfg Config) {
 			}})
 		})
 	}
+	if caps.FIFO {
+		b.Run("Fair/G=8/CS=1ms", func(b *testing.B) {
+			runBench(b, cfg, workload{goroutines: 8, hot: true, cs: time.Millisecond, opts: func(int) []dlock.LockOption {
+				return []dlock.LockOption{dlock.Fair()}
+			}})
+		})
+	}
+	b.Run("Reentrant/G=1", func(b *testing.B) { runBench(b, cfg, workload{goroutines: 1, reenter: true}) })
 	_, multi := d.(driver.MultiAcquirer)
 	for _, hide := range []bool{false, true} {
 		if hide && !multi {
@@ -95,6 +107,8 @@ type workload struct {
 	opts func(g int) []dlock.LockOption
 	// multi makes each goroutine take three of four keys with LockAll.
 	multi bool
+	// reenter makes each goroutine hold its key and re-enter it.
+	reenter bool
 }
 
 // runBench runs one workload: goroutines lock, hold the lock for the
@@ -143,6 +157,16 @@ func runBench(b *testing.B, cfg Config, w workload) {
 					keys = append(keys, key+"{m}"+strconv.Itoa((g+i)%4))
 				}
 			}
+			lctx := ctx
+			if w.reenter {
+				outer, err := c.Lock(ctx, key, opts...)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer outer.Release(ctx)
+				lctx = outer.Context()
+			}
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
 				var (
@@ -152,7 +176,7 @@ func runBench(b *testing.B, cfg Config, w workload) {
 				if w.multi {
 					l, err = c.LockAll(ctx, keys, opts...)
 				} else {
-					l, err = c.Lock(ctx, key, opts...)
+					l, err = c.Lock(lctx, key, opts...)
 				}
 				if err != nil {
 					b.Error(err)
