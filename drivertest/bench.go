@@ -19,20 +19,14 @@ import (
 //
 //   - Uncontended/G=1 and G=64: goroutines lock and release keys of their
 //     own;
-//
 //   - HotKey/G=8 and G=64, CS=0 and CS=1ms: goroutines contend for one key
 //     and hold it for the critical section CS;
-//
 //   - ReadHeavy/G=64/CS=1ms, if the driver declares Shared: a read-write lock
 //     on one key, where one goroutine in eight writes and the others read;
-//
 //   - Semaphore/N=4/G=16/CS=1ms, if the driver declares Semaphore: goroutines
-//     share four permits of one key.
-//
+//     share four permits of one key;
 //   - Fair/G=8/CS=1ms, if the driver declares FIFO: HotKey with Fair locks;
-//
 //   - Reentrant/G=1: a goroutine holds its key and re-enters it;
-//
 //   - MultiLock/K=3/G=1 and G=8/CS=1ms: goroutines take three of four keys
 //     (which share a Redis Cluster hash tag) with LockAll; on a driver that
 //     implements driver.MultiAcquirer the same workloads run again as
