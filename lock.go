@@ -136,6 +136,9 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.mu.Lock()
 		l.req.Mode = driver.Shared
 		l.mu.Unlock()
+		// Readers of this Client may now join, as they may join any
+		// read lock: only exclusive holds keep the Client's gate.
+		l.leave()
 		return nil
 	case err == nil:
 		// Whatever the store made of the request is not this lock's hold:
