@@ -186,8 +186,9 @@
 // # Waiting
 //
 // The driver implements driver.Notifier. A waiter watches what keeps it
-// waiting, and is signalled only when a read after a change finds nothing
-// does:
+// waiting, found by a read of the queue that its subscription makes (so
+// Subscribe returns at once, and the read runs alongside the Acquire that
+// package dlock makes right after subscribing):
 //
 //   - an exclusive waiter watches its predecessor in the queue (the entry
 //     created just before its own) for its deletion, then the next one;
@@ -197,16 +198,29 @@
 //     watch) and counts those of the entries that were ahead of it, until
 //     fewer than Limit are left.
 //
+// Entries ahead of an entry only ever go (new ones go to the back) and never
+// become exclusive, so when that read shows that the watched entry is the
+// last thing keeping the waiter out (an exclusive waiter's predecessor is
+// first in the queue, no other writer is ahead of a reader, or a permit's
+// count falls below Limit), its end admits the waiter, which is signalled
+// at once: a handoff costs the release, its watch event and the waiter's
+// Acquire. Otherwise the queue is read again after a change, and the
+// waiter is signalled when that read finds nothing blocking; the end of a
+// watched writer is signalled at once as well, since a writer leaves the
+// queue after it held the key (unless its owner gave up waiting), so that
+// its end nearly always admits the waiter.
+//
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it (who are then all admitted), a reader's release wakes at most
-// the writer right behind it, and a waiter is not woken to find itself
-// still blocked. Waiting permits receive every deletion on their key as a
-// watch event (a semaphore's waiters cannot know which release admits
-// which of them without counting), but only those that may be admitted
-// read the store. A watch starts at the server's current revision and is
+// the writer right behind it, and a waiter is woken to find itself still
+// blocked only when a writer ahead of it gave up waiting. Waiting permits
+// receive every deletion on their key as a watch event (a semaphore's
+// waiters cannot know which release admits which of them without
+// counting), but only those that may be admitted are signalled. A watch starts at the server's current revision and is
 // followed by a read of the watched entry (for a permit, of the entries
-// ahead), which counts as a change if it is gone or changed. etcd delivers
-// events at once only to a watch that was up to date when it was
+// ahead), which counts as a change if it is gone, created again (names are
+// reused: the CreateRevision tells the incarnations apart) or changed. etcd
+// delivers events at once only to a watch that was up to date when it was
 // registered; one registered just after another write catches up in a loop
 // that runs every 100ms. The reply that confirms the watch carries its
 // start revision: if the store has moved on by the time of the read, the

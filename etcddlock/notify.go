@@ -51,13 +51,27 @@ type blocker struct {
 	rev int64
 	// name is the entry to watch: an exclusive waiter's predecessor, or the
 	// exclusive entry nearest ahead of a shared waiter ("" if nothing
-	// blocks). mod is its ModRevision: a later one is a downgrade.
-	name string
-	mod  int64
+	// blocks). create is its CreateRevision (the incarnation: names are
+	// reused) and mod its ModRevision: a later one is a downgrade.
+	name   string
+	create int64
+	mod    int64
 	// ahead holds, for a permit that waits, the names of the entries ahead
 	// of it: it is admitted once fewer than limit are left.
 	ahead map[string]bool
 	limit int
+	// last reports that nothing else keeps the waiter out: the end of the
+	// watched entry (its deletion, or a downgrade) admits it, and so does,
+	// for a permit, the deletion that leaves fewer than limit ahead. It
+	// holds because entries ahead of an entry never grow in number (new
+	// ones go to the back) and never become exclusive, so it needs the
+	// waiter to have an entry.
+	last bool
+	// writer reports that the watched entry is exclusive. Such an entry
+	// leaves the queue after it held the key, unless its owner gave up
+	// waiting, so its end almost always admits the waiter even when last
+	// is false.
+	writer bool
 }
 
 func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
@@ -78,11 +92,27 @@ func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it, a release of a reader wakes at most the writer right behind it,
-// and a waiting permit reads the store only once it may be admitted: the
-// waiter is signalled only when the read that follows a change finds nothing
-// blocking it. The end of the session of the owner's entry is signalled too
-// (the waiter then learns that its entry is gone). An owner without an entry
-// (an Acquire without Queue) is treated as one at the end of the queue.
+// and a waiting permit is signalled only once fewer than its limit are ahead
+// of it. When the read that found the blocker showed that nothing else keeps
+// the waiter out (an exclusive waiter's predecessor was first in the queue,
+// a reader had no other writer ahead, a permit counts what is ahead of it),
+// the blocker's end is signalled at once: entries ahead of an entry only
+// ever go, so that end admits the waiter, and the Acquire that the signal
+// prompts is the only read of the handoff. Otherwise the queue is read again
+// after a change, and the waiter is signalled when that read finds nothing
+// blocking it; the end of a watched writer is signalled at once as well (see
+// blocker.writer), and the read then tells whether to signal again or to
+// watch the next blocker. The end of the session of the owner's entry is
+// signalled too (the waiter then learns that its entry is gone). An owner
+// without an entry (an Acquire without Queue) is treated as one at the end
+// of the queue; no blocker is the last for it, since new entries may come
+// ahead of it.
+//
+// Subscribe returns at once; the subscription's goroutine reads the blocker,
+// so that the read runs alongside the Acquire that package dlock makes right
+// after subscribing. Whatever happens after that read is seen by the watch
+// or by the read that follows it, and a read that finds nothing blocking
+// signals.
 //
 // Each watch starts at the server's current revision; once it is
 // established the watched entry is read again (for a permit, the entries
@@ -96,18 +126,14 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err := d.check(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcddlock: subscribe %q: %w", req.Key, err)
+	}
 	w := waiter{key: req.Key, mode: req.Mode, limit: req.Limit}
 	var ended <-chan struct{}
 	rec, ok := d.table.Get(reqID(req))
 	if ok {
 		w.rev, w.mode, w.limit, ended = rec.rev, rec.mode, rec.limit, rec.sess.done
-	}
-	var b blocker
-	if !rec.lost { // a lost entry is signalled at once: the next Acquire learns of the loss
-		var err error
-		if b, err = d.blocker(ctx, w); err != nil {
-			return nil, fmt.Errorf("etcddlock: subscribe %q: %w", req.Key, err)
-		}
 	}
 	s := &subscription{ch: make(chan struct{}, 1), done: make(chan struct{})}
 	var wctx context.Context
@@ -123,22 +149,20 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	go func() {
 		defer d.wg.Done()
 		defer close(s.done)
-		d.follow(wctx, s, w, b, ended)
+		if rec.lost {
+			s.signal() // the next Acquire learns of the loss
+			return
+		}
+		d.follow(wctx, s, w, ended)
 	}()
 	return s, nil
 }
 
-// follow watches what blocks w, starting with b, until ctx ends or nothing
-// does; then it signals.
-func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, b blocker, ended <-chan struct{}) {
-	for b.blocks() {
-		switch d.await(ctx, w, &b, ended) {
-		case stopped:
-			return
-		case sessionEnded:
-			s.signal()
-			return
-		}
+// follow watches what blocks w until ctx ends or nothing does; then it
+// signals.
+func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, ended <-chan struct{}) {
+	for {
+		var b blocker
 		delay := 50 * time.Millisecond
 		for {
 			var err error
@@ -151,14 +175,30 @@ func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, b blocke
 			}
 			delay = min(2*delay, maxRetryDelay)
 		}
+		if !b.blocks() {
+			s.signal()
+			return
+		}
+		switch d.await(ctx, w, &b, ended) {
+		case stopped:
+			return
+		case sessionEnded, unblocked:
+			s.signal()
+			return
+		}
+		if b.writer {
+			// Let the waiter ask at once, while the queue is read
+			// again in case something else still blocks it.
+			s.signal()
+		}
 	}
-	s.signal()
 }
 
 type watchEnd int
 
 const (
 	changed      watchEnd = iota // the blocker may be gone (or the watch failed: look again)
+	unblocked                    // the blocker ended and it was the last (see blocker.last)
 	sessionEnded                 // the owner's session ended
 	stopped                      // the subscription or the driver was closed
 )
@@ -168,7 +208,9 @@ const (
 // more than etcd's 100ms catch-up period.
 var catchUpPolls = []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond, 32 * time.Millisecond, 64 * time.Millisecond}
 
-// await watches b, which blocks w, until it may no longer block it.
+// await watches b, which blocks w, until it may no longer block it. It
+// returns unblocked if b was the last thing keeping w out and has ended,
+// changed if b may have ended and w must look again.
 //
 // It establishes a watch from the server's current revision and then reads
 // the store again: a change found then happened before the watch began.
@@ -210,8 +252,10 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 		case <-ended:
 			return sessionEnded
 		case <-tick:
-			if gone, _ := d.recheck(ctx, w, b); gone {
+			if gone, _, err := d.recheck(ctx, w, b); err != nil {
 				return changed
+			} else if gone {
+				return b.end()
 			}
 			if len(polls) > 0 {
 				poll.Reset(polls[0])
@@ -228,15 +272,18 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 			}
 			for _, ev := range wr.Events {
 				if b.changedBy(ev) {
-					return changed
+					return b.end()
 				}
 			}
 			if !wr.Created {
 				continue
 			}
-			gone, rev := d.recheck(ctx, w, b)
-			if gone {
+			gone, rev, err := d.recheck(ctx, w, b)
+			switch {
+			case err != nil:
 				return changed
+			case gone:
+				return b.end()
 			}
 			if rev > wr.Header.Revision && poll == nil {
 				poll = time.NewTimer(catchUpPolls[0])
@@ -246,8 +293,17 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 	}
 }
 
-// changedBy reports whether a watch event may end b: any event on the
-// watched entry (the watch of an exclusive waiter's predecessor filters out
+// end is how await reports that b has ended (or may have).
+func (b *blocker) end() watchEnd {
+	if b.last {
+		return unblocked
+	}
+	return changed
+}
+
+// changedBy reports whether a watch event ends b: any event on the watched
+// entry (its deletion, or a Put, which is a downgrade or comes after a
+// deletion; the watch of an exclusive waiter's predecessor filters out
 // Puts), or for a permit the deletion of an entry ahead that leaves fewer
 // than the limit.
 func (b *blocker) changedBy(ev *clientv3.Event) bool {
@@ -261,23 +317,32 @@ func (b *blocker) changedBy(ev *clientv3.Event) bool {
 	return len(b.ahead) < b.limit
 }
 
-// recheck reads the store again and reports whether b may no longer block
-// w, and the revision of the read. A read that fails counts as a change
-// (the waiter then asks).
-func (d *Driver) recheck(ctx context.Context, w waiter, b *blocker) (bool, int64) {
+// recheck reads the store again and reports whether b has ended (the
+// watched entry is gone, is another incarnation, or was downgraded; for a
+// permit, fewer than its limit are ahead of it), and the revision of the
+// read. The caller treats a read that fails as a possible change: the waiter
+// then asks.
+func (d *Driver) recheck(ctx context.Context, w waiter, b *blocker) (gone bool, rev int64, _ error) {
 	if b.ahead != nil {
 		nb, err := d.blocker(ctx, w)
-		if err != nil || !nb.blocks() {
-			return true, 0
+		switch {
+		case err != nil:
+			return false, 0, err
+		case !nb.blocks():
+			return true, nb.rev, nil
 		}
 		*b = nb
-		return false, nb.rev
+		return false, nb.rev, nil
 	}
 	resp, err := d.cli.Get(ctx, b.name, clientv3.WithKeysOnly())
-	if err != nil || len(resp.Kvs) == 0 {
-		return true, 0
+	switch {
+	case err != nil:
+		return false, 0, err
+	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != b.create:
+		// Gone, or gone and created again (behind w: names are reused).
+		return true, resp.Header.Revision, nil
 	}
-	return w.mode == driver.Shared && resp.Kvs[0].ModRevision != b.mod, resp.Header.Revision
+	return w.mode == driver.Shared && resp.Kvs[0].ModRevision != b.mod, resp.Header.Revision, nil
 }
 
 // blocker reads what keeps w waiting (see blocker and Subscribe).
@@ -288,7 +353,8 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 	}
 	switch w.mode {
 	case driver.Exclusive:
-		opts = append(opts, clientv3.WithLimit(1), clientv3.WithKeysOnly())
+		// The predecessor, and whether another entry is ahead of it.
+		opts = append(opts, clientv3.WithLimit(2))
 	case driver.Semaphore:
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
@@ -297,6 +363,7 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 		return blocker{}, err
 	}
 	b := blocker{rev: resp.Header.Revision}
+	isExclusive := func(kv *mvccpb.KeyValue) bool { return decode(kv).mode() == driver.Exclusive }
 	switch w.mode {
 	case driver.Semaphore:
 		if len(resp.Kvs) >= w.limit {
@@ -304,15 +371,23 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 			for _, kv := range resp.Kvs {
 				b.ahead[string(kv.Key)] = true
 			}
+			b.last = w.rev > 0
 		}
 	case driver.Shared:
-		i := slices.IndexFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return decode(kv).mode() == driver.Exclusive })
-		if i >= 0 {
-			b.name, b.mod = string(resp.Kvs[i].Key), resp.Kvs[i].ModRevision
+		// Newest first: the nearest writer ahead, and whether an older one
+		// is there too.
+		if i := slices.IndexFunc(resp.Kvs, isExclusive); i >= 0 {
+			kv := resp.Kvs[i]
+			b.name, b.create, b.mod = string(kv.Key), kv.CreateRevision, kv.ModRevision
+			b.last = w.rev > 0 && !slices.ContainsFunc(resp.Kvs[i+1:], isExclusive)
+			b.writer = true
 		}
 	default:
 		if len(resp.Kvs) > 0 {
-			b.name = string(resp.Kvs[0].Key)
+			kv := resp.Kvs[0]
+			b.name, b.create = string(kv.Key), kv.CreateRevision
+			b.last = w.rev > 0 && len(resp.Kvs) == 1
+			b.writer = isExclusive(kv)
 		}
 	}
 	return b, nil
