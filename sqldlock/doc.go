@@ -19,18 +19,19 @@
 //
 //   - postgres://... and postgresql://... are passed to pgx (see
 //     github.com/jackc/pgx/v5/pgconn.ParseConfig for the parameters), minus
-//     the dlock parameter table.
+//     the dlock parameters table and fair.
 //   - mysql://user:password@host:port/database?params connects over TCP (port
 //     3306 by default) with github.com/go-sql-driver/mysql; params other than
-//     table are go-sql-driver DSN parameters; parseTime and clientFoundRows
-//     default to true.
+//     table and fair are go-sql-driver DSN parameters; parseTime and
+//     clientFoundRows default to true.
 //   - sqlite:///absolute/path.db, or sqlite:relative/path.db (resolved
 //     against the working directory when opened). The file is created if
 //     missing, not its directory. The database is opened in WAL mode with a
 //     busy timeout of 10s and BEGIN IMMEDIATE transactions. The only
-//     parameter is table.
+//     parameters are table and fair.
 //
-// Every scheme accepts table=NAME (see WithTable).
+// Every scheme accepts table=NAME (see WithTable) and fair=1 (see WithFair,
+// and Fairness below; fair=0, the default, leaves it off).
 //
 // # How locks are stored
 //
@@ -71,8 +72,9 @@
 // Every dialect implements the three modes natively (Capabilities.Modes):
 // Exclusive, Shared (read-write locks, with writer preference and
 // downgrade) and Semaphore (at most Limit holders, each with its own lease
-// and token). The wait queue is not FIFO (Capabilities.FIFO is false): it
-// serves writer preference only.
+// and token). Waiters queue in the holds table (see below); by default the
+// queue serves writer preference only, and a fair driver (WithFair) also
+// admits waiters in the order they first asked (see Fairness).
 //
 // Exclusive holds keep the v1 layout and statements: the uncontended
 // Exclusive Acquire is the same single statement or short transaction as
@@ -81,51 +83,115 @@
 // entry). Shared holds and permits are rows of the holds table (NAME_holds),
 // one per (key, owner), with their mode, the semaphore's limit, token, info
 // and lease; so are the queue entries of waiters (waiting = 1, their place
-// in line in the token column), written when an Acquire with Request.Queue
-// fails. While a key has holders in the holds table, its lock-table row is a
-// marker: its owner is the empty string (never a real owner), its expiry the
-// latest of those holders'. To the Exclusive path, and to v1 clients, which
-// know nothing of the holds table, the marker is a key held by someone else;
-// when it expires every holder behind it has expired too, and an Exclusive
-// Acquire takes the key over and deletes their rows.
+// in line in the token column, drawn from the token counter), written when
+// an Acquire with Request.Queue fails and renewed by each further one.
+// While a key has live rows in the holds table and no Exclusive holder, its
+// lock-table row is a marker: its owner is the empty string (never a real
+// owner), its expiry the latest of those rows'. To the Exclusive path, and
+// to v1 clients, which know nothing of the holds table, the marker is a key
+// held by someone else, so they do not take a key that readers, permits or
+// waiters hold or wait for; when it expires every row behind it has expired
+// too, and an Exclusive Acquire takes the key over and deletes their rows.
+// While an Exclusive holder holds the key, its own row keeps newcomers out
+// on the waiters' behalf.
 //
 // A Shared or Semaphore Acquire, and an Exclusive one that meets a marker or
 // waits in the queue, is one transaction that first locks the key (SQLite:
 // the database's write lock; PostgreSQL and MySQL: the key's lock-table row,
 // inserted as an expired marker if missing, since the Exclusive path locks
-// that row too), deletes the key's expired holds-table rows, reads the
-// key's holders and waiters and decides as the reference driver (memdlock)
-// does:
+// that row too), deletes the key's expired holder rows, reads the key's
+// holders and waiters and decides as the reference driver (memdlock) does:
 //
 //   - Shared is admitted if no Exclusive hold exists and no live Exclusive
 //     waiter queued before the requester (writer preference: once a writer
 //     waits, new readers wait behind it; granted holds are unaffected).
-//   - Semaphore is admitted while fewer than Limit permits are held.
-//   - Exclusive is admitted if the key has no holder.
+//   - Semaphore is admitted while fewer than Limit permits are held (fair:
+//     counting the live waiters queued before the requester as held).
+//   - Exclusive is admitted if the key has no holder (fair: and no live
+//     waiter queued before the requester).
 //   - A Shared Acquire by the Exclusive holder is a downgrade: the lock-table
 //     row becomes a marker and the hold moves to the holds table, same
 //     token, lease renewed; waiting readers are notified (PostgreSQL).
-//   - A Semaphore request on a key in use as Exclusive/Shared (or the other
-//     way round), with another Limit, or an Exclusive request by a Shared
-//     holder (an upgrade) fails with driver.ErrModeMismatch; the transaction
-//     is rolled back.
+//   - A Semaphore request on a key held or awaited as Exclusive/Shared (or
+//     the other way round), with another Limit, or an Exclusive request by a
+//     Shared holder (an upgrade) fails with driver.ErrModeMismatch; the
+//     transaction is rolled back. (The marker that stands for waiters is
+//     what sends an Exclusive request on a key that only semaphore waiters
+//     wait for to this check.)
+//   - A request that is not admitted keeps or renews the requester's queue
+//     entry (with Request.Queue) and sets the marker to cover the key's live
+//     rows.
+//
+// A queue entry whose lease has ended (its owner stopped asking: it crashed,
+// paused or lost its connection for longer than the lease) no longer holds
+// anyone up, but its row is kept as the record of a lost place: the owner's
+// next Acquire with Request.Queue fails with an error wrapping
+// driver.ErrNotHeld instead of queueing it again at the back (on a fair
+// driver, even if the key has become free meanwhile), and package dlock
+// ends its wait with dlock.ErrLost and releases it, which deletes the row.
+// The record of an owner that never comes back goes a minute after its
+// lease ended (when its key is next used, or by the cleanup); ForceRelease
+// deletes it with the key's other rows.
 //
 // Tokens of every mode, and waiters' places, are drawn from the same counter
 // after the key is locked, so they increase per key across modes. Refresh
 // and Release try the v1 statement on the lock table first and, if the owner
 // has no row there, run a transaction on the holds table that also brings
-// the marker's expiry down to the remaining holders (or deletes it). On
-// PostgreSQL and MySQL every such transaction locks the lock-table row
-// before holds-table rows, so they cannot deadlock each other. List returns
-// every live holder (lock table and holds table), with Mode and Limit;
-// ForceRelease deletes both tables' rows of the key; the cleanup sweeps
-// both tables.
+// the marker's expiry down to the remaining live rows (or deletes it, with
+// the key's dead rows). On PostgreSQL and MySQL every such transaction locks
+// the lock-table row before holds-table rows, so they cannot deadlock each
+// other. List returns every live holder (lock table and holds table), with
+// Mode and Limit; ForceRelease deletes both tables' rows of the key, queue
+// entries included (their owners queue again); the cleanup sweeps both
+// tables, but keeps an expired Exclusive hold while live waiters are queued
+// behind it.
 //
-// Mixed versions: v1 clients are safe against v2 ones (they see markers as
-// foreign holds) but do not know the holds table: a v1 ForceRelease of a
+// # Fairness
+//
+// A driver made with WithFair (URL parameter fair=1) declares
+// Capabilities.FIFO: waiters that Acquire with Request.Queue (package dlock
+// sets it on every waiting Lock) acquire in the order they first asked, as
+// dlock.Fair requires, across processes and across modes (readers queued
+// behind a writer are admitted together once it leaves). Besides the
+// admission rules above, three things differ from the default:
+//
+//   - Release of an Exclusive hold leaves a marker behind if the key has
+//     live queue entries, in the same transaction, so that neither a
+//     newcomer's Exclusive fast path nor a v1 client takes the key from the
+//     head of the queue before it wakes. While the key has no queue entry
+//     this is one statement, as before, with a condition on the holds table
+//     (PostgreSQL: the function NAME_release_v1).
+//   - The takeover of an expired hold (of a crashed holder) checks for live
+//     waiters first, and leaves the key to them, as their marker, if there
+//     are any (PostgreSQL: NAME_acquire_v3 with p_fair).
+//   - A queued owner's Acquire goes straight to the holds-table
+//     transaction, which admits it only when its turn has come; on MySQL
+//     and SQLite, while a live Exclusive hold keeps it waiting, one
+//     statement renews its queue entry instead.
+//
+// A waiter that dies holds the queue up for at most its entry's lease (the
+// lock's TTL). Fairness has a price on a contended key: each release hands
+// the key to the next waiter in line instead of to whichever client asks
+// first (often the releasing client itself), and on MySQL and SQLite, which
+// have no notifications, that waiter must first wake from its polling
+// backoff, so the key may stay free for up to that backoff
+// (dlock.WithBackoff bounds it). On PostgreSQL the release notification
+// wakes it at once. Uncontended, Acquire and Release are one statement or
+// one short transaction, as without fairness.
+//
+// Fairness is a property of the clients: every client of a table must be
+// fair for the order to hold. A client that is not fair takes a key that
+// has no holder whether waiters wait for it or not, and its release of an
+// Exclusive hold leaves no marker, so that newcomers may pass the waiters
+// that were queued behind it; a v1 client's release does the same.
+//
+// Mixed versions: v1 clients are safe against newer ones (they see markers
+// as foreign holds) but do not know the holds table: a v1 ForceRelease of a
 // key held Shared removes the marker only, letting Exclusive requests in
-// beside the readers until their leases end, and a v1 takeover of an
-// expired marker leaves the expired holder rows to the cleanup.
+// beside the readers until their leases end; a v1 takeover of an expired
+// marker leaves the expired holder rows to the cleanup; and the release or
+// takeover of an Exclusive hold by a v1 client leaves no marker for waiters
+// queued behind it.
 //
 // # Schema
 //
@@ -134,13 +200,16 @@
 // by a more privileged one); creation is idempotent and safe when several
 // processes do it at once. With the default table name the statements are
 // below. The schema is versioned additively: version 2 adds the holds table
-// (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects,
-// which it leaves as they are, so v1 clients keep working against a v2
-// schema and a v2 client upgrades a v1 schema itself on first use (it checks
-// for every object, and creates what is missing).
+// (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects, and
+// version 3 (fairness) adds, on PostgreSQL only, the functions
+// NAME_acquire_v3 and NAME_release_v1; each version leaves the objects
+// before it as they are, so older clients keep working against a newer
+// schema and a client upgrades an older schema itself on first use (it
+// checks for every object, and creates what is missing).
 //
-// PostgreSQL (the functions are the one-round-trip acquire; see pgOps;
-// NAME_acquire_v1 is kept for v1 clients):
+// PostgreSQL (the acquire functions are the one-round-trip acquire, and
+// NAME_release_v1 the one-round-trip release of a fair driver; see pgOps;
+// NAME_acquire_v1 and NAME_acquire_v2 are kept for older clients):
 //
 //	CREATE TABLE IF NOT EXISTS "dlock_locks" (
 //		lock_key   text COLLATE "C" PRIMARY KEY,
@@ -224,6 +293,69 @@
 //		END IF;
 //	END
 //	$$
+//	CREATE OR REPLACE FUNCTION "dlock_locks_acquire_v3"(
+//		p_key text, p_owner text, p_info text, p_ttl_us bigint, p_queued boolean, p_fair boolean,
+//		OUT o_acquired boolean, OUT o_token bigint, OUT o_retry_us bigint, OUT o_marked boolean)
+//	LANGUAGE plpgsql AS $$
+//	BEGIN
+//		INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//		VALUES (p_key, p_owner, 0, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//		ON CONFLICT (lock_key) DO UPDATE SET
+//			owner = excluded.owner,
+//			info = excluded.info,
+//			expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond',
+//			token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+//				THEN l.token WHEN l.owner = '' THEN -1 ELSE -2 END
+//		WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+//		RETURNING l.token INTO o_token;
+//		IF NOT FOUND THEN
+//			o_acquired := false;
+//			SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint, l.owner = ''
+//				INTO o_retry_us, o_marked FROM "dlock_locks" AS l WHERE l.lock_key = p_key;
+//			RETURN;
+//		END IF;
+//		IF o_token < 0 AND p_fair THEN
+//			IF EXISTS (SELECT 1 FROM "dlock_locks_holds" WHERE lock_key = p_key AND waiting = 1 AND owner <> p_owner
+//				AND expires_at > clock_timestamp()) THEN
+//				UPDATE "dlock_locks" SET owner = '', token = 0, info = '', expires_at = (SELECT max(expires_at)
+//					FROM "dlock_locks_holds" WHERE lock_key = p_key AND expires_at > clock_timestamp())
+//					WHERE lock_key = p_key;
+//				o_acquired := false;
+//				o_marked := true;
+//				RETURN;
+//			END IF;
+//		END IF;
+//		o_acquired := true;
+//		IF o_token = -1 THEN
+//			DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND waiting = 0;
+//		END IF;
+//		IF o_token < 0 THEN
+//			o_token := 0;
+//		END IF;
+//		IF p_queued THEN
+//			DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND owner = p_owner;
+//		END IF;
+//		IF o_token = 0 THEN
+//			UPDATE "dlock_locks" SET token = nextval('"dlock_locks_token_seq"')
+//				WHERE lock_key = p_key RETURNING token INTO o_token;
+//		END IF;
+//	END
+//	$$
+//	CREATE OR REPLACE FUNCTION "dlock_locks_release_v1"(p_key text, p_owner text, OUT o_live boolean)
+//	LANGUAGE plpgsql AS $$
+//	BEGIN
+//		DELETE FROM "dlock_locks" WHERE lock_key = p_key AND owner = p_owner
+//			RETURNING expires_at > clock_timestamp() INTO o_live;
+//		IF NOT FOUND THEN
+//			RETURN;
+//		END IF;
+//		INSERT INTO "dlock_locks" (lock_key, owner, token, info, expires_at)
+//		SELECT p_key, '', 0, '', max(expires_at) FROM "dlock_locks_holds"
+//		WHERE lock_key = p_key AND waiting = 1 AND expires_at > clock_timestamp()
+//		HAVING count(*) > 0;
+//		PERFORM pg_notify('dlock_locks', p_key);
+//	END
+//	$$
 //
 // MySQL and MariaDB:
 //
@@ -286,6 +418,15 @@
 // write lock within the busy timeout fails with SQLITE_BUSY, which is
 // reported as an error, never as success. Tokens are durable only with
 // synchronous=FULL (SQLite's default).
+//
+// While one connection writes, SQLite makes the others wait in its busy
+// handler, which sleeps between attempts (up to 100ms at a time), so a
+// steady stream of writes can keep a connection waiting long enough for a
+// lock's renewal to come too late. The waiters of fair drivers make such
+// streams (they renew their queue entries until their turn comes), so the
+// fair drivers that one process opens by URL on one file take turns at an
+// in-process gate before they write, in order, and SQLite's busy handler
+// only waits for other processes.
 //
 // # Helpers for application tables
 //

@@ -17,33 +17,47 @@ import (
 //     limit, its fencing token, info and lease;
 //   - a waiter row (waiting = 1) is the queue entry of an owner whose
 //     Acquire with Request.Queue failed; its token column is its place in
-//     line (drawn from the token counter), its lease is the entry's.
+//     line (drawn from the token counter), its lease is the entry's. A
+//     waiter row whose lease has ended no longer counts, but is kept for a
+//     while as the record that its owner lost its place (see goneFor).
 //
 // The lock table keeps its v1 meaning for Exclusive holds, and gains one more
-// kind of row: while a key has holders in the holds table, its lock-table row
-// is a marker whose owner is the empty string (never a real owner) and whose
-// expiry is the latest expiry of those holders. The marker keeps the
-// Exclusive fast path (and v1 clients, which know nothing of the holds
-// table) away from a key that readers or permits hold: to them it is a key
-// held by someone else. When the marker expires, every holder behind it has
-// expired too, and an Exclusive Acquire may take the key over; it then
-// deletes the stale holder rows.
+// kind of row: while a key has live holders or waiters in the holds table
+// and no Exclusive holder, its lock-table row is a marker whose owner is the
+// empty string (never a real owner) and whose expiry is the latest expiry
+// of those rows. The marker keeps the Exclusive fast path (and v1 clients,
+// which know nothing of the holds table) away from a key that readers or
+// permits hold or that waiters wait for: to them it is a key held by
+// someone else. When the marker expires, every row behind it has expired
+// too, and an Exclusive Acquire may take the key over; it then deletes the
+// stale holder rows. While an Exclusive holder holds the key, its own row
+// stands for the waiters queued behind it.
 //
 // Every step on a key in the holds table runs in one transaction that first
 // locks the key (see multiSQL.lockKey), so that contenders for one key,
 // including Exclusive ones, are serialized.
 
 // markerOwner is the owner column of a lock-table row that marks a key held
-// in the holds table. Real owners are never empty.
+// or awaited in the holds table. Real owners are never empty.
 const markerOwner = ""
+
+// goneFor is how long a waiter row is kept after its lease ended, so that
+// its owner's next Acquire with Request.Queue reports the lost place
+// (driver.ErrNotHeld) instead of queueing it again at the back (or, on a
+// fair driver, taking a lock that has meanwhile become free), as memdlock
+// does. Package dlock releases the owner then, which deletes the row; if
+// the owner never comes back, the row goes goneFor after its lease ended
+// (lockKey, the cleanup).
+const goneFor = time.Minute
 
 // multiSQL are the statements of the holds-table protocol for one dialect,
 // with ? placeholders; exp is the expression of "now plus the ttl
 // argument", in the order the arguments are listed in each comment.
 type multiSQL struct {
 	// lockKey locks the key for the transaction (SQLite: it must be a
-	// write) and deletes the key's expired holds-table rows. Args: key
-	// (SQLite); key, key (PostgreSQL).
+	// write) and deletes the key's expired holder rows and the waiter rows
+	// whose lease ended more than goneFor ago. Args: key (SQLite); key, key
+	// (PostgreSQL).
 	lockKey string
 	// lockMain, if set, locks the key's lock-table row before Refresh and
 	// Release touch the holds table, so that every transaction locks the
@@ -58,7 +72,7 @@ type multiSQL struct {
 	// deleteMain deletes the key's lock-table row. Args: key.
 	deleteMain string
 	// readHolds reads the key's rows: owner, waiting, mode, lim, token,
-	// time left. Args: key.
+	// time left, live. Args: key.
 	readHolds string
 	// upsertHold inserts or replaces (key, owner)'s row. Args: key, owner,
 	// waiting, mode, lim, token, info, ttl.
@@ -68,6 +82,11 @@ type multiSQL struct {
 	// upsertMarker inserts the marker or extends it to ttl from now if
 	// that is later. Args: key, ttl.
 	upsertMarker string
+	// markRow makes the lock-table row a marker whose expiry is the
+	// latest of the key's live holds-table rows, if there are any: it
+	// inserts it, resets an existing marker or turns an expired Exclusive
+	// hold into it, and leaves a live Exclusive hold alone. Args: key, key.
+	markRow string
 	// downgrade turns the key's Exclusive row into a marker. Args: ttl, key.
 	downgrade string
 	// setMain makes the key's row an Exclusive hold. Args: key, owner,
@@ -81,27 +100,38 @@ type multiSQL struct {
 	// live. Args: key, owner. Without RETURNING (MySQL), it is a locking
 	// SELECT of waiting and live, and deleteHold follows.
 	releaseHold string
-	// noReturning says that releaseHold only reads (MySQL).
+	// releaseRow deletes (key, owner)'s lock-table row and returns live.
+	// Args: key, owner. Without RETURNING (MySQL), it is a locking SELECT
+	// of live, and deleteOwnMain follows.
+	releaseRow string
+	// deleteOwnMain deletes (key, owner)'s lock-table row. Args: key, owner.
+	deleteOwnMain string
+	// noReturning says that releaseHold and releaseRow only read (MySQL).
 	noReturning bool
-	// setMarker sets the marker's expiry to the latest of the key's
-	// holders, if it has any. Args: key, key, key.
-	setMarker string
-	// deleteMarker deletes the marker if the key has no holders left.
-	// Args: key, key.
-	deleteMarker string
+	// idleMain deletes the marker, or an expired Exclusive hold, if the key
+	// has no live holds-table row. Args: key, key.
+	idleMain string
+	// idleHolds deletes the key's expired holder rows if the key has no
+	// lock-table row left (so no live row at all). Args: key, key.
+	idleHolds string
 	// refreshHold extends (key, owner)'s live holder row. Args: ttl, key, owner.
 	refreshHold string
 	// nextToken draws a token from the counter.
 	nextToken func(ctx context.Context, tx *sql.Tx) (int64, error)
 	// unit is the unit of "time left" and ttl.
 	unit time.Duration
+	// fair says that waiters are admitted in queue order
+	// (Capabilities.FIFO); otherwise the queue serves writer preference
+	// only.
+	fair bool
 }
 
 // rebind rewrites every statement with f.
 func (q *multiSQL) rebind(f func(string) string) {
 	for _, p := range []*string{&q.lockKey, &q.lockMain, &q.notify, &q.readMain, &q.deleteMain,
-		&q.readHolds, &q.upsertHold, &q.touchHold, &q.upsertMarker, &q.downgrade, &q.setMain,
-		&q.deleteHold, &q.deleteHolders, &q.releaseHold, &q.setMarker, &q.deleteMarker, &q.refreshHold} {
+		&q.readHolds, &q.upsertHold, &q.touchHold, &q.upsertMarker, &q.markRow, &q.downgrade, &q.setMain,
+		&q.deleteHold, &q.deleteHolders, &q.releaseHold, &q.releaseRow, &q.deleteOwnMain,
+		&q.idleMain, &q.idleHolds, &q.refreshHold} {
 		*p = f(*p)
 	}
 }
@@ -137,16 +167,23 @@ type entry struct {
 	limit   int
 	token   int64
 	left    int64
+	live    bool
 }
 
 func modeMismatch(key string, format string, args ...any) error {
 	return fmt.Errorf("%q: "+format+": %w", append(append([]any{key}, args...), driver.ErrModeMismatch)...)
 }
 
+// placeLost is the error of an Acquire with Request.Queue by an owner whose
+// queue entry's lease ended.
+func placeLost(key string) error {
+	return fmt.Errorf("%q: the queue entry's lease ended, and with it the place in line: %w", key, driver.ErrNotHeld)
+}
+
 // acquireMulti is the slow path of Acquire, for Shared and Semaphore
-// requests and for Exclusive ones on a key marked as held in the holds
-// table. tx has locked the key (lockKey has run). It reports whether the
-// transaction changed something worth committing.
+// requests, for Exclusive ones on a key marked as held or awaited in the
+// holds table, and for those of queued owners. tx has locked the key
+// (lockKey has run). On an error the caller rolls tx back.
 func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
 	var (
 		mOwner string
@@ -160,7 +197,9 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 		return driver.Result{}, err
 	}
 	if found && !mLive {
-		// An expired hold or marker: everything behind it has expired.
+		// An expired hold or marker: the holders behind it have expired
+		// too. (Waiters queued behind an Exclusive hold may still be
+		// live: they stay, and the decision below covers them.)
 		if _, err := tx.ExecContext(ctx, q.deleteMain, req.Key); err != nil {
 			return driver.Result{}, err
 		}
@@ -173,16 +212,25 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 	if err != nil {
 		return driver.Result{}, err
 	}
-	var holders, waiters []entry
-	var own *entry
+	// holders and waiters are the live rows of other owners, waiters in
+	// queue order; own is req.Owner's live row; gone reports that its
+	// queue entry's lease has ended.
+	var (
+		holders, waiters []entry
+		own              *entry
+		gone             bool
+	)
 	for i := range entries {
 		e := &entries[i]
-		if e.owner == req.Owner {
+		switch {
+		case e.owner == req.Owner && e.live:
 			own = e
-		}
-		if e.waiting {
+		case e.owner == req.Owner:
+			gone = e.waiting
+		case !e.live:
+		case e.waiting:
 			waiters = append(waiters, *e)
-		} else {
+		default:
 			holders = append(holders, *e)
 		}
 	}
@@ -197,6 +245,10 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 					return driver.Result{}, err
 				}
 				if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, mToken, req.Info, exp); err != nil {
+					return driver.Result{}, err
+				}
+				// The marker covers the waiters too.
+				if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
 					return driver.Result{}, err
 				}
 				if err := execIf(ctx, tx, q.notify, req.Key); err != nil { // readers may join
@@ -215,7 +267,11 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 		if req.Mode == driver.Semaphore {
 			return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
 		}
-		return q.wait(ctx, tx, req, own, exp, mLeft)
+		if gone && req.Queue {
+			return driver.Result{}, placeLost(req.Key)
+		}
+		// The holder's row stands for the queue: no marker to fix.
+		return q.wait(ctx, tx, req, own, exp, mLeft, false)
 	}
 
 	// Holders (if any) are in the holds table.
@@ -231,10 +287,16 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 		}
 		return driver.Result{Acquired: true, Token: uint64(own.token)}, nil
 	}
+	// The key's mode is that of its first holder or, with none, of its
+	// first waiter (req.Owner's own entry included: it asked in the same
+	// mode).
 	var first *entry
-	if len(holders) > 0 {
+	switch {
+	case len(holders) > 0:
 		first = &holders[0]
-	} else if len(waiters) > 0 {
+	case own != nil && (len(waiters) == 0 || own.token < waiters[0].token):
+		first = own
+	case len(waiters) > 0:
 		first = &waiters[0]
 	}
 	if first != nil {
@@ -243,45 +305,40 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 			return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)", first.mode, first.limit, req.Mode, req.Limit)
 		}
 	}
-	admit := false
-	switch req.Mode {
-	case driver.Exclusive:
-		admit = len(holders) == 0
-	case driver.Shared:
-		// Writer preference: no new reader passes a queued writer.
-		admit = true
-		for _, h := range holders {
-			if h.mode == driver.Exclusive {
-				admit = false
-			}
-		}
-		for _, w := range waiters {
-			if w.mode == driver.Exclusive && w.owner != req.Owner && (own == nil || w.token < own.token) {
-				admit = false
-			}
-		}
-	case driver.Semaphore:
-		admit = len(holders) < req.Limit
+	if gone && req.Queue {
+		return driver.Result{}, placeLost(req.Key)
 	}
-	if !admit {
+	// ahead are the waiters queued before req.Owner: all of them if it has
+	// no entry.
+	ahead := waiters
+	if own != nil {
+		ahead = nil
+		for _, w := range waiters {
+			if w.token < own.token {
+				ahead = append(ahead, w)
+			}
+		}
+	}
+	if !q.admits(req, holders, ahead) {
 		left := int64(0)
 		for _, h := range holders {
 			if left == 0 || h.left < left {
 				left = h.left
 			}
 		}
-		return q.wait(ctx, tx, req, own, exp, left)
+		return q.wait(ctx, tx, req, own, exp, left, true)
 	}
 	tok, err := q.nextToken(ctx, tx)
 	if err != nil {
 		return driver.Result{}, err
 	}
 	if req.Mode == driver.Exclusive {
-		if own != nil {
+		if own != nil || gone {
 			if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
 				return driver.Result{}, err
 			}
 		}
+		// The hold's row stands for the waiters left in the queue.
 		if _, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, tok, req.Info, exp); err != nil {
 			return driver.Result{}, err
 		}
@@ -290,15 +347,51 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, exp); err != nil {
 		return driver.Result{}, err
 	}
-	if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, exp); err != nil {
+	if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
 		return driver.Result{}, err
+	}
+	if own != nil && q.notify != "" {
+		// An entry left the queue: the next in line may be admitted too.
+		if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
+			return driver.Result{}, err
+		}
 	}
 	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
 }
 
+// admits reports whether req may hold a key that has no Exclusive holder
+// in the lock table, given the key's other live holders and the live
+// waiters queued before req.Owner.
+func (q *multiSQL) admits(req driver.Request, holders, ahead []entry) bool {
+	switch req.Mode {
+	case driver.Exclusive:
+		return len(holders) == 0 && (!q.fair || len(ahead) == 0)
+	case driver.Shared:
+		// Readers do not wait for readers, but no reader passes a
+		// writer, holding or waiting (writer preference).
+		for _, h := range holders {
+			if h.mode == driver.Exclusive {
+				return false
+			}
+		}
+		for _, w := range ahead {
+			if w.mode == driver.Exclusive {
+				return false
+			}
+		}
+		return true
+	default:
+		if q.fair {
+			return len(holders)+len(ahead) < req.Limit
+		}
+		return len(holders) < req.Limit
+	}
+}
+
 // wait reports "not acquired", keeping or renewing req.Owner's queue entry
-// if req.Queue is set.
-func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own *entry, exp, left int64) (driver.Result, error) {
+// if req.Queue is set. With mark set (the key has no live Exclusive holder),
+// it also makes the lock-table row the marker of the key's live rows.
+func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own *entry, exp, left int64, mark bool) (driver.Result, error) {
 	if req.Queue {
 		if own != nil {
 			if _, err := tx.ExecContext(ctx, q.touchHold, exp, req.Key, req.Owner); err != nil {
@@ -312,6 +405,13 @@ func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own
 			if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 1, int(req.Mode), req.Limit, seq, "", exp); err != nil {
 				return driver.Result{}, err
 			}
+		}
+	}
+	if mark {
+		// Whatever kept req out (a holder, a waiter ahead) is live, so
+		// the marker is needed.
+		if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
+			return driver.Result{}, err
 		}
 	}
 	return driver.Result{RetryAfter: time.Duration(max(left, 0)) * q.unit}, nil
@@ -329,7 +429,7 @@ func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]e
 			e    entry
 			mode int
 		)
-		if err := rows.Scan(&e.owner, &e.waiting, &mode, &e.limit, &e.token, &e.left); err != nil {
+		if err := rows.Scan(&e.owner, &e.waiting, &mode, &e.limit, &e.token, &e.left, &e.live); err != nil {
 			return nil, err
 		}
 		e.mode = driver.Mode(mode)
@@ -338,9 +438,9 @@ func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]e
 	return es, rows.Err()
 }
 
-// releaseMulti deletes req.Owner's holds-table row and, if it was a holder,
-// brings the key's marker down to its remaining holders (deleting it if
-// none are left).
+// releaseMulti deletes req.Owner's holds-table row and brings the key's
+// marker down to the remaining live rows (deleting it, and the key's
+// expired holder rows, if none are left).
 func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
 	if err := q.lockRow(ctx, tx, req.Key); err != nil {
 		return false, false, err
@@ -358,26 +458,54 @@ func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 			return false, false, err
 		}
 	}
-	if !waiting {
-		if err := q.fixMarker(ctx, tx, req.Key); err != nil {
-			return false, false, err
-		}
+	if err := q.fixMarker(ctx, tx, req.Key); err != nil {
+		return false, false, err
 	}
-	// A reader, a permit or a queued writer left: others may get in.
+	// A reader, a permit or a queued waiter left: others may get in.
 	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
 		return false, false, err
 	}
 	return true, live, nil
 }
 
-// fixMarker sets the marker's expiry to the latest of the key's holders, or
-// deletes it if there are none.
-func (q *multiSQL) fixMarker(ctx context.Context, tx *sql.Tx, key string) error {
-	if _, err := tx.ExecContext(ctx, q.setMarker, key, key, key); err != nil {
-		return err
+// releaseMain deletes req.Owner's lock-table row (its Exclusive hold) and,
+// if the key has waiters, leaves the marker that keeps their places. It
+// reports whether there was such a row; if not, nothing has changed.
+func (q *multiSQL) releaseMain(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
+	if err := q.lockRow(ctx, tx, req.Key); err != nil {
+		return false, false, err
 	}
-	_, err := tx.ExecContext(ctx, q.deleteMarker, key, key)
-	return err
+	err = tx.QueryRowContext(ctx, q.releaseRow, req.Key, req.Owner).Scan(&live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	if q.noReturning {
+		if _, err := tx.ExecContext(ctx, q.deleteOwnMain, req.Key, req.Owner); err != nil {
+			return false, false, err
+		}
+	}
+	if err := q.fixMarker(ctx, tx, req.Key); err != nil {
+		return false, false, err
+	}
+	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
+		return false, false, err
+	}
+	return true, live, nil
+}
+
+// fixMarker makes the key's marker cover exactly its live holds-table rows
+// or, if there are none, deletes it with the key's expired holder rows. A
+// live Exclusive hold is left alone.
+func (q *multiSQL) fixMarker(ctx context.Context, tx *sql.Tx, key string) error {
+	for _, s := range []string{q.markRow, q.idleMain, q.idleHolds} {
+		if _, err := tx.ExecContext(ctx, s, key, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // refreshMulti extends req.Owner's live holder row and the key's marker.
@@ -435,7 +563,7 @@ func upsertMulti(t, h, now, exp, left, greatest string) *multiSQL {
 	return &multiSQL{
 		readMain:   `SELECT owner, token, expires_at > ` + now + `, ` + left + ` FROM ` + t + ` WHERE lock_key = ?`,
 		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + left + ` FROM ` + h + `
+		readHolds: `SELECT owner, waiting, mode, lim, token, ` + left + `, expires_at > ` + now + ` FROM ` + h + `
 WHERE lock_key = ? ORDER BY waiting, token`,
 		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
@@ -445,6 +573,11 @@ ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = e
 		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
 VALUES (?, '', 0, '', ` + exp + `)
 ON CONFLICT (lock_key) DO UPDATE SET expires_at = ` + greatest + `(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
+		markRow: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+SELECT ?, '', 0, '', m FROM (SELECT max(expires_at) AS m FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + now + `) AS x
+WHERE m IS NOT NULL
+ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+WHERE l.owner = '' OR l.expires_at <= ` + now,
 		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
 		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
 ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
@@ -452,10 +585,11 @@ ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.to
 		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
 		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
 		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > ` + now,
-		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
-WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		releaseRow:    `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ? RETURNING expires_at > ` + now,
+		idleMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND (owner = '' OR expires_at <= ` + now + `)
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + now + `)`,
+		idleHolds: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0 AND expires_at <= ` + now + `
+AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = ?)`,
 		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
 WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + now,
 	}

@@ -9,6 +9,10 @@ import (
 	"github.com/dlockhq/dlock/driver"
 )
 
+// v1Statements is the number of DDL statements of the v1 schema, which
+// come first in every dialect's list.
+const v1Statements = 3
+
 // TestSchemaV1Upgrade checks that a driver finds a v1 schema (no holds
 // table) incomplete, completes it on first use without touching the v1
 // objects' rows, and that a v1 Exclusive hold and new Shared requests
@@ -26,14 +30,10 @@ func TestSchemaV1Upgrade(t *testing.T) {
 		}
 		ctx := tctx(t)
 		in := internal(d)
-		// The v1 schema: every statement but the v2 additions (the holds
-		// table, and on PostgreSQL the v2 function), which come last.
-		ddl := in.ops.ddl()
-		v2 := 1
-		if s.dialect == Postgres {
-			v2 = 2
-		}
-		for _, q := range ddl[:len(ddl)-v2] {
+		// The v1 schema: the first three statements of every dialect (the
+		// lock table, the counter and its row or, on PostgreSQL, the v1
+		// function); the later versions' additions come after them.
+		for _, q := range in.ops.ddl()[:v1Statements] {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatalf("v1 DDL: %v", err)
 			}
@@ -78,4 +78,57 @@ func TestSchemaV1Upgrade(t *testing.T) {
 			t.Errorf("Count after ForceRelease = %d, %v; want 0", n, err)
 		}
 	})
+}
+
+// TestSchemaV2Upgrade checks that on PostgreSQL a v2 schema (without the
+// functions of fair drivers) is found incomplete and completed on first
+// use, and that the older acquire functions, which v1 and v2 clients call,
+// respect the marker a fair driver leaves for a waiter.
+func TestSchemaV2Upgrade(t *testing.T) {
+	s := newStore(t, Postgres)
+	db := s.appDB(t)
+	d, err := New(db, Postgres, WithTable("v2_locks"), WithFair(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := tctx(t)
+	in := internal(d)
+	const v2Statements = v1Statements + 2 // the holds table, NAME_acquire_v2
+	for _, q := range in.ops.ddl()[:v2Statements] {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("v2 DDL: %v", err)
+		}
+	}
+	if ok, _ := in.ops.schemaExists(ctx, db); ok {
+		t.Fatal("schemaExists on a v2 schema")
+	}
+	holder, waiter := req("k", time.Minute), req("k", time.Minute)
+	waiter.Queue = true
+	mustAcquire(t, d, holder)
+	if ok, err := in.ops.schemaExists(ctx, db); !ok || err != nil {
+		t.Fatalf("schemaExists after first use = %v, %v", ok, err)
+	}
+	if res, err := d.Acquire(ctx, waiter); err != nil || res.Acquired {
+		t.Fatalf("waiter's Acquire = %+v, %v; want not acquired", res, err)
+	}
+	if err := d.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	// Only the waiter is left: older clients see the key as held.
+	for _, fn := range []string{`"v2_locks_acquire_v1"($1, $2, '', 60000000)`, `"v2_locks_acquire_v2"($1, $2, '', 60000000, false)`} {
+		var acquired bool
+		if err := db.QueryRowContext(ctx, `SELECT o_acquired FROM `+fn, "k", "older client").Scan(&acquired); err != nil || acquired {
+			t.Errorf("%s on a key with a waiter = %v, %v; want not acquired", fn, acquired, err)
+		}
+	}
+	if tok := mustAcquire(t, d, waiter); tok == 0 {
+		t.Error("the waiter's token is 0")
+	}
+	if err := d.Release(ctx, waiter); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.Count(ctx, "k"); err != nil || n != 0 {
+		t.Errorf("Count = %d, %v; want 0", n, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +36,30 @@ import (
 // the order key row, then counter row, and a transaction locks one key row
 // only, so acquisitions cannot deadlock each other; the cleanup locks key
 // rows only, by primary key, in key order.
-type myOps struct{ n names }
+//
+// A fair driver (WithFair) takes an expired row over only if no other
+// owner's queue entry is live (a plain read in the same READ COMMITTED
+// transaction, after the row lock: every waiter that queued on the key has
+// committed by then, since queueing locks the row too). Its waiter that is
+// queued behind a live Exclusive hold renews its entry with one UPDATE (it
+// cannot be admitted, and the hold's row stands for the queue); other
+// waiters run the holds-table transaction. It releases an Exclusive hold
+// with
+//
+//	DELETE FROM t WHERE lock_key = ? AND owner = ? AND expires_at > now
+//		AND NOT EXISTS (SELECT 1 FROM t_holds AS w
+//			WHERE w.lock_key = t.lock_key AND w.waiting = 1 AND w.expires_at > now)
+//
+// whose correlated subquery is evaluated on the row once it is locked, so it
+// sees the entry of a waiter that held the row before it; otherwise (the
+// key has live queue entries, or the hold expired) a transaction deletes
+// the row and leaves the waiters' marker. The subquery carries the hint
+// NO_SEMIJOIN, so that MySQL does not turn it into a join that reads the
+// holds table first (MariaDB reads it as a comment).
+type myOps struct {
+	n    names
+	fair bool
+}
 
 func (myOps) unit() time.Duration { return time.Microsecond }
 
@@ -83,13 +107,16 @@ const myLeft = `TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, expires_at)`
 func (o myOps) multi() *multiSQL {
 	t, h := o.n.table, o.n.holds
 	exp := myNow + ` + INTERVAL ? MICROSECOND`
+	// The marker's condition, evaluated before the assignments that change
+	// the columns it reads (MySQL assigns left to right).
+	mark := `owner = '' OR expires_at <= ` + myNow
 	return &multiSQL{
 		lockKey: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', '1970-01-01')
 ON DUPLICATE KEY UPDATE owner = owner`,
 		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
 		readMain:   `SELECT owner, token, expires_at > ` + myNow + `, ` + myLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
 		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + myLeft + ` FROM ` + h + `
+		readHolds: `SELECT owner, waiting, mode, lim, token, ` + myLeft + `, expires_at > ` + myNow + ` FROM ` + h + `
 WHERE lock_key = ? ORDER BY waiting, token`,
 		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
@@ -98,6 +125,11 @@ ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), mode = VALUES(mode), lim = VA
 		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
 		upsertMarker: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', ` + exp + `)
 ON DUPLICATE KEY UPDATE expires_at = IF(owner = '', GREATEST(expires_at, VALUES(expires_at)), expires_at)`,
+		markRow: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at)
+SELECT ?, '', 0, '', m FROM (SELECT MAX(expires_at) AS m FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `) AS x
+WHERE m IS NOT NULL
+ON DUPLICATE KEY UPDATE token = IF(` + mark + `, 0, token), info = IF(` + mark + `, '', info),
+	owner = IF(` + mark + `, '', owner), expires_at = IF(owner = '', VALUES(expires_at), expires_at)`,
 		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
 		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
 ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token), info = VALUES(info),
@@ -105,15 +137,18 @@ ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token), info = VAL
 		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
 		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
 		releaseHold:   `SELECT waiting, expires_at > ` + myNow + ` FROM ` + h + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
+		releaseRow:    `SELECT expires_at > ` + myNow + ` FROM ` + t + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
+		deleteOwnMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ?`,
 		noReturning:   true,
-		setMarker: `UPDATE ` + t + ` SET expires_at = (SELECT max(expires_at) FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)
-WHERE lock_key = ? AND owner = '' AND EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
-		deleteMarker: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ''
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND waiting = 0)`,
+		idleMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND (owner = '' OR expires_at <= ` + myNow + `)
+AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `)`,
+		idleHolds: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0 AND expires_at <= ` + myNow + `
+AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = ?)`,
 		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
 WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
 		nextToken: o.nextToken,
 		unit:      time.Microsecond,
+		fair:      o.fair,
 	}
 }
 
@@ -124,7 +159,8 @@ func (o myOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request,
 	if _, err := tx.ExecContext(ctx, q.lockKey, req.Key); err != nil {
 		return driver.Result{}, err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND expires_at <= `+myNow, req.Key); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND expires_at <= `+myNow+`
+AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND)`, req.Key); err != nil {
 		return driver.Result{}, err
 	}
 	return q.acquireMulti(ctx, tx, req, ttl)
@@ -174,6 +210,20 @@ func counterExists(ctx context.Context, db *sql.DB, n names) (bool, error) {
 }
 
 func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
+	if o.fair && queued && req.Mode != driver.Semaphore {
+		// A waiter behind an Exclusive hold, the common case, only
+		// renews its entry: one statement instead of a transaction.
+		n, err := execCount(ctx, db, `UPDATE `+o.n.holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
+AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ? AND owner <> '' AND owner <> ? AND expires_at > `+myNow+`)`,
+			ttl, req.Key, req.Owner, req.Key, req.Owner)
+		switch {
+		case err == nil && n == 1:
+			return driver.Result{}, nil
+		case err != nil && !(myContention(err) && ctx.Err() == nil):
+			return driver.Result{}, err
+		}
+	}
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return driver.Result{}, err
@@ -183,7 +233,8 @@ func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 		res    driver.Result
 		commit bool
 	)
-	if req.Mode != driver.Exclusive {
+	if req.Mode != driver.Exclusive || o.fair && queued {
+		// A queued owner of a fair driver finds a marker anyway.
 		res, err = o.acquireMulti(ctx, tx, req, ttl)
 		commit = err == nil
 	} else {
@@ -247,6 +298,18 @@ SET info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?
 		return res, err == nil, err
 	case live:
 		return driver.Result{RetryAfter: micros(left)}, false, nil
+	}
+	if o.fair {
+		// An expired row: waiters queued behind it come first.
+		var waiters bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+o.n.holds+`
+WHERE lock_key = ? AND waiting = 1 AND owner <> ? AND expires_at > `+myNow+`)`, req.Key, req.Owner).Scan(&waiters); err != nil {
+			return driver.Result{}, false, err
+		}
+		if waiters {
+			res, err := o.acquireMulti(ctx, tx, req, ttl)
+			return res, err == nil, err
+		}
 	}
 	if owner == markerOwner {
 		// The expired marker of readers or permits: their rows go.
@@ -341,6 +404,9 @@ func (o myOps) withTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool,
 // (each statement is atomic, and a live row of the owner is always taken by
 // the first).
 func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
+	if o.fair {
+		return o.releaseFair(ctx, db, req)
+	}
 	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
@@ -351,6 +417,28 @@ func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 	}
 	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
 		f, l, err := o.multi().releaseMulti(ctx, tx, req)
+		live = l
+		return f, err
+	})
+	return found, live && found, err
+}
+
+// releaseFair is release for a fair driver: the owner's live Exclusive hold
+// goes in one statement while its key has no queue entry; everything else
+// in one transaction that keeps the waiters' marker.
+func (o myOps) releaseFair(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow+`
+AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.holds+` AS w
+	WHERE w.lock_key = `+o.n.table+`.lock_key AND w.waiting = 1 AND w.expires_at > `+myNow+`)`, req.Key, req.Owner)
+	if err != nil || n == 1 {
+		return n == 1, n == 1, err
+	}
+	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
+		q := o.multi()
+		f, l, err := q.releaseMain(ctx, tx, req)
+		if !f && err == nil {
+			f, l, err = q.releaseMulti(ctx, tx, req)
+		}
 		live = l
 		return f, err
 	})
@@ -412,9 +500,12 @@ func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 // primary key in one statement that re-checks the expiry under the row locks
 // (a row taken over meanwhile is kept).
 func (o myOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
-	// Long-expired holds-table rows (of readers, permits and waiters).
+	// Long-expired holds-table rows (of readers and permits; of waiters,
+	// once they are no longer needed as records of lost places).
 	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+`
-WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND LIMIT ?`, grace.Microseconds(), limit)
+WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND
+AND (waiting = 0 OR expires_at < `+myNow+` - INTERVAL ? MICROSECOND) LIMIT ?`,
+		grace.Microseconds(), max(grace, goneFor).Microseconds(), limit)
 	if err != nil {
 		return int(m), err
 	}
@@ -423,8 +514,12 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND LIMIT ?`, grace.Microsecon
 }
 
 func (o myOps) sweepLocks(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
+	// An expired Exclusive hold with live waiters behind it stays: it keeps
+	// their places until one of them turns it into their marker.
+	live := `NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM ` + o.n.holds + ` AS w
+	WHERE w.lock_key = ` + o.n.table + `.lock_key AND w.expires_at > ` + myNow + `)`
 	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.table+`
-WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
+WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
 	if err != nil {
 		return 0, err
 	}
@@ -448,7 +543,7 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND ORDER BY lock_key LIMIT ?`
 	defer rollback(tx)
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
 	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
-AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND`, append(keys, grace.Microseconds())...)
+AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live, append(keys, grace.Microseconds())...)
 	if err != nil {
 		return 0, err
 	}

@@ -43,12 +43,31 @@ import (
 // when it waited (p_queued), and reports whether a failure met a marker
 // (o_marked), in which case, as when the caller waits in the queue, the
 // driver runs the holds-table transaction (see multiSQL).
-type pgOps struct{ n names }
+//
+// NAME_acquire_v3 is v2 with one more parameter, p_fair (WithFair): a fair
+// driver takes an expired row over only if no other owner's queue entry is
+// live. (Its IF conditions on the path of a free key are simple expressions,
+// which PL/pgSQL evaluates without running a query, so that the uncontended
+// Acquire costs what v2's does.) The function checks that after the upsert, in a statement of its
+// own, so with a snapshot taken while it holds the key's row: every waiter
+// that queued on the key has committed by then (queueing locks that row
+// too). If one is live, the row becomes the waiters' marker instead and the
+// call reports o_marked. v2 is kept for v2 clients.
+//
+// A fair driver releases an Exclusive hold with NAME_release_v1, which
+// deletes the row and then, again in a statement of its own (so with a
+// snapshot in which every waiter that queued behind the hold has
+// committed), inserts the marker of the key's live queue entries, if there
+// are any, in the same transaction: no newcomer can slip in between.
+type pgOps struct {
+	n    names
+	fair bool
+}
 
 func (pgOps) unit() time.Duration { return time.Microsecond }
 
 func (o pgOps) ddl() []string {
-	t, seq, fn := o.n.table, o.n.seq, o.n.acquire
+	t, seq, fn, h := o.n.table, o.n.seq, o.n.acquire, o.n.holds
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
 	lock_key   text COLLATE "C" PRIMARY KEY,
@@ -86,7 +105,7 @@ BEGIN
 	END IF;
 END
 $$`,
-		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
+		`CREATE TABLE IF NOT EXISTS ` + h + ` (
 	lock_key   text COLLATE "C" NOT NULL,
 	owner      text NOT NULL,
 	waiting    smallint NOT NULL,
@@ -120,16 +139,79 @@ BEGIN
 	END IF;
 	o_acquired := true;
 	IF o_token = -1 THEN
-		DELETE FROM ` + o.n.holds + ` WHERE lock_key = p_key AND waiting = 0;
+		DELETE FROM ` + h + ` WHERE lock_key = p_key AND waiting = 0;
 		o_token := 0;
 	END IF;
 	IF p_queued THEN
-		DELETE FROM ` + o.n.holds + ` WHERE lock_key = p_key AND owner = p_owner;
+		DELETE FROM ` + h + ` WHERE lock_key = p_key AND owner = p_owner;
 	END IF;
 	IF o_token = 0 THEN
 		UPDATE ` + t + ` SET token = nextval('` + seq + `')
 			WHERE lock_key = p_key RETURNING token INTO o_token;
 	END IF;
+END
+$$`,
+		`CREATE OR REPLACE FUNCTION ` + o.n.acq3 + `(
+	p_key text, p_owner text, p_info text, p_ttl_us bigint, p_queued boolean, p_fair boolean,
+	OUT o_acquired boolean, OUT o_token bigint, OUT o_retry_us bigint, OUT o_marked boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+	VALUES (p_key, p_owner, 0, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+	ON CONFLICT (lock_key) DO UPDATE SET
+		owner = excluded.owner,
+		info = excluded.info,
+		expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond',
+		token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+			THEN l.token WHEN l.owner = '' THEN -1 ELSE -2 END
+	WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+	RETURNING l.token INTO o_token;
+	IF NOT FOUND THEN
+		o_acquired := false;
+		SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint, l.owner = ''
+			INTO o_retry_us, o_marked FROM ` + t + ` AS l WHERE l.lock_key = p_key;
+		RETURN;
+	END IF;
+	IF o_token < 0 AND p_fair THEN
+		IF EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = p_key AND waiting = 1 AND owner <> p_owner
+			AND expires_at > clock_timestamp()) THEN
+			UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = (SELECT max(expires_at)
+				FROM ` + h + ` WHERE lock_key = p_key AND expires_at > clock_timestamp())
+				WHERE lock_key = p_key;
+			o_acquired := false;
+			o_marked := true;
+			RETURN;
+		END IF;
+	END IF;
+	o_acquired := true;
+	IF o_token = -1 THEN
+		DELETE FROM ` + h + ` WHERE lock_key = p_key AND waiting = 0;
+	END IF;
+	IF o_token < 0 THEN
+		o_token := 0;
+	END IF;
+	IF p_queued THEN
+		DELETE FROM ` + h + ` WHERE lock_key = p_key AND owner = p_owner;
+	END IF;
+	IF o_token = 0 THEN
+		UPDATE ` + t + ` SET token = nextval('` + seq + `')
+			WHERE lock_key = p_key RETURNING token INTO o_token;
+	END IF;
+END
+$$`,
+		`CREATE OR REPLACE FUNCTION ` + o.n.rel1 + `(p_key text, p_owner text, OUT o_live boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+	DELETE FROM ` + t + ` WHERE lock_key = p_key AND owner = p_owner
+		RETURNING expires_at > clock_timestamp() INTO o_live;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at)
+	SELECT p_key, '', 0, '', max(expires_at) FROM ` + h + `
+	WHERE lock_key = p_key AND waiting = 1 AND expires_at > clock_timestamp()
+	HAVING count(*) > 0;
+	PERFORM pg_notify('` + o.n.raw + `', p_key);
 END
 $$`,
 	}
@@ -165,7 +247,8 @@ func (o pgOps) multi() *multiSQL {
 	t, h := o.n.table, o.n.holds
 	exp := `clock_timestamp() + ?::bigint * interval '1 microsecond'`
 	q := upsertMulti(t, h, "clock_timestamp()", exp, pgLeft, "greatest")
-	q.lockKey = `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp())
+	q.lockKey = `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp()
+	AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '` + strconv.FormatInt(int64(goneFor/time.Second), 10) + ` seconds'))
 INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', 'epoch')
 ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`
 	q.lockMain = `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`
@@ -175,7 +258,7 @@ ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`
 		err := tx.QueryRowContext(ctx, `SELECT nextval('`+o.n.seq+`')`).Scan(&v)
 		return v, err
 	}
-	q.unit = time.Microsecond
+	q.unit, q.fair = time.Microsecond, o.fair
 	q.rebind(rebind)
 	return q
 }
@@ -206,14 +289,17 @@ func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
 	var ok bool
 	err := db.QueryRowContext(ctx,
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL
-	AND to_regclass($4) IS NOT NULL AND to_regprocedure($5) IS NOT NULL`,
+	AND to_regclass($4) IS NOT NULL AND to_regprocedure($5) IS NOT NULL
+	AND to_regprocedure($6) IS NOT NULL AND to_regprocedure($7) IS NOT NULL`,
 		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)",
-		o.n.holds, o.n.acq2+"(text,text,text,bigint,boolean)").Scan(&ok)
+		o.n.holds, o.n.acq2+"(text,text,text,bigint,boolean)",
+		o.n.acq3+"(text,text,text,bigint,boolean,boolean)", o.n.rel1+"(text,text)").Scan(&ok)
 	return ok, err
 }
 
 func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
-	if req.Mode != driver.Exclusive {
+	if req.Mode != driver.Exclusive || o.fair && queued {
+		// A queued owner of a fair driver finds a marker anyway.
 		return o.acquireMulti(ctx, db, req, ttl)
 	}
 	var (
@@ -223,8 +309,8 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 		marked   sql.NullBool
 	)
 	err := db.QueryRowContext(ctx,
-		`SELECT o_acquired, o_token, o_retry_us, o_marked FROM `+o.n.acq2+`($1, $2, $3, $4, $5)`,
-		req.Key, req.Owner, req.Info, ttl, queued).Scan(&acquired, &token, &retry, &marked)
+		`SELECT o_acquired, o_token, o_retry_us, o_marked FROM `+o.n.acq3+`($1, $2, $3, $4, $5, $6)`,
+		req.Key, req.Owner, req.Info, ttl, queued, o.fair).Scan(&acquired, &token, &retry, &marked)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		// A serialization failure or deadlock (possible under a stricter
@@ -295,13 +381,22 @@ WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
 // statement (so in the same transaction: the notification is delivered
 // when, and only if, the delete commits).
 func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
-	err = db.QueryRowContext(ctx, `WITH d AS (
+	if o.fair {
+		// The Exclusive hold, leaving the waiters' marker if needed.
+		var l sql.NullBool
+		err = db.QueryRowContext(ctx, `SELECT o_live FROM `+o.n.rel1+`($1, $2)`, req.Key, req.Owner).Scan(&l)
+		if err != nil || l.Valid {
+			return err == nil, l.Bool, err
+		}
+	} else {
+		err = db.QueryRowContext(ctx, `WITH d AS (
 	DELETE FROM `+o.n.table+` WHERE lock_key = $1 AND owner = $2
 	RETURNING expires_at > clock_timestamp() AS live)
 SELECT d.live FROM d, pg_notify($3, $1)`,
-		req.Key, req.Owner, o.n.raw).Scan(&live)
-	if err == nil || !errors.Is(err, sql.ErrNoRows) {
-		return err == nil, live, err
+			req.Key, req.Owner, o.n.raw).Scan(&live)
+		if err == nil || !errors.Is(err, sql.ErrNoRows) {
+			return err == nil, live, err
+		}
 	}
 	type fl struct{ found, live bool }
 	r, err := withTx(ctx, db, func(tx *sql.Tx) (fl, error) {
@@ -349,12 +444,18 @@ func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 
 // sweep deletes a batch of long-expired rows, skipping rows another
 // transaction has locked (an acquirer taking one over, say); FOR UPDATE
-// re-checks the expiry on the latest version of each row it locks.
+// re-checks the expiry on the latest version of each row it locks. An
+// expired Exclusive hold with live waiters behind it stays: it keeps their
+// places until one of them turns it into their marker (a change of the row,
+// which a sweep that read the holds table before they committed re-checks
+// all the same).
 func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	res, err := db.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (
-	SELECT lock_key FROM `+o.n.table+`
+	SELECT lock_key FROM `+o.n.table+` AS l
 	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit)
+	AND NOT EXISTS (SELECT 1 FROM `+o.n.holds+` AS h
+		WHERE h.lock_key = l.lock_key AND h.expires_at > clock_timestamp())
+	LIMIT $2 FOR UPDATE OF l SKIP LOCKED)`, grace.Microseconds(), limit)
 	if err != nil {
 		return 0, err
 	}
@@ -365,7 +466,8 @@ func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit
 	res, err = db.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE (lock_key, owner) IN (
 	SELECT lock_key, owner FROM `+o.n.holds+`
 	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit)
+	AND (waiting = 0 OR expires_at < clock_timestamp() - $3::bigint * interval '1 microsecond')
+	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit, max(grace, goneFor).Microseconds())
 	if err != nil {
 		return int(n), err
 	}

@@ -64,18 +64,34 @@ type Option func(*config)
 
 type config struct {
 	table string
+	fair  bool
+	// file is the SQLite database file of a driver opened by URL; a fair
+	// one's writes then take the file's gate (see sqliteGate).
+	file string
 }
 
 // WithTable sets the name of the lock table (default DefaultTable). The
 // names of the other schema objects are derived from it: NAME_holds, NAME_seq
-// (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1
-// and NAME_acquire_v2 (PostgreSQL), and the PostgreSQL notification channel
-// NAME. The name must be a plain identifier
+// (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1, NAME_acquire_v2,
+// NAME_acquire_v3 and NAME_release_v1 (PostgreSQL), and the PostgreSQL
+// notification channel NAME. The name must be a plain identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
 // unqualified name (search_path on PostgreSQL, the connection's database on
 // MySQL). New reports a bad name with a *dlock.ArgError.
 func WithTable(name string) Option {
 	return func(c *config) { c.table = name }
+}
+
+// WithFair makes the driver fair (or not): waiters acquire a key in the
+// order they first asked for it, and the driver declares
+// Capabilities.FIFO, so that dlock.Fair locks work. Without it (the
+// default) the wait queue serves writer preference only, and a newcomer may
+// take a key ahead of earlier waiters. Fairness costs throughput on a
+// contended key: each release hands the key to the next waiter in line,
+// which on MySQL and SQLite must first wake from its polling backoff (see
+// Fairness in the package documentation). The URL parameter fair=1 sets it.
+func WithFair(fair bool) Option {
+	return func(c *config) { c.fair = fair }
 }
 
 // Driver is a dlock driver over a database/sql database, as returned by New
@@ -125,7 +141,9 @@ type sqlDriver struct {
 	ops     ops
 	n       names
 	ownsDB  bool
+	fair    bool            // WithFair
 	pgCfg   *pgx.ConnConfig // the listener's config when the driver opened the DB
+	unGate  func()          // SQLite: lets go of the file's write gate, if it took one
 
 	schemaSem  chan struct{} // one creator at a time
 	schemaDone atomic.Bool
@@ -140,7 +158,8 @@ type sqlDriver struct {
 
 	// queued holds queueKey of the owners whose Acquire with Request.Queue
 	// did not succeed (so that they may have a queue entry), until they
-	// acquire or release.
+	// acquire or release. A successful Acquire of theirs deletes the entry;
+	// on a fair driver their Acquire goes straight to the holds table.
 	queued sync.Map
 
 	mu        sync.Mutex
@@ -170,7 +189,9 @@ type names struct {
 	table   string // the lock table
 	seq     string // the token counter: a sequence (PostgreSQL) or a one-row table
 	acquire string // PostgreSQL: the v1 acquire function (kept for v1 clients)
-	acq2    string // PostgreSQL: the v2 acquire function, aware of the holds table
+	acq2    string // PostgreSQL: the v2 acquire function, aware of the holds table (kept for v2 clients)
+	acq3    string // PostgreSQL: the v3 acquire function, v2 that can respect the wait queue
+	rel1    string // PostgreSQL: the release function of fair drivers
 	holds   string // the holds table (Shared and Semaphore holds, waiters)
 }
 
@@ -204,7 +225,7 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		return nil, err
 	}
 	n := names{raw: cfg.table, table: d.quote(cfg.table)}
-	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg,
+	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg, fair: cfg.fair,
 		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
 		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())
@@ -213,17 +234,23 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		drv.n.seq = d.quote(cfg.table + "_token_seq")
 		drv.n.acquire = d.quote(cfg.table + "_acquire_v1")
 		drv.n.acq2 = d.quote(cfg.table + "_acquire_v2")
+		drv.n.acq3 = d.quote(cfg.table + "_acquire_v3")
+		drv.n.rel1 = d.quote(cfg.table + "_release_v1")
 		drv.n.holds = d.quote(cfg.table + "_holds")
-		drv.ops = pgOps{drv.n}
+		drv.ops = pgOps{n: drv.n, fair: cfg.fair}
 		return &pgDriver{drv}, nil
 	case MySQL:
 		drv.n.seq = d.quote(cfg.table + "_seq")
 		drv.n.holds = d.quote(cfg.table + "_holds")
-		drv.ops = myOps{drv.n}
+		drv.ops = myOps{n: drv.n, fair: cfg.fair}
 	default:
 		drv.n.seq = d.quote(cfg.table + "_seq")
 		drv.n.holds = d.quote(cfg.table + "_holds")
-		drv.ops = liteOps{drv.n}
+		o := liteOps{n: drv.n, fair: cfg.fair}
+		if cfg.fair && cfg.file != "" {
+			o.gate, drv.unGate = sqliteGate(cfg.file)
+		}
+		drv.ops = o
 	}
 	return drv, nil
 }
@@ -375,10 +402,12 @@ func cleanInfo(s string) string {
 }
 
 // Acquire implements driver.Driver. It is one atomic step: it takes the key
-// if no row exists or the row's lease has expired (on the database clock),
-// extends the lease if req.Owner already holds it, and otherwise changes
-// nothing and reports how long the holder's lease has left. Serialization
-// and deadlock failures caused by contention are reported as not acquired.
+// if no row exists or the row's lease has expired (on the database clock;
+// on a fair driver, only if no other owner waits in the queue), extends the
+// lease if req.Owner already holds it, and otherwise changes nothing but
+// req.Owner's queue entry and reports how long the holder's lease has left.
+// Serialization and deadlock failures caused by contention are reported as
+// not acquired.
 func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if err := d.begin(ctx, &req); err != nil {
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
@@ -454,6 +483,7 @@ func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
 func (d *sqlDriver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Modes:         d.ops.modes(),
+		FIFO:          d.fair,
 		DurableTokens: true,
 		ServerClock:   true,
 		MaxKeyLen:     maxKeyLen,
@@ -514,6 +544,9 @@ func (d *sqlDriver) Close() error {
 	d.mu.Unlock()
 	d.cancel()
 	d.wg.Wait()
+	if d.unGate != nil {
+		d.unGate()
+	}
 	if d.ownsDB {
 		return d.db.Close()
 	}

@@ -80,10 +80,8 @@ func openURL(ctx context.Context, raw string) (Driver, error) {
 	return d.(Driver), nil
 }
 
-// open returns a new driver (with its own connections) over s, closed when
-// the test ends.
-func (s store) open(t testing.TB, extra ...string) Driver {
-	t.Helper()
+// urlWith returns s's URL with the extra parameters (NAME=VALUE) added.
+func (s store) urlWith(extra ...string) string {
 	raw := s.url
 	for _, e := range extra {
 		sep := "?"
@@ -92,6 +90,14 @@ func (s store) open(t testing.TB, extra ...string) Driver {
 		}
 		raw += sep + e
 	}
+	return raw
+}
+
+// open returns a new driver (with its own connections) over s, closed when
+// the test ends.
+func (s store) open(t testing.TB, extra ...string) Driver {
+	t.Helper()
+	raw := s.urlWith(extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d, err := openURL(ctx, raw)
@@ -102,15 +108,18 @@ func (s store) open(t testing.TB, extra ...string) Driver {
 	return d
 }
 
-func (s store) config(t testing.TB) drivertest.Config {
+// config is the conformance suite's configuration over s, with the extra
+// URL parameters.
+func (s store) config(t testing.TB, extra ...string) drivertest.Config {
 	counter := s.open(t)
+	raw := s.urlWith(extra...)
 	return drivertest.Config{
 		NewDriver: func(t testing.TB) driver.Driver {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			d, err := openURL(ctx, s.url)
+			d, err := openURL(ctx, raw)
 			if err != nil {
-				t.Fatalf("open %s: %v", s.url, err)
+				t.Fatalf("open %s: %v", raw, err)
 			}
 			return d
 		},
@@ -118,18 +127,32 @@ func (s store) config(t testing.TB) drivertest.Config {
 	}
 }
 
+// driverMode is a driver configuration the conformance suite and the
+// benchmarks run: its name's suffix and its URL parameters.
+type driverMode struct {
+	suffix string
+	params []string
+}
+
+// driverModes are the default configuration and the fair one (WithFair).
+var driverModes = []driverMode{{"", nil}, {"-fair", []string{"fair=1"}}}
+
 func TestConformance(t *testing.T) {
 	for _, d := range dialects {
-		t.Run(d.String(), func(t *testing.T) {
-			drivertest.Run(t, newStore(t, d).config(t))
-		})
+		for _, m := range driverModes {
+			t.Run(d.String()+m.suffix, func(t *testing.T) {
+				drivertest.Run(t, newStore(t, d).config(t, m.params...))
+			})
+		}
 	}
 }
 
 func BenchmarkDrivers(b *testing.B) {
 	for _, d := range dialects {
-		b.Run(d.String(), func(b *testing.B) {
-			drivertest.RunBenchmarks(b, newStore(b, d).config(b))
-		})
+		for _, m := range driverModes {
+			b.Run(d.String()+m.suffix, func(b *testing.B) {
+				drivertest.RunBenchmarks(b, newStore(b, d).config(b, m.params...))
+			})
+		}
 	}
 }

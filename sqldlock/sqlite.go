@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -28,9 +29,37 @@ import (
 //	UPDATE t SET token = ? WHERE lock_key = ?
 //	COMMIT
 //
+// A fair driver (WithFair) takes an expired row over only if no other
+// owner's queue entry is live (a statement of its own, serialized like the
+// rest, sees every committed entry), and releases an Exclusive hold with a
+// DELETE that applies only while the key has no live queue entry; otherwise
+// a transaction leaves the marker that keeps the waiters' places. Its waiter
+// that is queued behind a live Exclusive hold renews its entry with one
+// UPDATE (it cannot be admitted, and the hold's row stands for the queue).
+//
 // Times are integer milliseconds since the Unix epoch on the host's clock,
 // the database clock of every process that opens the file.
-type liteOps struct{ n names }
+type liteOps struct {
+	n    names
+	fair bool
+	// gate, if set, is the write gate of the database file (see
+	// sqliteGate), held by every write of the driver.
+	gate chan struct{}
+}
+
+// enter waits for the driver's turn to write and returns the function that
+// ends it.
+func (o liteOps) enter(ctx context.Context) (func(), error) {
+	if o.gate == nil {
+		return func() {}, nil
+	}
+	select {
+	case o.gate <- struct{}{}:
+		return func() { <-o.gate }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
 
 func (liteOps) unit() time.Duration { return time.Millisecond }
 
@@ -76,8 +105,9 @@ func (o liteOps) multi() *multiSQL {
 	t, h := o.n.table, o.n.holds
 	exp := liteNow + ` + ?`
 	q := upsertMulti(t, h, liteNow, exp, `expires_at - `+liteNow, "max")
-	q.lockKey = `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow
-	q.nextToken, q.unit = o.nextToken, time.Millisecond
+	q.lockKey = `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow + `
+AND (waiting = 0 OR expires_at <= ` + liteNow + ` - ` + strconv.FormatInt(goneFor.Milliseconds(), 10) + `)`
+	q.nextToken, q.unit, q.fair = o.nextToken, time.Millisecond, o.fair
 	return q
 }
 
@@ -94,6 +124,11 @@ func (o liteOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 // createSchema runs the statements one by one, each in its own implicit
 // transaction: each is idempotent, and SQLite serializes writers.
 func (o liteOps) createSchema(ctx context.Context, db *sql.DB) error {
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	for _, q := range o.ddl() {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return err
@@ -116,13 +151,43 @@ func (o liteOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
 }
 
 func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	defer leave()
+	if o.fair && queued && req.Mode != driver.Semaphore {
+		// A waiter behind an Exclusive hold, the common case, only
+		// renews its entry: one statement.
+		var left int64
+		err := db.QueryRowContext(ctx, `UPDATE `+o.n.holds+` SET expires_at = `+liteNow+` + ?3
+WHERE lock_key = ?1 AND owner = ?2 AND waiting = 1 AND expires_at > `+liteNow+`
+AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
+	AND expires_at > `+liteNow+`)
+RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
+		switch {
+		case err == nil:
+			return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return driver.Result{}, err
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return driver.Result{}, err
 	}
 	defer rollback(tx)
-	if req.Mode != driver.Exclusive {
+	if req.Mode != driver.Exclusive || o.fair && queued {
+		// A queued owner of a fair driver finds a marker anyway.
 		return o.acquireMulti(ctx, tx, req, ttl)
+	}
+	// May the row be taken over: an expired row (and, for a fair driver,
+	// no other owner waiting), or the owner's own live row?
+	takeover := `l.owner = excluded.owner OR l.expires_at <= ` + liteNow
+	if o.fair {
+		takeover = `l.owner = excluded.owner AND l.expires_at > ` + liteNow + ` OR l.expires_at <= ` + liteNow + `
+	AND NOT EXISTS (SELECT 1 FROM ` + o.n.holds + ` WHERE lock_key = ?1 AND waiting = 1 AND owner <> ?2
+		AND expires_at > ` + liteNow + `)`
 	}
 	var token int64
 	err = tx.QueryRowContext(ctx, `INSERT INTO `+o.n.table+` AS l (lock_key, owner, token, info, expires_at)
@@ -133,7 +198,7 @@ ON CONFLICT (lock_key) DO UPDATE SET
 	expires_at = excluded.expires_at,
 	token = CASE WHEN l.owner = excluded.owner AND l.expires_at > `+liteNow+` THEN l.token
 		WHEN l.owner = '' THEN -1 ELSE 0 END
-WHERE l.owner = excluded.owner OR l.expires_at <= `+liteNow+`
+WHERE `+takeover+`
 RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
 		var (
@@ -144,9 +209,11 @@ RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return driver.Result{}, err
 		}
-		if owner == markerOwner && err == nil || req.Queue {
-			// Readers or permits hold the key (a mode mismatch or an
-			// upgrade is possible), or the owner waits in the queue.
+		if owner == markerOwner && err == nil || req.Queue || o.fair && left <= 0 {
+			// Readers or permits hold the key or waiters wait for it
+			// (a mode mismatch or an upgrade is possible), the owner
+			// waits in the queue, or an expired hold has waiters
+			// behind it.
 			return o.acquireMulti(ctx, tx, req, ttl)
 		}
 		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
@@ -200,6 +267,11 @@ func (o liteOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Reques
 }
 
 func (o liteOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer leave()
 	n, err := execCount(ctx, db, `UPDATE `+o.n.table+` SET expires_at = `+liteNow+` + ?
 WHERE lock_key = ? AND owner = ? AND expires_at > `+liteNow, ttl, req.Key, req.Owner)
 	if n == 1 || err != nil {
@@ -218,7 +290,19 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+liteNow, ttl, req.Key, req.O
 }
 
 func (o liteOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
-	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	defer leave()
+	// A fair driver's DELETE applies only while the key has no live queue
+	// entry: otherwise the transaction below leaves the waiters' marker.
+	cond := ""
+	if o.fair {
+		cond = ` AND NOT EXISTS (SELECT 1 FROM ` + o.n.holds + ` WHERE lock_key = ?1 AND waiting = 1
+	AND expires_at > ` + liteNow + `)`
+	}
+	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ?1 AND owner = ?2`+cond+`
 RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
 	if err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return err == nil, live, err
@@ -228,7 +312,13 @@ RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
 		return false, false, err
 	}
 	defer rollback(tx)
-	found, live, err = o.multi().releaseMulti(ctx, tx, req)
+	q := o.multi()
+	if o.fair {
+		found, live, err = q.releaseMain(ctx, tx, req)
+	}
+	if !found && err == nil {
+		found, live, err = q.releaseMulti(ctx, tx, req)
+	}
 	if !found || err != nil {
 		return false, false, err
 	}
@@ -236,6 +326,11 @@ RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
 }
 
 func (o liteOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -299,12 +394,22 @@ func (o liteOps) count(ctx context.Context, db *sql.DB, prefix string) (int, err
 }
 
 func (o liteOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
+	leave, err := o.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
+	// An expired Exclusive hold with live waiters behind it stays: it
+	// keeps their places until one of them turns it into their marker.
 	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (
-	SELECT lock_key FROM `+o.n.table+` WHERE expires_at < `+liteNow+` - ? LIMIT ?)`, grace.Milliseconds(), limit)
+	SELECT lock_key FROM `+o.n.table+` AS l WHERE expires_at < `+liteNow+` - ?
+	AND NOT EXISTS (SELECT 1 FROM `+o.n.holds+` AS h WHERE h.lock_key = l.lock_key AND h.expires_at > `+liteNow+`)
+	LIMIT ?)`, grace.Milliseconds(), limit)
 	if err != nil {
 		return int(n), err
 	}
 	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+` WHERE (lock_key, owner) IN (
-	SELECT lock_key, owner FROM `+o.n.holds+` WHERE expires_at < `+liteNow+` - ? LIMIT ?)`, grace.Milliseconds(), limit)
+	SELECT lock_key, owner FROM `+o.n.holds+` WHERE expires_at < `+liteNow+` - ?
+	AND (waiting = 0 OR expires_at < `+liteNow+` - ?) LIMIT ?)`, grace.Milliseconds(), max(grace, goneFor).Milliseconds(), limit)
 	return int(n + m), err
 }

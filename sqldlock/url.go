@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlockhq/dlock"
@@ -37,15 +39,32 @@ func urlError(u *url.URL, format string, args ...any) error {
 	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
 }
 
-// takeOptions removes the dlock parameters (table) from q and returns them
-// as Options.
-func takeOptions(q url.Values) []Option {
+// The dlock parameters every scheme accepts.
+const (
+	// paramTable names the lock table (WithTable).
+	paramTable = "table"
+	// paramFair makes the driver fair (WithFair): fair=1 (or true) turns
+	// it on, fair=0 (or false) leaves it off.
+	paramFair = "fair"
+)
+
+// takeOptions removes the dlock parameters (table, fair) from q and returns
+// them as Options.
+func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 	var opts []Option
-	if q.Has("table") {
-		opts = append(opts, WithTable(q.Get("table")))
-		q.Del("table")
+	if q.Has(paramTable) {
+		opts = append(opts, WithTable(q.Get(paramTable)))
 	}
-	return opts
+	if q.Has(paramFair) {
+		fair, err := strconv.ParseBool(q.Get(paramFair))
+		if err != nil {
+			return nil, urlError(u, "%s=%q is not a boolean (write %s=1 or %s=0)", paramFair, q.Get(paramFair), paramFair, paramFair)
+		}
+		opts = append(opts, WithFair(fair))
+	}
+	q.Del(paramTable)
+	q.Del(paramFair)
+	return opts, nil
 }
 
 // sqliteDSN returns the modernc.org/sqlite DSN for a sqlite: URL.
@@ -74,10 +93,14 @@ func sqliteDSN(u *url.URL) (string, []Option, error) {
 		return "", nil, urlError(u, "bad path: %v", err)
 	}
 	q := u.Query()
-	opts := takeOptions(q)
-	for k := range q {
-		return "", nil, urlError(u, "unknown parameter %q (sqlite URLs accept only table)", k)
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return "", nil, err
 	}
+	for k := range q {
+		return "", nil, urlError(u, "unknown parameter %q (sqlite URLs accept only %s and %s)", k, paramTable, paramFair)
+	}
+	opts = append(opts, func(c *config) { c.file = abs })
 	file := url.URL{Scheme: "file", Path: abs}
 	params := url.Values{
 		"_busy_timeout": {fmt.Sprint(sqliteBusyTimeout.Milliseconds())},
@@ -111,10 +134,13 @@ func openSQLite(ctx context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // pgConfig parses a postgres:// or postgresql:// URL with pgx, after
-// removing the dlock parameters.
+// removing the dlock parameters (table, fair).
 func pgConfig(u *url.URL) (*pgx.ConnConfig, []Option, error) {
 	q := u.Query()
-	opts := takeOptions(q)
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return nil, nil, err
+	}
 	pu := *u
 	pu.RawQuery = q.Encode()
 	cfg, err := pgx.ParseConfig(pu.String())
@@ -133,12 +159,15 @@ func openPostgres(ctx context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // mysqlConfig converts mysql://user:pass@host:port/db?params to a
-// go-sql-driver configuration. Parameters other than table are passed to
-// go-sql-driver/mysql (see its DSN documentation); parseTime and
+// go-sql-driver configuration. Parameters other than table and fair are
+// passed to go-sql-driver/mysql (see its DSN documentation); parseTime and
 // clientFoundRows default to true.
 func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
 	q := u.Query()
-	opts := takeOptions(q)
+	opts, err := takeOptions(u, q)
+	if err != nil {
+		return nil, nil, err
+	}
 	if !q.Has("parseTime") {
 		q.Set("parseTime", "true")
 	}
@@ -226,6 +255,54 @@ func ping(ctx context.Context, db *sql.DB, d Dialect) error {
 		case <-t.C:
 		}
 		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// sqliteGates are the write gates of the SQLite files that fair drivers
+// opened by URL use in this process, by absolute path.
+var sqliteGates = struct {
+	sync.Mutex
+	m map[string]*writeGate
+}{m: map[string]*writeGate{}}
+
+// writeGate is a gate and the number of drivers using it.
+type writeGate struct {
+	ch   chan struct{}
+	refs int
+}
+
+// sqliteGate returns the write gate of the SQLite database file at path, and
+// the function that lets go of it when the driver closes.
+//
+// SQLite lets one connection write at a time and makes the others wait in
+// its busy handler, which sleeps between attempts, up to 100ms at a time:
+// under a stream of short writes a waiting connection can miss its chance
+// again and again, long enough for a lock's renewal to come too late. Fair
+// drivers make such streams: their waiters stay queued, and renew their
+// entries, until their turn comes. The fair drivers of one process that
+// share a file therefore take turns at a gate first (a channel, whose
+// senders are served in order), so that the busy handler only waits for
+// other processes. (Drivers that are not fair do without: there the
+// client that has just released a key may take it again at once, which a
+// turn at the gate would cost.)
+func sqliteGate(path string) (chan struct{}, func()) {
+	sqliteGates.Lock()
+	defer sqliteGates.Unlock()
+	g := sqliteGates.m[path]
+	if g == nil {
+		g = &writeGate{ch: make(chan struct{}, 1)}
+		sqliteGates.m[path] = g
+	}
+	g.refs++
+	var once sync.Once
+	return g.ch, func() {
+		once.Do(func() {
+			sqliteGates.Lock()
+			defer sqliteGates.Unlock()
+			if g.refs--; g.refs == 0 {
+				delete(sqliteGates.m, path)
+			}
+		})
 	}
 }
 

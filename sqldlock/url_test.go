@@ -3,6 +3,7 @@ package sqldlock
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,12 +24,77 @@ func mustParse(t *testing.T, raw string) *url.URL {
 	return u
 }
 
-func tableOf(opts []Option) string {
+func configOf(opts []Option) config {
 	c := config{table: DefaultTable}
 	for _, o := range opts {
 		o(&c)
 	}
-	return c.table
+	return c
+}
+
+func tableOf(opts []Option) string { return configOf(opts).table }
+
+func fairOf(opts []Option) bool { return configOf(opts).fair }
+
+// TestFairParam checks the fair parameter of every scheme: fair=1 (or true)
+// makes the driver fair, fair=0 (or false, or no parameter) does not, other
+// values are refused with an ArgError naming the URL, and the parameter is
+// not passed on to the database driver.
+func TestFairParam(t *testing.T) {
+	parse := map[string]func(raw string) ([]Option, string, error){
+		"sqlite:///tmp/x.db": func(raw string) ([]Option, string, error) {
+			dsn, opts, err := sqliteDSN(mustParse(t, raw))
+			return opts, dsn, err
+		},
+		"postgres://h/db": func(raw string) ([]Option, string, error) {
+			cfg, opts, err := pgConfig(mustParse(t, raw))
+			if err != nil {
+				return nil, "", err
+			}
+			return opts, fmt.Sprint(cfg.RuntimeParams), nil
+		},
+		"mysql://u@h/db": func(raw string) ([]Option, string, error) {
+			cfg, opts, err := mysqlConfig(mustParse(t, raw))
+			if err != nil {
+				return nil, "", err
+			}
+			return opts, cfg.FormatDSN(), nil
+		},
+	}
+	for base, f := range parse {
+		for _, tc := range []struct {
+			query string
+			fair  bool
+		}{{"", false}, {"?fair=1", true}, {"?fair=true", true}, {"?fair=0", false}, {"?fair=false", false}, {"?table=jobs&fair=1", true}} {
+			opts, passed, err := f(base + tc.query)
+			if err != nil || fairOf(opts) != tc.fair {
+				t.Errorf("%s%s: fair %v, %v; want %v", base, tc.query, fairOf(opts), err, tc.fair)
+			}
+			if strings.Contains(passed, "fair") {
+				t.Errorf("%s%s: fair was passed on: %s", base, tc.query, passed)
+			}
+		}
+		for _, q := range []string{"?fair=yes", "?fair=", "?fair=2"} {
+			_, _, err := f(base + q)
+			var ae *dlock.ArgError
+			if !errors.As(err, &ae) || ae.Name != "url" || !strings.Contains(err.Error(), "fair") {
+				t.Errorf("%s%s: err = %v; want an ArgError naming the url and fair", base, q, err)
+			}
+		}
+	}
+	// The driver opened by URL declares FIFO exactly when it is fair.
+	ctx := tctx(t)
+	path := filepath.Join(t.TempDir(), "locks.db")
+	for q, fifo := range map[string]bool{"": false, "?fair=1": true, "?fair=0": false} {
+		c, err := dlock.Open(ctx, "sqlite://"+path+q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Capabilities().FIFO; got != fifo {
+			t.Errorf("Open(%q): FIFO = %v; want %v", q, got, fifo)
+		}
+		c.Close()
+	}
 }
 
 func TestSQLiteURL(t *testing.T) {
@@ -170,9 +236,12 @@ func TestSchemaDoc(t *testing.T) {
 		text.WriteString(line + "\n")
 	}
 	for _, o := range []ops{
-		pgOps{names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"), acquire: Postgres.quote(DefaultTable + "_acquire_v1"), acq2: Postgres.quote(DefaultTable + "_acquire_v2"), holds: Postgres.quote(DefaultTable + "_holds")}},
-		myOps{names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq"), holds: MySQL.quote(DefaultTable + "_holds")}},
-		liteOps{names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq"), holds: SQLite.quote(DefaultTable + "_holds")}},
+		pgOps{n: names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"),
+			acquire: Postgres.quote(DefaultTable + "_acquire_v1"), acq2: Postgres.quote(DefaultTable + "_acquire_v2"),
+			acq3: Postgres.quote(DefaultTable + "_acquire_v3"), rel1: Postgres.quote(DefaultTable + "_release_v1"),
+			holds: Postgres.quote(DefaultTable + "_holds")}},
+		myOps{n: names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq"), holds: MySQL.quote(DefaultTable + "_holds")}},
+		liteOps{n: names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq"), holds: SQLite.quote(DefaultTable + "_holds")}},
 	} {
 		for _, q := range o.ddl() {
 			if !strings.Contains(text.String(), q+"\n") {

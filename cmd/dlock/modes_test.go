@@ -197,26 +197,35 @@ func TestReadmeModeTable(t *testing.T) {
 		}
 		seen[name] = true
 		url, _ := setup(t)
-		ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
-		client, err := dlock.Open(ctx, url)
-		cancel()
+		want, err := readmeCells(name, url)
 		if err != nil {
-			t.Errorf("%s: open %s: %v", name, url, err)
+			t.Error(err)
 			continue
 		}
-		caps := client.Capabilities()
-		client.Close()
-		native := func(b bool) string {
-			if b {
-				return "native"
-			}
-			return "—"
-		}
-		want := []string{name, native(caps.Modes.Has(driver.Exclusive)), native(caps.Modes.Has(driver.Shared)),
-			native(caps.Modes.Has(driver.Semaphore)), native(caps.FIFO), "portable", "portable"}
 		for i := 1; i < len(header); i++ {
-			if c[i] != want[i] {
-				t.Errorf("README: %s, %s = %q; the driver declares %q", name, header[i], c[i], want[i])
+			param, ok := optionCell(c[i])
+			if !ok {
+				if c[i] != want[i] {
+					t.Errorf("README: %s, %s = %q; the driver declares %q", name, header[i], c[i], want[i])
+				}
+				continue
+			}
+			// "native (`?param`)": native when the URL carries param,
+			// and only then.
+			if want[i] != "—" {
+				t.Errorf("README: %s, %s = %q; the driver declares %q without %s", name, header[i], c[i], want[i], param)
+			}
+			sep := "?"
+			if strings.Contains(url, "?") {
+				sep = "&"
+			}
+			with, err := readmeCells(name, url+sep+param)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			if with[i] != "native" {
+				t.Errorf("README: %s, %s = %q; with %s the driver declares %q", name, header[i], c[i], param, with[i])
 			}
 		}
 	}
@@ -225,4 +234,36 @@ func TestReadmeModeTable(t *testing.T) {
 			t.Errorf("README's modes table has no row for %s", name)
 		}
 	}
+}
+
+// readmeCells opens the store at url and returns the cells of its row of the
+// README's table of lock types, as its capability flags make them.
+func readmeCells(name, url string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
+	client, err := dlock.Open(ctx, url)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: open %s: %v", name, url, err)
+	}
+	caps := client.Capabilities()
+	client.Close()
+	native := func(b bool) string {
+		if b {
+			return "native"
+		}
+		return "—"
+	}
+	return []string{name, native(caps.Modes.Has(driver.Exclusive)), native(caps.Modes.Has(driver.Shared)),
+		native(caps.Modes.Has(driver.Semaphore)), native(caps.FIFO), "portable", "portable"}, nil
+}
+
+// optionCell reports whether a cell of the README's table of lock types
+// reads "native (`?param`)", and returns param.
+func optionCell(cell string) (string, bool) {
+	rest, ok := strings.CutPrefix(cell, "native (`?")
+	if !ok {
+		return "", false
+	}
+	param, ok := strings.CutSuffix(rest, "`)")
+	return param, ok && param != ""
 }
