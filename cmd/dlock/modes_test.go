@@ -3,12 +3,15 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -245,16 +248,51 @@ func readmeCells(name, url string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s: %v", name, url, err)
 	}
+	defer client.Close()
 	caps := client.Capabilities()
-	client.Close()
 	native := func(b bool) string {
 		if b {
 			return "native"
 		}
 		return "—"
 	}
+	multi, err := multiCell(client.Driver())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
 	return []string{name, native(caps.Modes.Has(driver.Exclusive)), native(caps.Modes.Has(driver.Shared)),
-		native(caps.Modes.Has(driver.Semaphore)), native(caps.FIFO), "portable", "portable"}, nil
+		native(caps.Modes.Has(driver.Semaphore)), native(caps.FIFO), "portable", multi}, nil
+}
+
+// multiCell returns the multi-lock cell of a driver's row: "native" if it
+// takes two keys with one hash tag in one AcquireAll, "portable" if it has
+// no AcquireAll or declines them.
+func multiCell(d driver.Driver) (string, error) {
+	ma, ok := d.(driver.MultiAcquirer)
+	if !ok {
+		return "portable", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
+	defer cancel()
+	reqs := []driver.Request{
+		{Key: "readme:{t}a", Owner: rand.Text(), TTL: time.Minute},
+		{Key: "readme:{t}b", Owner: rand.Text(), TTL: time.Minute},
+	}
+	res, err := ma.AcquireAll(ctx, reqs)
+	switch {
+	case errors.Is(err, driver.ErrUnsupported):
+		return "portable", nil
+	case err != nil:
+		return "", fmt.Errorf("AcquireAll: %v", err)
+	case !res.Acquired:
+		return "", fmt.Errorf("AcquireAll of free keys was refused: %+v", res)
+	}
+	for _, req := range reqs {
+		if err := d.Release(ctx, req); err != nil {
+			return "", fmt.Errorf("Release(%s): %v", req.Key, err)
+		}
+	}
+	return "native", nil
 }
 
 // optionCell reports whether a cell of the README's table of lock types
