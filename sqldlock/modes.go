@@ -442,58 +442,48 @@ func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]e
 // marker down to the remaining live rows (deleting it, and the key's
 // expired holder rows, if none are left).
 func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
-	if err := q.lockRow(ctx, tx, req.Key); err != nil {
-		return false, false, err
-	}
 	var waiting bool
-	err = tx.QueryRowContext(ctx, q.releaseHold, req.Key, req.Owner).Scan(&waiting, &live)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, err
-	}
-	if q.noReturning {
-		if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
-			return false, false, err
-		}
-	}
-	if err := q.fixMarker(ctx, tx, req.Key); err != nil {
-		return false, false, err
-	}
-	// A reader, a permit or a queued waiter left: others may get in.
-	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
-		return false, false, err
-	}
-	return true, live, nil
+	found, err = q.release(ctx, tx, req, q.releaseHold, q.deleteHold, &waiting, &live)
+	return found, live, err
 }
 
 // releaseMain deletes req.Owner's lock-table row (its Exclusive hold) and,
 // if the key has waiters, leaves the marker that keeps their places. It
 // reports whether there was such a row; if not, nothing has changed.
 func (q *multiSQL) releaseMain(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
+	found, err = q.release(ctx, tx, req, q.releaseRow, q.deleteOwnMain, &live)
+	return found, live, err
+}
+
+// release deletes req.Owner's row with del, a DELETE that returns the
+// row's columns into dest (without RETURNING, on MySQL: a locking read of
+// them, after which deleteAfter deletes the row), then makes the key's
+// marker cover the rows left and wakes the key's waiters: a holder, a
+// reader, a permit or a queued waiter left, so others may get in. It
+// reports whether there was such a row; if not, nothing has changed.
+func (q *multiSQL) release(ctx context.Context, tx *sql.Tx, req driver.Request, del, deleteAfter string, dest ...any) (bool, error) {
 	if err := q.lockRow(ctx, tx, req.Key); err != nil {
-		return false, false, err
+		return false, err
 	}
-	err = tx.QueryRowContext(ctx, q.releaseRow, req.Key, req.Owner).Scan(&live)
+	err := tx.QueryRowContext(ctx, del, req.Key, req.Owner).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return false, false, err
+		return false, err
 	}
 	if q.noReturning {
-		if _, err := tx.ExecContext(ctx, q.deleteOwnMain, req.Key, req.Owner); err != nil {
-			return false, false, err
+		if _, err := tx.ExecContext(ctx, deleteAfter, req.Key, req.Owner); err != nil {
+			return false, err
 		}
 	}
 	if err := q.fixMarker(ctx, tx, req.Key); err != nil {
-		return false, false, err
+		return false, err
 	}
 	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
-		return false, false, err
+		return false, err
 	}
-	return true, live, nil
+	return true, nil
 }
 
 // fixMarker makes the key's marker cover exactly its live holds-table rows
