@@ -87,19 +87,29 @@ type scriptProto struct{ d *Driver }
 
 func ms(ttl time.Duration) int64 { return ttl.Milliseconds() }
 
+// writer returns what an acquire script runs on: the driver's client, or,
+// when WithReplicaAck is set, a connection of its own (returned too, for
+// the caller to close) to the master of key: WAIT counts the writes of one
+// connection, so the script and the WAIT must share it.
+func (p scriptProto) writer(ctx context.Context, key string) (redis.Scripter, *redis.Conn, error) {
+	if p.d.cfg.replicas == 0 {
+		return p.d.client, nil, nil
+	}
+	node, err := p.d.master(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := node.Conn()
+	return conn, conn, nil
+}
+
 func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error) {
-	var c redis.Scripter = p.d.client
-	var conn *redis.Conn
-	if p.d.cfg.replicas > 0 {
-		// WAIT counts the writes of one connection: run the script on a
-		// connection of our own to the key's master, then WAIT there.
-		node, err := p.d.master(ctx, k.lock)
-		if err != nil {
-			return driver.Result{}, err
-		}
-		conn = node.Conn()
+	c, conn, err := p.writer(ctx, k.lock)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if conn != nil {
 		defer conn.Close()
-		c = conn
 	}
 	queue := "0"
 	if req.Queue {
@@ -130,16 +140,12 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 // acquireAll takes every lock of reqs in one script, or none: the locks'
 // keys all live on one server (and one Cluster slot).
 func (p scriptProto) acquireAll(ctx context.Context, ks []layout, reqs []driver.Request, ttls []time.Duration) (driver.MultiResult, error) {
-	var c redis.Scripter = p.d.client
-	var conn *redis.Conn
-	if p.d.cfg.replicas > 0 {
-		node, err := p.d.master(ctx, ks[0].lock)
-		if err != nil {
-			return driver.MultiResult{}, err
-		}
-		conn = node.Conn()
+	c, conn, err := p.writer(ctx, ks[0].lock)
+	if err != nil {
+		return driver.MultiResult{}, err
+	}
+	if conn != nil {
 		defer conn.Close()
-		c = conn
 	}
 	keys := make([]string, 0, 5*len(reqs))
 	args := make([]any, 0, 5*len(reqs))
