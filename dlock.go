@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -106,6 +107,9 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 		host, _ := os.Hostname()
 		cfg.info = host + ":" + strconv.Itoa(os.Getpid())
 	}
+	if err := checkInfo(cfg.info); err != nil {
+		return nil, err
+	}
 	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}}
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
@@ -121,6 +125,12 @@ func normalize(caps driver.Capabilities) driver.Capabilities {
 	}
 	if caps.MinTTL == 0 {
 		caps.MinTTL = 10 * time.Millisecond
+	}
+	if caps.MaxTTL == 0 {
+		caps.MaxTTL = DefaultMaxTTL
+	}
+	if caps.MaxLimit == 0 {
+		caps.MaxLimit = math.MaxInt32
 	}
 	return caps
 }
@@ -375,7 +385,7 @@ func (c *Client) checkTTL(ttl time.Duration) error {
 		return argError("ttl", ttl, "must be positive")
 	case ttl < c.caps.MinTTL:
 		return argError("ttl", ttl, "is below this backend's minimum of %v", c.caps.MinTTL)
-	case c.caps.MaxTTL > 0 && ttl > c.caps.MaxTTL:
+	case ttl > c.caps.MaxTTL:
 		return argError("ttl", ttl, "is above this backend's maximum of %v", c.caps.MaxTTL)
 	}
 	return nil
@@ -401,6 +411,11 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	if err := c.checkLockTTL(cfg.ttl); err != nil {
 		return cfg, err
 	}
+	if cfg.info != nil {
+		if err := checkInfo(*cfg.info); err != nil {
+			return cfg, err
+		}
+	}
 	if cfg.minBackoff <= 0 {
 		return cfg, argError("backoff min", cfg.minBackoff, "must be positive")
 	}
@@ -413,6 +428,9 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		}
 		if *cfg.limit < 1 {
 			return cfg, argError("limit", *cfg.limit, "must be at least 1")
+		}
+		if *cfg.limit > c.caps.MaxLimit {
+			return cfg, argError("limit", *cfg.limit, "is above this backend's maximum of %d", c.caps.MaxLimit)
 		}
 	}
 	if m, _ := cfg.mode(); !c.caps.Modes.Has(m) {
@@ -454,6 +472,30 @@ func newOwner() string { return rand.Text() }
 // DriftMargin(lease).
 func DriftMargin(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
+}
+
+// DefaultMaxTTL is the longest lease dlock accepts on a backend that declares
+// no maximum of its own (Capabilities.MaxTTL). A lock is a lease, renewed while
+// its holder lives; a lease of days is already a hold that outlives its
+// holder, and longer ones are almost always a unit mistake (100000h).
+const DefaultMaxTTL = 7 * 24 * time.Hour
+
+// MaxInfoLen is the longest owner info (WithOwnerInfo, WithInfo) in bytes.
+// Info is stored with every hold and shown by listings; longer text is
+// refused with an *ArgError on every backend, so that no store is asked to
+// keep a record it may reject or choke on.
+const MaxInfoLen = 1024
+
+func checkInfo(info string) error {
+	switch {
+	case len(info) > MaxInfoLen:
+		return argError("info", info, "is %d bytes, longer than the maximum of %d", len(info), MaxInfoLen)
+	case !utf8.ValidString(info):
+		return argError("info", info, "is not valid UTF-8")
+	case strings.IndexByte(info, 0) >= 0:
+		return argError("info", info, "contains a NUL byte")
+	}
+	return nil
 }
 
 // cleanupTimeout bounds the best-effort releases dlock makes on its own

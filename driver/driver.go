@@ -246,8 +246,12 @@ type Capabilities struct {
 	MaxKeyLen int
 	// MinTTL is the shortest lease the driver accepts. Zero means 10ms.
 	MinTTL time.Duration
-	// MaxTTL is the longest lease the driver accepts. Zero means no limit.
+	// MaxTTL is the longest lease the driver accepts. Zero means package
+	// dlock's default maximum, dlock.DefaultMaxTTL (7 days).
 	MaxTTL time.Duration
+	// MaxLimit is the largest Request.Limit of a Semaphore the driver
+	// accepts. Zero means math.MaxInt32.
+	MaxLimit int
 	// TTLResolution is the unit the store measures leases in, when it is
 	// coarse (memcached: whole seconds): a lease may end up to one unit
 	// earlier than asked. Package dlock adds two units where it promises a

@@ -40,6 +40,16 @@ type Config struct {
 	// nothing is left behind after release, expiry and abandoned waits.
 	Residue func(ctx context.Context, prefix string) (int, error)
 
+	// NewHungDriver, if set, returns a new driver over the store under test
+	// and a function that makes the store hang for that driver: every byte
+	// stops in both directions while connections stay open, as with a
+	// SIGSTOPped server or a blackholed network (testsrv.Proxy's Block).
+	// The suite calls hang at most once per driver and never undoes it; the
+	// Config tears the hung path down when t ends. The suite uses it to check
+	// that every call returns promptly once its context is cancelled. Leave
+	// it nil only for an in-process store, which cannot hang.
+	NewHungDriver func(t testing.TB) (d driver.Driver, hang func())
+
 	// ShortTTL is the lease used by tests that wait for a lease to expire.
 	// Zero means the larger of 300ms and the driver's MinTTL.
 	ShortTTL time.Duration
