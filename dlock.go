@@ -65,6 +65,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/redact"
 )
 
 // Holder describes one holder of a lock, as returned by Client.List.
@@ -182,20 +183,20 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, argError("url", redact(rawURL), "does not parse: %v", err)
+		return nil, argError("url", redact.String(rawURL), "does not parse: %v", err)
 	}
 	if u.Scheme == "" {
-		return nil, argError("url", redact(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
+		return nil, argError("url", redact.String(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
-		return nil, argError("url", u.Redacted(), "unknown scheme %q (known schemes: %s)", u.Scheme, strings.Join(Schemes(), ", "))
+		return nil, argError("url", redact.URL(u), "unknown scheme %q (known schemes: %s)", u.Scheme, strings.Join(Schemes(), ", "))
 	}
 	d, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("dlock: open %s: %w", redact.URL(u), err)
 	}
 	c, err := New(d, opts...)
 	if err != nil {
@@ -203,16 +204,6 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	if i := strings.LastIndex(raw, "@"); i >= 0 {
-		return "xxxxx" + raw[i:]
-	}
-	return raw
 }
 
 // Capabilities reports what the backend does natively.

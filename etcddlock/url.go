@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -70,7 +71,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
 	}
 	d, err := newDriver(cli, true, opts)
 	if err != nil {
@@ -83,7 +84,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	defer cancel()
 	if _, err := cli.Get(cctx, d.prefix, clientv3.WithCountOnly()); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
 	}
 	return d, nil
 }

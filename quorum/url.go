@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/redisdlock"
 )
@@ -144,7 +145,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), errors.Join(failures...))
 	}
 	if len(failures) > 0 {
-		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", u.Redacted(), "err", errors.Join(failures...))
+		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", redact.URL(u), "err", errors.Join(failures...))
 	}
 	d, err := New(nodes, opts...)
 	if err != nil {

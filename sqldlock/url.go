@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -36,7 +37,7 @@ const sqliteBusyTimeout = 10 * time.Second
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+	return &dlock.ArgError{Name: "url", Value: redact.URL(u), Reason: fmt.Sprintf(format, args...)}
 }
 
 // The dlock parameters every scheme accepts.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/redact"
 )
 
 // storeDirMode is the mode of the default store's directory when dlock
@@ -98,10 +99,7 @@ func (a *app) withClient(fn func(ctx context.Context, c *dlock.Client) error) er
 }
 
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
+	return redact.String(raw)
 }
 
 // storeError turns an error from a store operation into an exitError.

@@ -9,11 +9,12 @@ import (
 	"strings"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/redact"
 )
 
 // Error returns an *dlock.ArgError for the URL u (shown redacted).
 func Error(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: fmt.Sprintf(format, args...)}
+	return &dlock.ArgError{Name: "url", Value: redact.URL(u), Reason: fmt.Sprintf(format, args...)}
 }
 
 // Hosts splits u.Host, a comma-separated list of host[:port], adding

@@ -1,0 +1,84 @@
+// Package redact hides the secrets in store URLs before they are shown in an
+// error, a log line or the CLI's output. Every URL dlock shows goes through
+// it.
+package redact
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Mask replaces a secret.
+const Mask = "xxxxx"
+
+// secretWords are the parts of a query parameter's name that mark its value
+// as a secret: password, sentinel_password, client_secret, token,
+// sslkey, api_key and the like.
+var secretWords = []string{"password", "passwd", "pwd", "secret", "token", "key"}
+
+// Secret reports whether a query parameter named name carries a secret.
+func Secret(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range secretWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// URL returns u as a string with the password of its userinfo and the value
+// of every secret query parameter (see Secret) replaced by Mask. u is not
+// modified.
+func URL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	if c.User != nil {
+		if _, has := c.User.Password(); has {
+			c.User = url.UserPassword(c.User.Username(), Mask)
+		}
+	}
+	if c.RawQuery != "" {
+		c.RawQuery = query(c.RawQuery)
+	}
+	return c.String()
+}
+
+// query masks the secret values of a raw query string, keeping the order and
+// encoding of everything else.
+func query(raw string) string {
+	parts := strings.Split(raw, "&")
+	for i, p := range parts {
+		name, _, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if hasValue && Secret(name) {
+			parts[i] = p[:strings.IndexByte(p, '=')+1] + Mask
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// String is URL for a URL given as text. Text that does not parse is shown
+// as much as can be without risk: the part after the last '@' (the host and
+// path, not the userinfo), with its query masked, or nothing at all.
+func String(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return URL(u)
+	}
+	rest := raw
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		rest = raw[i+1:]
+	} else if strings.Contains(raw, ":") {
+		// scheme://user:pass without '@' cannot be told from
+		// host:port; show nothing of it.
+		return "(unparsable URL)"
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest = rest[:i+1] + query(rest[i+1:])
+	}
+	return Mask + "@" + rest
+}
