@@ -30,6 +30,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	// store with read-write locks holds new readers back while a writer
 	// waits.
 	req.Queue = wait && (c.caps.FIFO || c.caps.Modes.Has(driver.Shared))
+	if !c.enter() {
+		return nil, notAcquired(key, ErrClosed)
+	}
+	defer c.ops.done()
 	begin := time.Now()
 	l, err = c.acquireLoop(ctx, req, cfg, wait)
 	if err != nil {
@@ -74,13 +78,21 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 	return driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: mode, Limit: limit, Info: info}, cfg, nil, nil
 }
 
-func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockConfig, wait bool) (_ *Lock, err error) {
+// acquireLoop makes the attempts of one acquisition. It waits on a context
+// bound to the caller's (parent) and to the Client's Close, and returns
+// promptly when either ends; an attempt still on the wire then is cleaned up
+// once it completes.
+func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg lockConfig, wait bool) (_ *Lock, err error) {
+	ctx, unbind := c.bind(parent)
+	defer unbind()
+	stopped := func() error { return notAcquired(req.Key, why(parent)) }
+
 	// Waiters of this Client for the same key queue here first, so that one
 	// remote wait per key and process serves them all.
 	var leave func()
 	if wait {
 		if leave, err = c.gates.enter(ctx, req.Key); err != nil {
-			return nil, notAcquired(req.Key, err)
+			return nil, stopped()
 		}
 	} else if leave = c.gates.tryEnter(req.Key); leave == nil {
 		return nil, fmt.Errorf("%w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
@@ -102,22 +114,28 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 	reached := false   // the store has answered an attempt
 	attempted := false // an attempt was made: a queue entry may exist
 	for {
-		if err := c.check(ctx); err != nil {
+		if ctx.Err() != nil {
 			if attempted {
 				c.cleanup(req)
 			}
-			return nil, err
+			return nil, stopped()
 		}
 		attempted = true
 		sent := time.Now()
-		res, err := c.drv.Acquire(ctx, req)
+		res, err, inflight := do(c, ctx, func(ctx context.Context) (driver.Result, error) { return c.drv.Acquire(ctx, req) })
+		if inflight != nil {
+			// The attempt is still on the wire: whatever it makes of
+			// the store is cleared once it completes.
+			inflight.after(c, func(driver.Result, error) { c.cleanup(req) })
+			return nil, stopped()
+		}
 		if err != nil {
 			// The outcome is unknown. Whoever stops here makes sure that
 			// nothing stays behind; a queued waiter that rides out a blip
 			// keeps its place, which the next attempt finds again.
 			if ctx.Err() != nil {
 				c.cleanup(req)
-				return nil, notAcquired(req.Key, ctx.Err())
+				return nil, stopped()
 			}
 			if req.Queue && reached && errors.Is(err, driver.ErrNotHeld) {
 				// The waiter's place in the queue ended with its session
@@ -138,7 +156,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			c.cfg.logger.Warn("dlock: acquire attempt failed while waiting; retrying", "key", req.Key, "err", err)
 			if err := sleep(ctx, bo.next(), nil); err != nil {
 				c.cleanup(req)
-				return nil, notAcquired(req.Key, err)
+				return nil, stopped()
 			}
 			continue
 		}
@@ -153,10 +171,10 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 					leave()
 					leave = func() {}
 				}
-				l := newLock(c, ctx, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
+				l := newLock(c, parent, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
 				if l == nil {
 					c.cleanup(req)
-					return nil, ErrClosed
+					return nil, notAcquired(req.Key, ErrClosed)
 				}
 				return l, nil
 			}
@@ -168,7 +186,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			}
 			c.cfg.logger.Warn("dlock: acquired lock had no validity left; retrying", "key", req.Key, "ttl", ttl)
 			if err := sleep(ctx, bo.next(), nil); err != nil {
-				return nil, notAcquired(req.Key, err)
+				return nil, stopped()
 			}
 			continue
 		}
@@ -177,7 +195,14 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 		}
 		if subscribe {
 			subscribe = false
-			s, err := c.notifier.Subscribe(ctx, req)
+			s, err, inflight := do(c, ctx, func(ctx context.Context) (driver.Subscription, error) { return c.notifier.Subscribe(ctx, req) })
+			if inflight != nil {
+				inflight.after(c, func(s driver.Subscription, err error) {
+					if err == nil {
+						s.Close()
+					}
+				})
+			}
 			if err == nil {
 				// Try again at once: a release between the attempt and
 				// the subscription would otherwise go unnoticed.
@@ -186,7 +211,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 			}
 			if ctx.Err() != nil {
 				c.cleanup(req)
-				return nil, notAcquired(req.Key, ctx.Err())
+				return nil, stopped()
 			}
 			if !errors.Is(err, driver.ErrUnsupported) {
 				c.cfg.logger.Warn("dlock: cannot subscribe to releases; polling instead", "key", req.Key, "err", err)
@@ -206,7 +231,7 @@ func (c *Client) acquireLoop(ctx context.Context, req driver.Request, cfg lockCo
 		}
 		if err := sleep(ctx, delay, sub); err != nil {
 			c.cleanup(req)
-			return nil, notAcquired(req.Key, err)
+			return nil, stopped()
 		}
 	}
 }
@@ -223,11 +248,15 @@ func lease(req driver.Request, res driver.Result, sent time.Time) (time.Duration
 
 // cleanup releases whatever req's owner may hold after an unknown outcome or
 // an abandoned wait, without blocking on the caller's (possibly done)
-// context.
+// context. It never runs while an Acquire for the owner is in flight.
 func (c *Client) cleanup(req driver.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if err := c.drv.Release(ctx, req); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+	_, err, inflight := do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Release(ctx, req) })
+	if inflight != nil {
+		err = ctx.Err()
+	}
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
 	}
 }

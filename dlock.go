@@ -42,8 +42,17 @@
 // Misuse is reported with sentinels and changes nothing on the store:
 // Release or Refresh of a released lock gives ErrNotHeld; Release or Refresh
 // of a lost lock gives ErrLost; any use of a closed Client (and of its locks)
-// gives ErrClosed. A foreign owner cannot release a lock at all: the owner is a
-// 128-bit random value that never leaves the handle.
+// gives ErrClosed.
+//
+// Each acquisition has an owner token, 130 random bits that the Lock handle
+// keeps and the store compares on every refresh and release. It protects
+// against mistakes, not against an adversary with access to the store: another
+// process, or a stale handle of this one, cannot release or extend a hold it
+// does not own, even one it held earlier, because its token no longer
+// matches. The token is stored in plain text, though, so anyone who can read
+// the store (or who is handed Client.Driver and a token) can act as the
+// owner; guard the store as you guard the data the lock protects. Listings
+// show only OwnerID, a hash of the token.
 package dlock
 
 import (
@@ -87,9 +96,16 @@ type Client struct {
 	cfg      clientConfig
 	gates    gates
 
-	mu     sync.Mutex
-	closed bool
-	locks  map[*Lock]struct{}
+	// closing ends when Close begins: every wait of the Client watches it.
+	closing context.Context
+	stop    context.CancelCauseFunc
+	ops     tracker // acquisitions in progress
+	bg      tracker // driver requests on goroutines of their own
+
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{} // closed when Close has finished
+	locks     map[*Lock]struct{}
 }
 
 // New returns a Client over d. The Client owns d: Close closes it.
@@ -112,6 +128,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}}
+	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err
@@ -247,7 +264,11 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 // when the lock is lost; fn should stop its work then. Do returns fn's error;
 // if fn succeeded but the lock was lost while it ran, Do returns an error
 // wrapping ErrLost, because the work may have overlapped another holder's.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+//
+// The lock is released however fn ends: by returning, by panicking (the
+// panic goes on after the release, to be recovered or not by the caller) or
+// by runtime.Goexit; and even if ctx has ended by then (see Lock.Release).
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) (err error) {
 	if fn == nil {
 		return argError("fn", nil, "must not be nil")
 	}
@@ -257,16 +278,15 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 	fctx, cancel := context.WithCancelCause(withHeld(ctx, l))
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
-	ferr := fn(fctx, l)
-	stop()
-	cancel(nil)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
-	defer rcancel()
-	rerr := l.Release(rctx)
-	if ferr != nil {
-		return ferr
-	}
-	return rerr
+	defer func() {
+		// Runs on return, panic and Goexit alike.
+		stop()
+		cancel(nil)
+		if rerr := l.Release(ctx); err == nil {
+			err = rerr
+		}
+	}()
+	return fn(fctx, l)
 }
 
 // List returns the live holders of keys that start with prefix. Each
@@ -316,31 +336,73 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	return f.ForceRelease(ctx, key)
 }
 
-// Close releases every lock the Client holds (their contexts end with cause
-// ErrClosed) and closes the backend. Later calls on the Client or its locks
-// return ErrClosed. Close is idempotent.
+// Close shuts the Client down. It ends every acquisition in progress at once
+// (Lock, TryLock and Do return errors wrapping ErrClosed), waits until their
+// attempts are cleaned up on the store, releases every lock the Client holds
+// (their contexts end with cause ErrClosed), waits for requests still in
+// flight (each bounded by its own timeout), and then closes the backend. Later
+// calls on the Client or its locks return ErrClosed. Close is idempotent, and
+// a concurrent second call returns once the first has finished.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
+		done := c.closeDone
 		c.mu.Unlock()
+		<-done
 		return nil
 	}
 	c.closed = true
+	c.closeDone = make(chan struct{})
+	c.mu.Unlock()
+	defer close(c.closeDone)
+
+	c.stop(ErrClosed)
+	c.ops.wait(cleanupTimeout)
+	c.mu.Lock()
 	locks := make([]*Lock, 0, len(c.locks))
 	for l := range c.locks {
 		locks = append(locks, l)
 	}
 	c.mu.Unlock()
-	var errs []error
-	for _, l := range locks {
-		if err := l.closeLock(); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(locks)+1)
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = l.closeLock() })
 	}
-	if err := c.drv.Close(); err != nil {
-		errs = append(errs, err)
-	}
+	wg.Wait()
+	c.bg.wait(cleanupTimeout)
+	errs[len(locks)] = c.drv.Close()
 	return errors.Join(errs...)
+}
+
+// enter registers an acquisition, unless the Client is closed.
+func (c *Client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.ops.add()
+	return true
+}
+
+// bind returns a context that ends when ctx does or when Close begins.
+func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return bctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// why returns the reason a bound context (see bind) of the caller's ctx
+// ended: ctx's error, or ErrClosed.
+func why(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
 }
 
 func (c *Client) check(ctx context.Context) error {

@@ -40,8 +40,15 @@ type Lock struct {
 	renewCtx    context.Context
 	renewing    sync.WaitGroup // counts in-flight renewals
 
+	// calls keeps the rule of the driver contract that no request for the
+	// owner starts while an Acquire for it runs: refreshes share it, a
+	// Downgrade (an Acquire) takes it alone until its request completes.
+	calls sync.RWMutex
+
 	mu           sync.Mutex
-	depth        int // re-entries not yet released
+	ending       chan struct{} // non-nil once Release, ReleaseAfter or Close began ending the hold; closed when done
+	downgrading  bool          // a Downgrade abandoned by its caller is still on the wire
+	depth        int           // re-entries not yet released
 	renewStopped bool
 	state        lockState
 	cause        error // why the lock ended; nil while held
@@ -130,7 +137,27 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		return fmt.Errorf("dlock: downgrade %q: %w: it is a %s lock", req.Key, ErrModeMismatch, req.Mode)
 	}
 	req.Mode, req.Queue = driver.Shared, false
-	res, err := l.c.drv.Acquire(ctx, req)
+	if err := l.c.check(ctx); err != nil {
+		return err
+	}
+	l.calls.Lock()
+	res, err, inflight := do(l.c, ctx, func(ctx context.Context) (driver.Result, error) { return l.c.drv.Acquire(ctx, req) })
+	if inflight == nil {
+		l.calls.Unlock()
+	} else {
+		// Whether the store made the lock a read lock is unknown: the
+		// handle can no longer promise exclusion. Clear the hold once the
+		// request has landed.
+		l.mu.Lock()
+		l.downgrading = true
+		l.mu.Unlock()
+		inflight.after(l.c, func(driver.Result, error) {
+			l.calls.Unlock()
+			l.c.cleanup(req)
+		})
+		l.end(lost, fmt.Errorf("%w: %q: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, req.Key, err))
+		return fmt.Errorf("dlock: downgrade %q: %w", req.Key, err)
+	}
 	switch {
 	case err == nil && res.Acquired && res.Token == l.token:
 		l.mu.Lock()
@@ -207,8 +234,14 @@ func (l *Lock) refresh(ctx context.Context) error {
 	if err := l.ended(); err != nil {
 		return err
 	}
+	if l.isEnding() {
+		return fmt.Errorf("%w: %q is being released", ErrNotHeld, l.req.Key)
+	}
 	sent := time.Now()
-	err := l.c.drv.Refresh(ctx, l.request())
+	req := l.request()
+	l.calls.RLock()
+	_, err, _ := do(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Refresh(ctx, req) })
+	l.calls.RUnlock()
 	switch {
 	case err == nil:
 		l.mu.Lock()
@@ -219,6 +252,10 @@ func (l *Lock) refresh(ctx context.Context) error {
 		l.mu.Unlock()
 		return l.ended()
 	case errors.Is(err, driver.ErrNotHeld):
+		if l.isEnding() {
+			// A Release overtook this refresh: no loss.
+			return fmt.Errorf("%w: %q is being released", ErrNotHeld, l.req.Key)
+		}
 		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's lease: %w", ErrLost, l.req.Key, err))
 		return l.ended()
 	default:
@@ -232,13 +269,24 @@ func (l *Lock) refresh(ctx context.Context) error {
 
 // Release releases the lock. A re-entered lock (see Client.Lock) counts its
 // acquisitions: each Release but the last only takes one back and returns
-// nil, and the last one releases the lock. It returns nil if the lock was
-// still held, an
-// error wrapping ErrLost if it had been lost (the protected work may have
-// overlapped another holder's), ErrNotHeld if it was already released, and
-// ErrClosed after the Client was closed. On any other error (the store could
-// not be reached) the lock's context is cancelled all the same and the store
-// frees the lock when its lease ends.
+// nil, and the last one releases the lock.
+//
+// The release reaches the store even if ctx has already ended (a request
+// whose deadline passed while it held the lock, as with
+// `defer lock.Release(ctx)`): it then runs on a context of its own, bounded
+// by ReleaseTimeout, and Release waits for it. If ctx ends while the store
+// has not answered (a hung server), Release returns at once with ctx's error
+// and the request goes on in the background, bounded by ReleaseTimeout;
+// Client.Close waits for it.
+//
+// It returns nil if the lock was still held, an error wrapping ErrLost if it
+// had been lost (the protected work may have overlapped another holder's),
+// ErrNotHeld if it was already released, and ErrClosed after the Client was
+// closed. There is one release per lock: calls that race the first (another
+// Release, ReleaseAfter, Client.Close) wait for it and then return ErrNotHeld
+// (or the reason the lock ended). On any other error (the store could not be
+// reached) the lock's context is cancelled all the same and the store frees
+// the lock when its lease ends.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -246,34 +294,128 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.leaveNested() {
 		return nil
 	}
+	return l.finish(ctx, "release", 0)
+}
+
+// ReleaseTimeout bounds the request that releases a lock (Lock.Release,
+// Lock.ReleaseAfter, Client.Close) when the caller's context has ended or
+// has no deadline of its own: the store is asked to free the lock even when
+// the caller has stopped waiting.
+const ReleaseTimeout = 5 * time.Second
+
+// finish ends the hold with one store request: a Release, or for d > 0 a
+// Refresh to a lease of d (ReleaseAfter). Only the first caller of finish (or
+// closeLock) sends it; the others wait for it.
+func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
+	first, ending := l.claimEnd()
+	if !first {
+		select {
+		case <-ending:
+		case <-ctx.Done():
+			return fmt.Errorf("dlock: %s %q: waiting for a concurrent release: %w", what, l.req.Key, ctx.Err())
+		}
+		if err := l.ended(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.req.Key)
+	}
+	defer l.endClaim()
 	l.stopRenewal()
 	l.mu.Lock()
-	state, cause := l.state, l.cause
+	state, cause, downgrading := l.state, l.cause, l.downgrading
 	l.mu.Unlock()
 	switch state {
 	case released, closed:
 		return cause
 	case lost:
-		// Clear whatever may remain of the lease; the loss stands.
-		l.c.cleanup(l.request())
+		// Clear whatever may remain of the lease; the loss stands. An
+		// abandoned Downgrade clears it itself once it has landed.
+		if !downgrading {
+			l.c.cleanup(l.request())
+		}
 		return cause
 	}
-	err := l.c.drv.Release(ctx, l.request())
+	req := l.request()
+	op := func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Release(ctx, req) }
+	if d > 0 {
+		req.TTL = d
+		op = func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Refresh(ctx, req) }
+	}
+	err, abandoned := l.storeCall(ctx, op)
 	switch {
-	case err == nil:
-		l.end(released, fmt.Errorf("%w: %q was released", ErrNotHeld, l.req.Key))
+	case err == nil && d > 0:
+		l.end(released, fmt.Errorf("%w: %q is held by its lease for %v more", ErrNotHeld, req.Key, d))
 		return nil
+	case err == nil:
+		l.end(released, fmt.Errorf("%w: %q was released", ErrNotHeld, req.Key))
+		return nil
+	case abandoned:
+		l.end(released, fmt.Errorf("%w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
+		return fmt.Errorf("dlock: %s %q: %w", what, req.Key, err)
 	case errors.Is(err, driver.ErrNotHeld):
-		l.end(lost, fmt.Errorf("%w: %q: the lease had ended before release: %w", ErrLost, l.req.Key, err))
+		l.end(lost, fmt.Errorf("%w: %q: the lease had ended before %s: %w", ErrLost, req.Key, what, err))
 		return l.ended()
 	default:
-		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, l.req.Key))
-		return fmt.Errorf("dlock: release %q: %w", l.req.Key, err)
+		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, req.Key))
+		return fmt.Errorf("dlock: %s %q: %w", what, req.Key, err)
 	}
+}
+
+// storeCall sends the request that ends the hold. It runs on a context of its
+// own, detached from ctx's cancellation (not its values) and bounded by
+// ReleaseTimeout, so that it reaches the store even when ctx has ended. The
+// caller waits until it completes, or until ctx ends if ctx was live: then
+// the request is abandoned to finish in the background.
+func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}, error)) (err error, abandoned bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
+		defer cancel()
+		return op(ctx)
+	})
+	wctx := rctx
+	if ctx.Err() == nil {
+		var wcancel context.CancelFunc
+		wctx, wcancel = context.WithTimeout(ctx, ReleaseTimeout)
+		defer wcancel()
+	}
+	_, err, ok := cl.wait(wctx)
+	return err, !ok
+}
+
+// claimEnd makes the caller the one that ends the hold and reports true, or
+// returns false and a channel closed when the caller that did has finished.
+func (l *Lock) claimEnd() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ending != nil {
+		return false, l.ending
+	}
+	l.ending = make(chan struct{})
+	return true, nil
+}
+
+// endClaim lets the callers that wait in claimEnd go.
+func (l *Lock) endClaim() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.ending)
+}
+
+// isEnding reports whether a release of the hold has begun.
+func (l *Lock) isEnding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ending != nil
 }
 
 // closeLock releases the lock on Client.Close.
 func (l *Lock) closeLock() error {
+	first, ending := l.claimEnd()
+	if !first {
+		<-ending // a Release in progress; it is bounded by ReleaseTimeout
+		return nil
+	}
+	defer l.endClaim()
 	l.stopRenewal()
 	l.mu.Lock()
 	state := l.state
@@ -281,9 +423,9 @@ func (l *Lock) closeLock() error {
 	if state != held {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	err := l.c.drv.Release(ctx, l.request())
+	err, _ := l.storeCall(context.Background(), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.c.drv.Release(ctx, l.request())
+	})
 	l.end(closed, ErrClosed)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return fmt.Errorf("dlock: release %q on close: %w", l.req.Key, err)
@@ -419,26 +561,12 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	}
 	// A coarse store may end a lease up to one unit early: ask for two
 	// more so that the hold lasts at least d.
+	if d > l.c.caps.MaxTTL {
+		return argError("d", d, "is above this backend's maximum lease of %v", l.c.caps.MaxTTL)
+	}
 	d = max(d+2*l.c.caps.TTLResolution, l.c.caps.MinTTL)
 	if err := l.c.checkTTL(d); err != nil {
 		return err
 	}
-	l.stopRenewal()
-	if err := l.ended(); err != nil {
-		return err
-	}
-	req := l.request()
-	req.TTL = d
-	err := l.c.drv.Refresh(ctx, req)
-	switch {
-	case err == nil:
-		l.end(released, fmt.Errorf("%w: %q is held by its lease for %v more", ErrNotHeld, l.req.Key, d))
-		return nil
-	case errors.Is(err, driver.ErrNotHeld):
-		l.end(lost, fmt.Errorf("%w: %q: the lease had ended: %w", ErrLost, l.req.Key, err))
-		return l.ended()
-	default:
-		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, l.req.Key))
-		return fmt.Errorf("dlock: release %q after %v: %w", l.req.Key, d, err)
-	}
+	return l.finish(ctx, "release after "+d.String(), d)
 }

@@ -45,8 +45,19 @@
 //     place and deletes it again, provided the store is as it found it when
 //     the call returns; such a transient entry may make a concurrent attempt
 //     fail, never succeed where it should not.
-//   - Contexts. Every call honours ctx: when it is done the call returns
-//     promptly with an error wrapping ctx.Err().
+//   - Contexts. Every call honours ctx as far as its client library can:
+//     an error caused by ctx ending wraps ctx.Err(). A call may run on to
+//     its own network timeout after ctx is done (go-redis, gomemcache and
+//     go-zookeeper cannot abandon a request on the wire), but it must end
+//     within a bounded time, even on a server that stopped answering.
+//     Package dlock returns to its caller promptly on its own: it runs each
+//     request on a goroutine of its own and, when the caller gives up,
+//     lets the request finish in the background. It keeps this rule, which
+//     drivertest checks: it never calls Acquire, Refresh or Release for an
+//     owner while an Acquire (or AcquireAll) for that owner is still
+//     running; the Release that cleans up after an abandoned Acquire waits
+//     until that Acquire has returned. A driver therefore needs no
+//     bookkeeping of requests in flight.
 //   - Concurrency. All methods are safe for concurrent use.
 //
 // # Modes

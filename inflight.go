@@ -1,0 +1,136 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// This file holds the one piece of machinery for driver requests that outlive
+// their caller's wait: a caller whose context ends gets its answer at once,
+// while the request, which may already be on the wire, runs to completion on
+// a goroutine of its own (bounded by the driver's own network timeouts), and
+// whatever it left on the store is cleaned up after it. Drivers therefore
+// need not return promptly on cancellation (go-redis, gomemcache and
+// go-zookeeper cannot), and never see a Release for an owner while an
+// Acquire for that owner still runs: see "Contexts" in package driver.
+
+// call is one driver request running on a goroutine of its own.
+type call[T any] struct {
+	done chan struct{} // closed when val and err are set
+	val  T
+	err  error
+}
+
+// abandonGrace is how long a caller whose context ended waits for its
+// request to come back before it leaves the request to finish alone. A
+// driver that honours cancellation answers well within it, so that the
+// caller cleans up before it returns; a hung store does not, and the
+// caller still returns promptly.
+const abandonGrace = 50 * time.Millisecond
+
+// start runs fn(ctx) on a goroutine that Close waits for. The Client must
+// not be closed yet; after Close, callers check before they start.
+func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) *call[T] {
+	cl := &call[T]{done: make(chan struct{})}
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		defer close(cl.done)
+		cl.val, cl.err = fn(ctx)
+	}()
+	return cl
+}
+
+// do runs fn(ctx) and returns its result, or ctx's error soon after ctx
+// ends. A request that is still running then is returned as abandoned
+// (non-nil): it completes in the background, and the caller decides what
+// happens after it (see after). A ctx that cannot end runs fn on the
+// caller's goroutine.
+func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, error, *call[T]) {
+	if ctx.Done() == nil {
+		v, err := fn(ctx)
+		return v, err, nil
+	}
+	cl := start(c, ctx, fn)
+	v, err, ok := cl.wait(ctx)
+	if !ok {
+		return v, err, cl
+	}
+	return v, err, nil
+}
+
+// wait returns the call's result, or ctx's error and false if ctx ends
+// (and abandonGrace passes) first.
+func (cl *call[T]) wait(ctx context.Context) (T, error, bool) {
+	select {
+	case <-cl.done:
+		return cl.val, cl.err, true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(abandonGrace)
+	defer t.Stop()
+	select {
+	case <-cl.done:
+		return cl.val, cl.err, true
+	case <-t.C:
+		var zero T
+		return zero, ctx.Err(), false
+	}
+}
+
+// after runs fn with the call's result once it has completed, on a
+// goroutine that Close waits for.
+func (cl *call[T]) after(c *Client, fn func(T, error)) {
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		<-cl.done
+		fn(cl.val, cl.err)
+	}()
+}
+
+// tracker counts operations in flight, so that Close can wait for them.
+// Unlike a sync.WaitGroup, it may gain work while someone waits.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	if t.n--; t.n == 0 {
+		close(t.idle)
+	}
+	t.mu.Unlock()
+}
+
+// wait waits until nothing is in flight or timeout passes, and reports
+// whether nothing is.
+func (t *tracker) wait(timeout time.Duration) bool {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return true
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-tm.C:
+		return false
+	}
+}
