@@ -93,6 +93,10 @@ func Run(t *testing.T, cfg Config) {
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},
+		{"HungStore", s.testHungStore},
+		{"CloseEndsWaits", s.testCloseEndsWaits},
+		{"ReleaseEndedContext", s.testReleaseEndedContext},
+		{"RacingReleases", s.testRacingReleases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,10 +111,12 @@ type suite struct {
 	caps driver.Capabilities
 }
 
-// client returns a dlock Client over a new driver, closed when t ends.
+// client returns a dlock Client over a new driver, closed when t ends. The
+// driver is watched for calls that break the contract's rule on in-flight
+// Acquires.
 func (s *suite) client(t testing.TB, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c, err := dlock.New(s.cfg.NewDriver(t), opts...)
+	c, err := dlock.New(newContract(t, s.cfg.NewDriver(t)), opts...)
 	if err != nil {
 		t.Fatalf("dlock.New: %v", err)
 	}
