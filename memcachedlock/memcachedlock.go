@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,10 +48,6 @@ type Driver struct {
 	caps   driver.Capabilities
 
 	closed atomic.Bool
-	calls  sync.WaitGroup // calls running in the background
-
-	mu      sync.Mutex
-	pending map[string]*call // abandoned Acquire calls, by key and owner
 }
 
 var (
@@ -116,7 +111,6 @@ func newDriver(client *memcache.Client, owns bool, opts []Option) (*Driver, erro
 			MaxTTL:        maxTTL,
 			TTLResolution: time.Second,
 		},
-		pending: map[string]*call{},
 	}, nil
 }
 
@@ -192,76 +186,25 @@ var now = time.Now
 
 // ---- calls ----
 
-// call is one driver operation running on its own goroutine, so that the
-// caller can stop waiting when its context ends (gomemcache has no
-// contexts).
-type call struct {
-	done chan struct{} // closed when fn has returned
-	err  error
-}
-
-// run runs fn and returns its error, or ctx's error as soon as ctx ends. A
-// call abandoned that way goes on in the background (bounded by the
-// client's network timeout). If track is not empty, an abandoned call is
-// remembered under it until it finishes, for waitPending.
-func (d *Driver) run(ctx context.Context, track string, fn func() error) error {
+// run runs fn, a sequence of gomemcache requests. gomemcache has no
+// contexts: once started, fn runs to the client's network timeout
+// (memcache.Client.Timeout) whatever ctx does, and package dlock, which never
+// waits on a driver past its caller's context, returns promptly on its own
+// (see "Contexts" in package driver). An error of fn after ctx ended wraps
+// ctx.Err().
+func (d *Driver) run(ctx context.Context, fn func() error) error {
 	if d.closed.Load() {
 		return errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ctx.Done() == nil {
-		return fn() // cannot be cancelled: no goroutine needed
+	err := fn()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
-	c := &call{done: make(chan struct{})}
-	d.calls.Add(1)
-	go func() {
-		defer d.calls.Done()
-		err := fn()
-		d.mu.Lock()
-		c.err = err
-		if track != "" && d.pending[track] == c {
-			delete(d.pending, track)
-		}
-		close(c.done)
-		d.mu.Unlock()
-	}()
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.err // it finished after all
-	default:
-	}
-	if track != "" {
-		d.pending[track] = c
-	}
-	return ctx.Err()
+	return err
 }
-
-// waitPending waits until no abandoned call runs under track.
-func (d *Driver) waitPending(ctx context.Context, track string) error {
-	d.mu.Lock()
-	c := d.pending[track]
-	d.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func track(req driver.Request) string { return req.Key + "\x00" + req.Owner }
 
 var errClosed = errors.New("memcachedlock: driver closed")
 
@@ -290,7 +233,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, err
 	}
 	var res driver.Result
-	err := d.run(ctx, track(req), func() error {
+	err := d.run(ctx, func() error {
 		var err error
 		res, err = d.acquire(ctx, req)
 		return err
@@ -449,7 +392,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return err
 	}
 	exp, _ := expiry(req.TTL)
-	err := d.run(ctx, "", func() error {
+	err := d.run(ctx, func() error {
 		it, err := d.owned(d.lockKey(req.Key), req.Owner)
 		if err != nil {
 			return err
@@ -469,13 +412,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := check(req); err != nil {
 		return err
 	}
-	// An Acquire of this lock that the caller gave up on may still be on its
-	// way to the server: let it land first, or its add would outlive this
-	// release.
-	if err := d.waitPending(ctx, track(req)); err != nil {
-		return fmt.Errorf("memcachedlock: release %q: %w", req.Key, err)
-	}
-	err := d.run(ctx, "", func() error {
+	err := d.run(ctx, func() error {
 		it, err := d.owned(d.lockKey(req.Key), req.Owner)
 		if err != nil {
 			return err
@@ -492,7 +429,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 // whoever holds it. The fencing counter stays.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	n := 0
-	err := d.run(ctx, "", func() error {
+	err := d.run(ctx, func() error {
 		err := d.mc.Delete(d.lockKey(key))
 		switch {
 		case err == nil:
@@ -509,14 +446,12 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// Close implements driver.Driver: it waits for calls abandoned by their
-// contexts to finish and, for a driver opened from a URL, closes the
-// client's connections. Holds are left alone.
+// Close implements driver.Driver: for a driver opened from a URL, it closes
+// the client's connections. Holds are left alone.
 func (d *Driver) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	d.calls.Wait()
 	if d.owns {
 		return d.mc.Close()
 	}

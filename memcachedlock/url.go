@@ -79,7 +79,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		mc.Close()
 		return nil, err
 	}
-	if err := d.run(ctx, "", mc.Ping); err != nil {
+	if err := d.run(ctx, mc.Ping); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("memcachedlock: connecting to %s: %w", redact.URL(u), err)
 	}
