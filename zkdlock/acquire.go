@@ -142,7 +142,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		}
 	}
 	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
-	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit), encodeData(req.Owner, req.Info, false))
+	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit, d.layout), encodeData(req.Owner, req.Info, false))
 	if createErr != nil && !maybeApplied(createErr) {
 		return driver.Result{}, "", createErr
 	}

@@ -74,7 +74,7 @@ func judge(q []node, i int) verdict {
 	case driver.Shared:
 		for j := i - 1; j >= 0; j-- {
 			if q[j].mode != driver.Shared {
-				return verdict{wait: q[j : j+1], first: j == 0 && q[j].mode == driver.Exclusive}
+				return verdict{wait: q[j : j+1], first: j == 0 && q[j].mode == driver.Exclusive && !q[j].foreign}
 			}
 		}
 		return verdict{held: true}
@@ -174,6 +174,11 @@ func (d *Driver) holders(parent string, q []node) ([]holder, error) {
 				return
 			}
 			hs[i] = holder{node: q[i], czxid: st.Czxid}
+			if q[i].foreign {
+				// Not the driver's data: name the node.
+				hs[i].owner = q[i].name
+				return
+			}
 			hs[i].owner, hs[i].info, hs[i].downgraded, _ = decodeData(data)
 		})
 	}
