@@ -28,6 +28,12 @@ const (
 	// last node under it unless WithParentLinger says otherwise.
 	DefaultParentLinger = time.Second
 
+	// maxNodeData bounds a node's data (the owner and Info, see
+	// encodeData): a request larger than the server's jute.maxbuffer (1 MiB
+	// less a byte by default) makes it drop the connection. The rest is
+	// room for the request's path (the key, escaped, is up to 3 KiB) and
+	// header.
+	maxNodeData = 1<<20 - 64<<10
 	// maxKeyLen is the longest dlock key, in bytes.
 	maxKeyLen = 1024
 	// minTTL is the shortest lease: leases are kept on this process's

@@ -37,6 +37,14 @@ func suiteConfig(t testing.TB, lingering bool, opts ...Option) drivertest.Config
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
 	return drivertest.Config{
 		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr, opts...) },
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) {
+			p, err := testsrv.StartProxy(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() }) // after the driver's Close
+			return newTestDriver(t, p.Addr(), opts...), p.Block
+		},
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			if lingering {
 				return nodes(ctx, srv.Addr, DefaultPrefix, prefix)
