@@ -16,11 +16,12 @@ import (
 // sequence order, whatever their kind. Which nodes hold the key is a
 // function of the queue alone, as in Curator's InterProcessReadWriteLock:
 //
-//   - a write node ("-lock-") holds when it is the first;
-//   - a read node ("-read-") holds when every node ahead of it is a read
+//   - a write node (Exclusive, or a foreign node; see names.go) holds when
+//     it is the first;
+//   - a read node (Shared) holds when every node ahead of it is a read
 //     node, except that the first may be a write node that has been
 //     downgraded (its data says so; see encodeData);
-//   - a permit node ("-sem-N-") holds when fewer than N nodes are ahead of
+//   - a permit node (a Semaphore of N) holds when fewer than N nodes are ahead of
 //     it and all of them are permit nodes of the same N.
 //
 // Nodes only ever leave the queue, never enter it ahead of a node, and a
