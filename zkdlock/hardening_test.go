@@ -115,3 +115,30 @@ func TestHugeInfo(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestHungDriverConfig checks the conformance config's NewHungDriver: once
+// hung, a call whose context ends returns promptly, and the driver closes.
+func TestHungDriverConfig(t *testing.T) {
+	cfg := suiteConfig(t, false, WithParentLinger(0))
+	d, hang := cfg.NewHungDriver(t)
+	r := req(key(t))
+	if res, err := d.Acquire(ctx(t), r); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	hang()
+	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Refresh(c, r) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Refresh on the hung driver = %v; want DeadlineExceeded", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Refresh on the hung driver still running 30s after its deadline")
+	}
+	if err := d.Close(); err != nil {
+		t.Error(err)
+	}
+}
