@@ -25,6 +25,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	if err := check(req); err != nil {
 		return driver.Result{}, err
 	}
+	if n := len(encodeData(req.Owner, req.Info, true)); n > maxNodeData {
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: node data of %d bytes (owner and Info), over the %d that fit in a ZooKeeper request: %w",
+			req.Key, n, maxNodeData, driver.ErrUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
 	}
@@ -142,7 +146,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		}
 	}
 	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
-	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit), encodeData(req.Owner, req.Info, false))
+	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit, d.layout), encodeData(req.Owner, req.Info, false))
 	if createErr != nil && !maybeApplied(createErr) {
 		return driver.Result{}, "", createErr
 	}

@@ -14,9 +14,8 @@
 // # Modes
 //
 // The driver implements every mode natively (Capabilities.Modes: Exclusive,
-// Shared, Semaphore). A contender's node name says its mode ("lock" for
-// Exclusive, "read" for Shared, "sem-N" for a Semaphore of N permits; see
-// Nodes), and which nodes hold the key follows from the queue alone:
+// Shared, Semaphore). A contender's node name says its mode (see Nodes),
+// and which nodes hold the key follows from the queue alone:
 //
 //   - An Exclusive node (a mutex, or the write side of a read-write lock)
 //     holds when it is the first. It waits for, and watches, the node just
@@ -98,6 +97,12 @@
 //     back. The client sets up a new session by itself, and new
 //     acquisitions use it.
 //
+// Closing the driver's connection (Conn().Close()) ends its session too:
+// Refresh and Release then report driver.ErrNotHeld, rather than the
+// client's "connection closed". A request that fails because the
+// connection dropped in passing, the session perhaps alive, keeps its
+// error.
+//
 // Holds are tied to the session of the driver that made them. Another
 // driver (another session) asked about the same owner recognises the hold
 // by its node's name, but cannot renew that session: its Refresh only
@@ -130,15 +135,90 @@
 // deletion fails, until the server's container clean-up). A contender that
 // finds the key's znode gone when it creates its node creates it again.
 //
-// A contender's node is PREFIX/esc(K)/_c_<ID>-<KIND>-<SEQ>: ID is
+// A contender's node is PREFIX/esc(K)/_c_<ID>-<KIND><SEQ>: ID is
 // dlock.OwnerID of the owner (32 hexadecimal digits), the "_c_<ID>-" prefix
-// marks it as the owner's, as Curator's protected nodes are, KIND is the
-// mode ("lock", "read" or "sem-N"; an exclusive lock keeps the name of
-// Curator's mutex node, as the write side of a read-write lock is the same
-// mode), and SEQ is the ten-digit sequence number ZooKeeper appends, one
-// sequence for all the key's nodes whatever their kind. Its data is the
-// owner, prefixed with its length ("LEN:OWNER"), followed by the holder's
-// Info, with "shared:" in front once a write node has been downgraded.
+// marks it as the owner's, as Curator's protected nodes are, SEQ is the
+// ten-digit sequence number ZooKeeper appends, one sequence for all the
+// key's nodes whatever their kind, and KIND is the mode, named for the
+// Curator recipe of the driver's Layout (see Curator):
+//
+//	Layout                Exclusive   Shared       Semaphore of N
+//	CuratorMutex          lock-       read-lock-   sem-N-lock-
+//	CuratorReadWriteLock  __WRIT__    __READ__     sem-N-__WRIT__
+//
+// Its data is the owner, prefixed with its length ("LEN:OWNER"), followed
+// by the holder's Info, with "shared:" in front once a write node has been
+// downgraded. The data is at most 960 KiB: ZooKeeper drops the connection
+// of a request over its jute.maxbuffer (1 MiB by default), so Acquire
+// refuses larger data (package dlock caps Info far lower) with an error
+// wrapping driver.ErrUnsupported.
+//
+// Every other child of the key's znode whose name ends in ten digits (a
+// sequential node) is a contender too, of another client: the driver
+// cannot tell what it is, and never takes it for absent. It is a Shared
+// contender if its name ends in "__READ__<SEQ>" (Curator's reader) and an
+// Exclusive one otherwise (Curator's mutex or writer, the plain recipe's
+// "lock-<SEQ>" or "<GUID>-lock-<SEQ>", anything else), which holds the key
+// when it is the first, and blocks every node behind it until it goes; a
+// waiter behind it watches it as it would a node of the driver, and wakes
+// when it is deleted. List reports it with its name as the owner, and
+// ForceRelease deletes it. Children without a sequence number (such as the
+// "locks" and "leases" of a Curator semaphore) are not contenders.
+//
+// # Curator
+//
+// A key's znode is the lock path of Curator's recipes: a Curator client
+// locking the path P and the driver locking the key K exclude each other
+// when P is PREFIX/esc(K), for instance P = /app/locks/orders with
+// WithPrefix("/app/locks") and the key "orders". Both directions hold: the
+// driver waits for Curator's nodes as described above, and Curator sees the
+// driver's nodes as contenders in their sequence order, because Curator
+// sorts a lock's children by what follows the last occurrence of its lock
+// name in their names, and the driver's names end in that lock name and
+// the sequence number:
+//
+//   - InterProcessMutex (lock name "lock-"): use the default layout,
+//     CuratorMutex. Every node of the driver, of every mode, is then a
+//     mutex contender to Curator.
+//   - InterProcessReadWriteLock ("__READ__" and "__WRIT__"): use
+//     WithCuratorLayout(CuratorReadWriteLock) (curator=rwlock in URLs).
+//     The driver's Shared nodes are then Curator readers and its other
+//     nodes Curator writers: a Curator reader lets the driver's readers in
+//     and keeps its writers out, a Curator writer keeps both out, and the
+//     other way round. A downgraded write node keeps its name, so Curator's
+//     readers keep waiting for it until it goes.
+//
+// Limits:
+//
+//   - A name cannot end in both lock names, so one layout serves one of
+//     Curator's recipes: a driver in the CuratorMutex layout is no
+//     contender to Curator's read-write lock (Curator's writer sorts the
+//     driver's nodes after its own), and one in the CuratorReadWriteLock
+//     layout none to Curator's mutex. The driver itself reads every layout:
+//     drivers of both layouts exclude each other. Curator's mutex and its
+//     read-write lock do not exclude each other either.
+//   - InterProcessSemaphoreV2 is not mapped: it keeps a mutex under P/locks
+//     and the permits as P/leases/lease-<SEQ> nodes, counted while that
+//     mutex is held, with the number of permits known only to its clients,
+//     whereas the driver's semaphore is one queue of permit nodes directly
+//     under the key's znode. A Curator semaphore and the driver's semaphore
+//     at the same path do not see each other; the driver ignores the
+//     "locks" and "leases" children (they are not sequential).
+//   - Revocation, Curator's lock data and its reentrancy are Curator's
+//     own: the driver never writes "__REVOKE__" to a node, and a Curator
+//     reader that holds the write lock itself (its non-sequential
+//     "__READ__" node) is read like any reader.
+//
+// Earlier versions of the driver named Shared nodes "read-<SEQ>" and
+// permits "sem-N-<SEQ>"; the driver still reads those names, so a key's
+// nodes made before an upgrade keep their place. The earlier versions,
+// though, do not read the new names ("read-lock-", "__READ__",
+// "sem-N-lock-", "sem-N-__WRIT__", "__WRIT__") and ignore such nodes: an
+// earlier version's writer can take a key that a newer version holds
+// Shared or as a semaphore. Exclusive nodes of the default layout keep
+// their name, so keys used only Exclusive can be upgraded one process at a
+// time; keys used Shared or as semaphores need every process that locks
+// them upgraded before the newer version takes them in those modes.
 //
 // # Requests
 //
@@ -231,12 +311,13 @@
 //
 // Importing the package registers the zk scheme with package dlock:
 //
-//	zk://host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock]
+//	zk://host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock&curator=mutex]
 //
 // The port defaults to 2181. A chroot path is put in front of the prefix.
 // session is the session timeout to ask for (a Go duration), linger the
 // idle period of the keys' znodes (a Go duration; 0 deletes them with the
-// last node), and prefix the znode under which locks are kept. Open waits
+// last node), prefix the znode under which locks are kept, and curator
+// the Layout ("mutex", the default, or "rwlock"). Open waits
 // until a server has answered.
 //
 // # Logging

@@ -299,7 +299,7 @@ func TestLostReply(t *testing.T) {
 		if err := d.ensureParent(parent); err != nil {
 			t.Fatal(err)
 		}
-		p, err := c.Create(parent+"/"+nodeBase(r.Owner, r.Mode, r.Limit), encodeData(r.Owner, r.Info, false), zk.FlagEphemeralSequential, acl)
+		p, err := c.Create(parent+"/"+nodeBase(r.Owner, r.Mode, r.Limit, CuratorMutex), encodeData(r.Owner, r.Info, false), zk.FlagEphemeralSequential, acl)
 		if err != nil {
 			t.Fatal(err)
 		}

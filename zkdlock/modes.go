@@ -16,11 +16,12 @@ import (
 // sequence order, whatever their kind. Which nodes hold the key is a
 // function of the queue alone, as in Curator's InterProcessReadWriteLock:
 //
-//   - a write node ("-lock-") holds when it is the first;
-//   - a read node ("-read-") holds when every node ahead of it is a read
+//   - a write node (Exclusive, or a foreign node; see names.go) holds when
+//     it is the first;
+//   - a read node (Shared) holds when every node ahead of it is a read
 //     node, except that the first may be a write node that has been
 //     downgraded (its data says so; see encodeData);
-//   - a permit node ("-sem-N-") holds when fewer than N nodes are ahead of
+//   - a permit node (a Semaphore of N) holds when fewer than N nodes are ahead of
 //     it and all of them are permit nodes of the same N.
 //
 // Nodes only ever leave the queue, never enter it ahead of a node, and a
@@ -74,7 +75,7 @@ func judge(q []node, i int) verdict {
 	case driver.Shared:
 		for j := i - 1; j >= 0; j-- {
 			if q[j].mode != driver.Shared {
-				return verdict{wait: q[j : j+1], first: j == 0 && q[j].mode == driver.Exclusive}
+				return verdict{wait: q[j : j+1], first: j == 0 && q[j].mode == driver.Exclusive && !q[j].foreign}
 			}
 		}
 		return verdict{held: true}
@@ -174,6 +175,11 @@ func (d *Driver) holders(parent string, q []node) ([]holder, error) {
 				return
 			}
 			hs[i] = holder{node: q[i], czxid: st.Czxid}
+			if q[i].foreign {
+				// Not the driver's data: name the node.
+				hs[i].owner = q[i].name
+				return
+			}
 			hs[i].owner, hs[i].info, hs[i].downgraded, _ = decodeData(data)
 		})
 	}

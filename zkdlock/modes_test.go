@@ -259,7 +259,7 @@ func TestForeignNodeBlocks(t *testing.T) {
 	// A permit node, as a racing semaphore request makes before it learns
 	// that the key is a read-write lock.
 	s := modeReq(k, driver.Semaphore, 5, false)
-	p, err := tc.Create(d.parentPath(k)+"/"+nodeBase(s.Owner, s.Mode, s.Limit), encodeData(s.Owner, "", false), zk.FlagEphemeralSequential, acl)
+	p, err := tc.Create(d.parentPath(k)+"/"+nodeBase(s.Owner, s.Mode, s.Limit, CuratorMutex), encodeData(s.Owner, "", false), zk.FlagEphemeralSequential, acl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,20 +14,60 @@ import (
 // Node names.
 //
 // The key K lives in the znode ROOT/esc(K), its parent, and each contender
-// for K is a child _c_<OwnerID>-<KIND>-<seq>, where OwnerID is
+// for K is a child _c_<OwnerID>-<KIND><seq>, where OwnerID is
 // dlock.OwnerID(owner), seq is the ten-digit sequence number ZooKeeper
-// appends, and KIND names the mode: "lock" for Exclusive (a mutex, or the
-// write side of a read-write lock: the driver cannot tell them apart, and
-// a mutex's node keeps Curator's name), "read" for Shared and "sem-<N>" for
-// a Semaphore of N permits.
+// appends, and KIND names the mode in the driver's Layout so that Curator's
+// recipe at the same znode sees the node as a contender, in sequence order:
+//
+//	Layout                Exclusive   Shared       Semaphore of N
+//	CuratorMutex          lock-       read-lock-   sem-N-lock-
+//	CuratorReadWriteLock  __WRIT__    __READ__     sem-N-__WRIT__
+//
+// Curator sorts a lock's children by what follows the last occurrence of
+// its lock name ("lock-", or "__READ__" and "__WRIT__"): only a name that
+// ends with the lock name and the sequence number sorts by sequence.
+// Earlier versions of the driver named Shared nodes read-<seq> and permits
+// sem-N-<seq>; those names are still read.
+//
+// Every other child whose name ends in ten digits is a foreign contender
+// (a Curator node, a node of the plain ZooKeeper recipe): a Shared one if
+// the digits follow "__READ__", an Exclusive one otherwise.
 
 const (
-	nodePrefix = "_c_"    // Curator's prefix of protected nodes
-	lockInfix  = "-lock-" // a write node: between the owner ID and the sequence number
-	readInfix  = "-read-" // a read node
-	semInfix   = "-sem-"  // a permit node, followed by "<N>-"
-	ownerIDLen = 32       // hexadecimal digits of dlock.OwnerID
+	nodePrefix = "_c_" // Curator's prefix of protected nodes
+	ownerIDLen = 32    // hexadecimal digits of dlock.OwnerID
+	seqLen     = 10    // digits of the sequence number ZooKeeper appends
+
+	curatorMutexName = "lock-"    // InterProcessMutex's lock name
+	curatorReadName  = "__READ__" // InterProcessReadWriteLock's read lock name
+	curatorWriteName = "__WRIT__" // InterProcessReadWriteLock's write lock name
+	legacyReadKind   = "read-"    // an earlier version's Shared node
+	semKind          = "sem-"     // a permit node, followed by "<N>-"
 )
+
+// Layout says which of Curator's lock recipes the driver's nodes are named
+// for, so that Curator clients locking the key's znode see them as
+// contenders. Whatever the layout, the driver reads the nodes of either
+// layout (and foreign ones) alike.
+type Layout int
+
+const (
+	// CuratorMutex names nodes for Curator's InterProcessMutex: every
+	// node's name ends in "lock-<seq>". It is the default.
+	CuratorMutex Layout = iota
+	// CuratorReadWriteLock names nodes for Curator's
+	// InterProcessReadWriteLock: Shared nodes end in "__READ__<seq>",
+	// the others in "__WRIT__<seq>".
+	CuratorReadWriteLock
+)
+
+// String returns the layout's name in zk URLs: "mutex" or "rwlock".
+func (l Layout) String() string {
+	if l == CuratorReadWriteLock {
+		return "rwlock"
+	}
+	return "mutex"
+}
 
 // escape maps a dlock key injectively to one valid znode name: ASCII
 // letters, digits and "-_.:,=+@~" stand for themselves, every other byte
@@ -91,60 +131,97 @@ func unescape(name string) (key string, ok bool) {
 }
 
 // nodeBase returns the name a contender of owner creates for a hold of mode
-// m (with limit permits, for a Semaphore); ZooKeeper appends the sequence
-// number.
-func nodeBase(owner string, m driver.Mode, limit int) string {
-	infix := lockInfix
+// m (with limit permits, for a Semaphore) in layout l; ZooKeeper appends
+// the sequence number.
+func nodeBase(owner string, m driver.Mode, limit int, l Layout) string {
+	kind := curatorMutexName
+	if l == CuratorReadWriteLock {
+		kind = curatorWriteName
+	}
 	switch m {
 	case driver.Shared:
-		infix = readInfix
+		kind = "read-" + curatorMutexName
+		if l == CuratorReadWriteLock {
+			kind = curatorReadName
+		}
 	case driver.Semaphore:
-		infix = semInfix + strconv.Itoa(limit) + "-"
+		kind = semKind + strconv.Itoa(limit) + "-" + kind
 	}
-	return nodePrefix + dlock.OwnerID(owner) + infix
+	return nodePrefix + dlock.OwnerID(owner) + "-" + kind
 }
 
 // node is a contender's znode, parsed from its name.
 type node struct {
 	name    string
-	ownerID string
+	ownerID string // "" for a foreign node
 	seq     int64
 	mode    driver.Mode // as created: a downgraded write node stays Exclusive
 	limit   int         // the permits of a Semaphore node, 0 otherwise
+	foreign bool        // not a node of this driver's format
 }
 
-// parseNode parses a contender's name; ok is false for other names.
+// parseNode parses a contender's name: any name that ends in a sequence
+// number. ok is false for other names, which are not contenders.
 func parseNode(name string) (n node, ok bool) {
-	rest, found := strings.CutPrefix(name, nodePrefix)
-	if !found || len(rest) < ownerIDLen+len(lockInfix)+1 {
+	if len(name) < seqLen {
 		return node{}, false
 	}
-	n = node{name: name, ownerID: rest[:ownerIDLen]}
-	rest = rest[ownerIDLen:]
-	var digits string
-	if digits, found = strings.CutPrefix(rest, lockInfix); found {
-		n.mode = driver.Exclusive
-	} else if digits, found = strings.CutPrefix(rest, readInfix); found {
-		n.mode = driver.Shared
-	} else if rest, found = strings.CutPrefix(rest, semInfix); found {
-		var limit string
-		if limit, digits, found = strings.Cut(rest, "-"); !found {
+	base, digits := name[:len(name)-seqLen], name[len(name)-seqLen:]
+	for i := range len(digits) {
+		if digits[i] < '0' || digits[i] > '9' {
 			return node{}, false
 		}
-		l, err := strconv.Atoi(limit)
-		if err != nil || l < 1 || strconv.Itoa(l) != limit {
-			return node{}, false
-		}
-		n.mode, n.limit = driver.Semaphore, l
-	} else {
-		return node{}, false
 	}
 	seq, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil {
 		return node{}, false
 	}
-	n.seq = seq
+	n = node{name: name, seq: seq}
+	if id, m, limit, own := parseBase(base); own {
+		n.ownerID, n.mode, n.limit = id, m, limit
+		return n, true
+	}
+	// A foreign contender: the rules treat it as an exclusive hold, except
+	// a Curator read node.
+	n.foreign, n.mode = true, driver.Exclusive
+	if strings.HasSuffix(base, curatorReadName) {
+		n.mode = driver.Shared
+	}
 	return n, true
+}
+
+// parseBase parses what precedes the sequence number in the name of a node
+// of this driver (of any layout or earlier version).
+func parseBase(base string) (id string, m driver.Mode, limit int, ok bool) {
+	rest, found := strings.CutPrefix(base, nodePrefix)
+	if !found || len(rest) < ownerIDLen+1 || rest[ownerIDLen] != '-' {
+		return "", 0, 0, false
+	}
+	id, kind := rest[:ownerIDLen], rest[ownerIDLen+1:]
+	for i := range len(id) {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", 0, 0, false
+		}
+	}
+	switch kind {
+	case curatorMutexName, curatorWriteName:
+		return id, driver.Exclusive, 0, true
+	case legacyReadKind, legacyReadKind + curatorMutexName, curatorReadName:
+		return id, driver.Shared, 0, true
+	}
+	rest, found = strings.CutPrefix(kind, semKind)
+	if !found {
+		return "", 0, 0, false
+	}
+	n, tail, found := strings.Cut(rest, "-")
+	if !found || tail != "" && tail != curatorMutexName && tail != curatorWriteName {
+		return "", 0, 0, false
+	}
+	l, err := strconv.Atoi(n)
+	if err != nil || l < 1 || strconv.Itoa(l) != n {
+		return "", 0, 0, false
+	}
+	return id, driver.Semaphore, l, true
 }
 
 // queue returns the contenders among children, in queue order (by sequence
@@ -156,13 +233,13 @@ func queue(children []string) []node {
 			q = append(q, n)
 		}
 	}
-	slices.SortFunc(q, func(a, b node) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(q, func(a, b node) int { return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name)) })
 	return q
 }
 
 // find returns the position in q of the first node of ownerID, or -1.
 func find(q []node, ownerID string) int {
-	return slices.IndexFunc(q, func(n node) bool { return n.ownerID == ownerID })
+	return slices.IndexFunc(q, func(n node) bool { return !n.foreign && n.ownerID == ownerID })
 }
 
 // A node's data is the owner (so that listings can name it) and the

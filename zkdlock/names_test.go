@@ -53,31 +53,65 @@ func TestEscape(t *testing.T) {
 
 func TestParseNode(t *testing.T) {
 	owner := "owner"
-	for _, tc := range []struct {
-		mode  driver.Mode
-		limit int
-	}{{driver.Exclusive, 0}, {driver.Shared, 0}, {driver.Semaphore, 1}, {driver.Semaphore, 250}} {
-		name := nodeBase(owner, tc.mode, tc.limit) + "0000000042"
-		n, ok := parseNode(name)
-		if !ok || n.ownerID != dlock.OwnerID(owner) || n.seq != 42 || n.name != name || n.mode != tc.mode || n.limit != tc.limit {
-			t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+	id := dlock.OwnerID(owner)
+	for _, l := range []Layout{CuratorMutex, CuratorReadWriteLock} {
+		for _, tc := range []struct {
+			mode  driver.Mode
+			limit int
+		}{{driver.Exclusive, 0}, {driver.Shared, 0}, {driver.Semaphore, 1}, {driver.Semaphore, 250}} {
+			name := nodeBase(owner, tc.mode, tc.limit, l) + "0000000042"
+			n, ok := parseNode(name)
+			if !ok || n.foreign || n.ownerID != id || n.seq != 42 || n.name != name || n.mode != tc.mode || n.limit != tc.limit {
+				t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+			}
 		}
 	}
-	if got := nodeBase(owner, driver.Exclusive, 0); got != "_c_"+dlock.OwnerID(owner)+"-lock-" {
+	if got := nodeBase(owner, driver.Exclusive, 0, CuratorMutex); got != "_c_"+id+"-lock-" {
 		t.Errorf("a write node's name is %q; want Curator's mutex name", got)
 	}
-	id := dlock.OwnerID(owner)
-	for _, bad := range []string{"", "lock-0000000001", "_c_x-lock-0000000001", nodeBase(owner, driver.Exclusive, 0),
-		nodeBase(owner, driver.Exclusive, 0) + "x", "_c_" + id + "-write-0000000001", "_c_" + id + "-sem-0-0000000001",
-		"_c_" + id + "-sem-01-0000000001", "_c_" + id + "-sem-x-0000000001", "_c_" + id + "-sem-2"} {
+	// The names of an earlier version.
+	for _, tc := range []struct {
+		name  string
+		mode  driver.Mode
+		limit int
+	}{{"_c_" + id + "-read-0000000007", driver.Shared, 0}, {"_c_" + id + "-sem-3-0000000007", driver.Semaphore, 3}} {
+		if n, ok := parseNode(tc.name); !ok || n.foreign || n.ownerID != id || n.mode != tc.mode || n.limit != tc.limit || n.seq != 7 {
+			t.Errorf("parseNode(%q) = %+v, %v; want the earlier version's node", tc.name, n, ok)
+		}
+	}
+	// Not contenders: no sequence number.
+	for _, bad := range []string{"", "locks", "leases", "lock-", "lock-000000001x", nodeBase(owner, driver.Exclusive, 0, CuratorMutex),
+		nodeBase(owner, driver.Exclusive, 0, CuratorMutex) + "x"} {
 		if n, ok := parseNode(bad); ok {
 			t.Errorf("parseNode(%q) = %+v; want rejected", bad, n)
 		}
 	}
-	q := queue([]string{nodeBase("b", driver.Shared, 0) + "0000000010", "other", nodeBase("a", driver.Exclusive, 0) + "0000000002",
-		nodeBase("c", driver.Semaphore, 3) + "0000000100"})
-	if len(q) != 3 || q[0].seq != 2 || q[1].seq != 10 || q[2].seq != 100 {
-		t.Errorf("queue = %+v; want the three contenders by sequence number", q)
+	// Foreign contenders: exclusive, except Curator's readers.
+	uuid := "_c_0f8fad5b-d9cb-469f-a165-70867728950e-"
+	for _, tc := range []struct {
+		name string
+		mode driver.Mode
+	}{
+		{"lock-0000000001", driver.Exclusive},
+		{"x-lock-0000000001", driver.Exclusive},
+		{uuid + "lock-0000000001", driver.Exclusive},
+		{uuid + "__WRIT__0000000001", driver.Exclusive},
+		{uuid + "__READ__0000000001", driver.Shared},
+		{"_c_x-lock-0000000001", driver.Exclusive},
+		{"_c_" + id + "-write-0000000001", driver.Exclusive},
+		{"_c_" + id + "-sem-0-0000000001", driver.Exclusive},
+		{"_c_" + id + "-sem-01-0000000001", driver.Exclusive},
+		{"_c_" + strings.ToUpper(id) + "-lock-0000000001", driver.Exclusive},
+		{"0000000001", driver.Exclusive},
+	} {
+		if n, ok := parseNode(tc.name); !ok || !n.foreign || n.ownerID != "" || n.mode != tc.mode || n.seq != 1 {
+			t.Errorf("parseNode(%q) = %+v, %v; want a foreign %v contender", tc.name, n, ok, tc.mode)
+		}
+	}
+	q := queue([]string{nodeBase("b", driver.Shared, 0, CuratorMutex) + "0000000010", "other", nodeBase("a", driver.Exclusive, 0, CuratorMutex) + "0000000002",
+		nodeBase("c", driver.Semaphore, 3, CuratorMutex) + "0000000100", uuid + "lock-0000000005"})
+	if len(q) != 4 || q[0].seq != 2 || q[1].seq != 5 || q[2].seq != 10 || q[3].seq != 100 {
+		t.Errorf("queue = %+v; want the four contenders by sequence number", q)
 	}
 	for _, tc := range []struct {
 		owner, info string

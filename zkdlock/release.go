@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -36,9 +37,9 @@ func (d *Driver) refresh(req driver.Request) error {
 		return notHeld("the session of its node ended")
 	}
 	exists, st, err := d.conn.Exists(h.path)
-	if errors.Is(err, zk.ErrSessionExpired) {
+	if err != nil && d.sessionEnded(err, h.session) {
 		d.forget(req.Owner, h)
-		return notHeld("the session of its node expired")
+		return notHeld("the session of its node ended")
 	}
 	if err != nil {
 		return err
@@ -61,6 +62,9 @@ func (d *Driver) refreshUnrecorded(req driver.Request) error {
 	parent := d.parentPath(req.Key)
 	sid := d.conn.SessionID()
 	children, _, err := d.look(parent, "")
+	if err != nil && d.clientEnded(err) {
+		return notHeld("the driver's connection is closed")
+	}
 	if err != nil {
 		return err
 	}
@@ -121,6 +125,10 @@ func (d *Driver) release(req driver.Request) error {
 		return notHeld("the session of its node ended")
 	}
 	existed, err := d.removeNode(h.parent, h.path, h.crowded)
+	if err != nil && d.sessionEnded(err, h.session) {
+		d.parents.released(h.parent)
+		return notHeld("the session of its node ended")
+	}
 	if err != nil {
 		d.retry(h.parent, h.path, h.session)
 		return err
@@ -131,9 +139,44 @@ func (d *Driver) release(req driver.Request) error {
 	return nil
 }
 
+// clientEndWait bounds the wait for the client's goroutines to end after a
+// request failed because the connection closed, to tell a connection
+// closed for good (the session ended with it) from a passing disconnection.
+const clientEndWait = time.Second
+
+// sessionEnded reports whether the request that failed with err shows the
+// session sid over, and with it every node of that session: the server
+// expired it, the client moved to another session, or the connection was
+// closed for good (Close of the driver's Conn ends the session).
+func (d *Driver) sessionEnded(err error, sid int64) bool {
+	return errors.Is(err, zk.ErrSessionExpired) || d.conn.SessionID() != sid || d.clientEnded(err)
+}
+
+// clientEnded reports whether the request that failed with err did so
+// because the connection was closed for good: the driver's session, and
+// every node of it, ended with it, and no request can be made any more.
+func (d *Driver) clientEnded(err error) bool {
+	if !errors.Is(err, zk.ErrClosing) && !errors.Is(err, zk.ErrConnectionClosed) {
+		return false
+	}
+	// The client closed for good ends its goroutines at once; a connection
+	// lost in passing leaves them running.
+	t := time.NewTimer(clientEndWait)
+	defer t.Stop()
+	select {
+	case <-d.eventsDone:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 func (d *Driver) releaseUnrecorded(req driver.Request) error {
 	parent := d.parentPath(req.Key)
 	children, _, err := d.look(parent, "")
+	if err != nil && d.clientEnded(err) {
+		return notHeld("the driver's connection is closed")
+	}
 	if err != nil {
 		return err
 	}

@@ -60,13 +60,22 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlError(u, "linger=%q is not a duration of zero or more (write 1s, 500ms, 0)", v)
 			}
 			opts = append(opts, WithParentLinger(d))
+		case "curator":
+			switch v {
+			case CuratorMutex.String():
+				opts = append(opts, WithCuratorLayout(CuratorMutex))
+			case CuratorReadWriteLock.String():
+				opts = append(opts, WithCuratorLayout(CuratorReadWriteLock))
+			default:
+				return nil, urlError(u, "curator=%q is not a layout (write mutex or rwlock)", v)
+			}
 		case "prefix":
 			if why := checkPath(v); why != "" {
 				return nil, urlError(u, "prefix=%q %s", v, why)
 			}
 			prefix = v
 		default:
-			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger and prefix)", k)
+			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger, curator and prefix)", k)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))

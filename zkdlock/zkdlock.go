@@ -28,6 +28,12 @@ const (
 	// last node under it unless WithParentLinger says otherwise.
 	DefaultParentLinger = time.Second
 
+	// maxNodeData bounds a node's data (the owner and Info, see
+	// encodeData): a request larger than the server's jute.maxbuffer (1 MiB
+	// less a byte by default) makes it drop the connection. The rest is
+	// room for the request's path (the key, escaped, is up to 3 KiB) and
+	// header.
+	maxNodeData = 1<<20 - 64<<10
 	// maxKeyLen is the longest dlock key, in bytes.
 	maxKeyLen = 1024
 	// minTTL is the shortest lease: leases are kept on this process's
@@ -64,6 +70,7 @@ type Driver struct {
 	root   string // the znode holding one child per key
 	ttl    time.Duration
 	linger time.Duration
+	layout Layout
 	sess   *session
 	dialer *dialer
 	caps   driver.Capabilities
@@ -125,6 +132,7 @@ type config struct {
 	prefix   string
 	ttl      time.Duration
 	linger   time.Duration
+	layout   Layout
 	logger   *slog.Logger
 	dial     zk.Dialer
 	connOpts []func(*zk.Conn)
@@ -152,6 +160,13 @@ func WithSessionTTL(d time.Duration) Option { return func(c *config) { c.ttl = d
 // deletes a key's znode together with the last node, at the cost of
 // creating it again on the next lock.
 func WithParentLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
+// WithCuratorLayout names the driver's nodes for Curator's recipe l
+// (default CuratorMutex), so that Curator clients locking a key's znode
+// with that recipe and the driver exclude each other. The driver reads
+// nodes of every layout whatever l is: it matters only to Curator. See the
+// package documentation (Curator).
+func WithCuratorLayout(l Layout) Option { return func(c *config) { c.layout = l } }
 
 // WithLogger sends go-zookeeper's log lines to l at debug level. Without it
 // they are dropped.
@@ -193,6 +208,9 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 	if cfg.ttl < time.Millisecond || cfg.ttl > math.MaxInt32*time.Millisecond {
 		return nil, &dlock.ArgError{Name: "session", Value: cfg.ttl, Reason: "must be between 1ms and about 24 days"}
 	}
+	if cfg.layout != CuratorMutex && cfg.layout != CuratorReadWriteLock {
+		return nil, &dlock.ArgError{Name: "curator", Value: cfg.layout, Reason: "is not a Layout"}
+	}
 	if cfg.linger < 0 {
 		return nil, &dlock.ArgError{Name: "linger", Value: cfg.linger, Reason: "is negative"}
 	}
@@ -200,6 +218,7 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 		root:   cfg.prefix,
 		ttl:    cfg.ttl,
 		linger: cfg.linger,
+		layout: cfg.layout,
 		sess:   newSession(),
 		dialer: newDialer(cfg.dial),
 		caps: driver.Capabilities{

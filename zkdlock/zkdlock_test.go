@@ -37,6 +37,14 @@ func suiteConfig(t testing.TB, lingering bool, opts ...Option) drivertest.Config
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
 	return drivertest.Config{
 		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr, opts...) },
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) {
+			p, err := testsrv.StartProxy(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() }) // after the driver's Close
+			return newTestDriver(t, p.Addr(), opts...), p.Block
+		},
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			if lingering {
 				return nodes(ctx, srv.Addr, DefaultPrefix, prefix)
@@ -142,6 +150,7 @@ func TestURL(t *testing.T) {
 		"zk://" + srv.Addr + "?session=-1s",
 		"zk://" + srv.Addr + "?linger=-1s",
 		"zk://" + srv.Addr + "?linger=later",
+		"zk://" + srv.Addr + "?curator=semaphore",
 		"zk://" + srv.Addr + "?prefix=relative",
 		"zk://" + srv.Addr + "?prefix=/",
 		"zk://" + srv.Addr + "?prefix=/a/",
@@ -175,13 +184,16 @@ func TestURL(t *testing.T) {
 	for _, tc := range []struct {
 		query string
 		want  time.Duration
-	}{{"", DefaultParentLinger}, {"?linger=0", 0}, {"?linger=0s", 0}} {
+	}{{"", DefaultParentLinger}, {"?linger=0", 0}, {"?linger=0s", 0}, {"?curator=rwlock", DefaultParentLinger}} {
 		c, err := dlock.Open(ctx(t), "zk://"+srv.Addr+tc.query)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := c.Driver().(*Driver).linger; got != tc.want {
 			t.Errorf("Open(%q): linger %v; want %v", tc.query, got, tc.want)
+		}
+		if got, want := c.Driver().(*Driver).layout, CuratorMutex; strings.Contains(tc.query, "rwlock") != (got != want) {
+			t.Errorf("Open(%q): layout %v", tc.query, got)
 		}
 		c.Close()
 	}

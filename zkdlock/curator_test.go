@@ -1,0 +1,382 @@
+package zkdlock
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/testsrv"
+)
+
+// What Curator's lock recipes compute from a lock's children, transcribed
+// from its source (LockInternals, StandardLockInternalsDriver,
+// InterProcessReadWriteLock).
+
+const (
+	// curatorUUID is the protected prefix Curator's create().withProtection()
+	// puts in front of a node's name: "_c_" + a UUID + "-".
+	curatorUUID = "_c_0f8fad5b-d9cb-469f-a165-70867728950e-"
+	// curatorData is the data of a Curator lock node made without lock
+	// data: the client's default data, its host address.
+	curatorData = "127.0.0.1"
+)
+
+// curatorFix is StandardLockInternalsDriver.standardFixForSorting.
+func curatorFix(s, lockName string) string {
+	if i := strings.LastIndex(s, lockName); i >= 0 {
+		return s[i+len(lockName):]
+	}
+	return s
+}
+
+// curatorSorted is LockInternals.getSortedChildren with the fixForSorting
+// of InterProcessMutex (rw false) or InterProcessReadWriteLock (rw true).
+// Java's Collections.sort is stable.
+func curatorSorted(children []string, rw bool) []string {
+	fix := func(s string) string {
+		if rw {
+			return curatorFix(curatorFix(s, curatorReadName), curatorWriteName)
+		}
+		return curatorFix(s, curatorMutexName)
+	}
+	out := slices.Clone(children)
+	slices.SortStableFunc(out, func(a, b string) int { return strings.Compare(fix(a), fix(b)) })
+	return out
+}
+
+// curatorKind is the Curator recipe a simulated contender uses.
+type curatorKind int
+
+const (
+	curatorMutex  curatorKind = iota // InterProcessMutex
+	curatorWriter                    // InterProcessReadWriteLock.writeLock()
+	curatorReader                    // InterProcessReadWriteLock.readLock()
+)
+
+// curatorGetsTheLock is what a Curator contender whose node is ours decides
+// from the lock's children: StandardLockInternalsDriver.getsTheLock with
+// maxLeases 1 for a mutex or a writer, the read driver's getsTheLock for a
+// reader (it goes when no write node is ahead of it).
+func curatorGetsTheLock(children []string, ours string, kind curatorKind) (bool, string) {
+	sorted := curatorSorted(children, kind != curatorMutex)
+	if kind != curatorReader {
+		i := slices.Index(sorted, ours)
+		if i < 0 {
+			panic("our node is not among the children")
+		}
+		if i < 1 {
+			return true, ""
+		}
+		return false, sorted[i-1]
+	}
+	firstWrite, our := len(sorted), -1
+	for i, n := range sorted {
+		if strings.Contains(n, curatorWriteName) {
+			firstWrite = min(firstWrite, i)
+		} else if strings.HasPrefix(n, ours) {
+			our = i
+			break
+		}
+	}
+	if our < 0 {
+		panic("our node is not among the children")
+	}
+	if our < firstWrite {
+		return true, ""
+	}
+	return false, sorted[firstWrite]
+}
+
+// TestCuratorSortsDriverNodes checks that Curator sorts the driver's nodes
+// by their sequence numbers among its own, in the recipe of each layout.
+func TestCuratorSortsDriverNodes(t *testing.T) {
+	for _, tc := range []struct {
+		l  Layout
+		rw bool
+	}{{CuratorMutex, false}, {CuratorReadWriteLock, true}} {
+		names := []string{curatorUUID + "lock-0000000004"}
+		if tc.rw {
+			names = []string{curatorUUID + "__READ__0000000004", curatorUUID + "__WRIT__0000000006"}
+		}
+		names = append(names,
+			nodeBase("a", driver.Exclusive, 0, tc.l)+"0000000003",
+			nodeBase("b", driver.Shared, 0, tc.l)+"0000000005",
+			nodeBase("c", driver.Semaphore, 2, tc.l)+"0000000001")
+		var want []string
+		for _, n := range queue(names) {
+			want = append(want, n.name)
+		}
+		slices.Reverse(names)
+		if got := curatorSorted(names, tc.rw); !slices.Equal(got, want) {
+			t.Errorf("%v: Curator sorts %q; want %q (by sequence number)", tc.l, got, want)
+		}
+	}
+	// A driver's write node is a writer to Curator's readers.
+	r := curatorUUID + "__READ__0000000002"
+	w := nodeBase("a", driver.Exclusive, 0, CuratorReadWriteLock) + "0000000001"
+	if ok, watch := curatorGetsTheLock([]string{r, w}, r, curatorReader); ok || watch != w {
+		t.Errorf("a Curator reader behind the driver's writer: gets the lock %v, watches %q", ok, watch)
+	}
+}
+
+// foreignNode creates an ephemeral sequential node named base (the server
+// appends the sequence number) under the key's znode parent, as a Curator
+// client does (creating the parent as a container), and returns its path.
+func foreignNode(t *testing.T, c *zk.Conn, parent, base string) string {
+	t.Helper()
+	for range 3 {
+		p, err := c.Create(parent+"/"+base, []byte(curatorData), zk.FlagEphemeralSequential, acl)
+		if err == nil {
+			return p
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			t.Fatal(err)
+		}
+		dir := ""
+		for part := range strings.SplitSeq(parent[1:], "/") {
+			dir += "/" + part
+			if _, err := c.CreateContainer(dir, nil, zk.FlagContainer, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Fatalf("cannot create %s/%s", parent, base)
+	return ""
+}
+
+// curatorContender creates a simulated Curator contender's node and reports
+// whether Curator's code would let it hold the lock, from the key's
+// children listed after its creation.
+func curatorContender(t *testing.T, c *zk.Conn, parent string, kind curatorKind) (p string, holds bool) {
+	t.Helper()
+	base := curatorUUID + curatorMutexName
+	switch kind {
+	case curatorWriter:
+		base = curatorUUID + curatorWriteName
+	case curatorReader:
+		base = curatorUUID + curatorReadName
+	}
+	p = foreignNode(t, c, parent, base)
+	children, _, err := c.Children(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds, _ = curatorGetsTheLock(children, path.Base(p), kind)
+	return p, holds
+}
+
+// blockedThenFreed checks that the lock asked with opts cannot be taken
+// while the foreign node p is there, that a Lock waits for it, and that the
+// Lock acquires once p is deleted.
+func blockedThenFreed(t *testing.T, c *dlock.Client, sp *spy, tc *zk.Conn, k, p string, opts ...dlock.LockOption) {
+	t.Helper()
+	sp.rearm()
+	if l, err := c.TryLock(ctx(t), k, opts...); !errors.Is(err, dlock.ErrNotAcquired) {
+		if err == nil {
+			l.Release(ctx(t))
+		}
+		t.Fatalf("TryLock while %s holds = %v; want ErrNotAcquired", path.Base(p), err)
+	}
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Lock(ctx(t), k, opts...)
+		got <- result{l, err}
+	}()
+	wait(t, sp.waiting, "the Lock waiting")
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned while %s holds: %v", path.Base(p), r.err)
+	default:
+	}
+	if err := tc.Delete(p, -1); err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, got, "the Lock after the foreign node went")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rearm makes s signal the next wait.
+func (s *spy) rearm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting, s.subscribed, s.signalled = make(chan struct{}), false, false
+}
+
+// TestForeignMutexNodes locks keys held by nodes the driver did not make,
+// named as Curator's InterProcessMutex and the plain ZooKeeper recipe name
+// them: they hold the key, and a waiter wakes when they go.
+func TestForeignMutexNodes(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	for _, name := range []string{
+		curatorUUID + "lock-", // Curator's InterProcessMutex
+		"lock-",               // the plain recipe
+		"8f3d1c2e-7a6b-4c5d-9e8f-0a1b2c3d4e5f-lock-", // the plain recipe, with a GUID
+		"anything-", // any sequential node
+	} {
+		t.Run(strings.Trim(name, "-_"), func(t *testing.T) {
+			d := newTestDriver(t, srv.Addr)
+			sp := newSpy(d)
+			c := client(t, sp)
+			k := key(t)
+			parent := d.parentPath(k)
+			p := foreignNode(t, tc, parent, name)
+			blockedThenFreed(t, c, sp, tc, k, p)
+			// A foreign node at the head also blocks readers.
+			p = foreignNode(t, tc, parent, name)
+			if l, err := c.TryLock(ctx(t), k, dlock.Shared()); !errors.Is(err, dlock.ErrNotAcquired) {
+				if err == nil {
+					l.Release(ctx(t))
+				}
+				t.Errorf("shared TryLock while %s holds = %v; want ErrNotAcquired", name, err)
+			}
+			if err := tc.Delete(p, -1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestCuratorMutexSeesDriver checks the other direction: with the driver
+// holding a key, a Curator InterProcessMutex contender at the key's znode
+// finds a node ahead of its own, and watches the driver's node.
+func TestCuratorMutexSeesDriver(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	d := newTestDriver(t, srv.Addr)
+	c := client(t, d)
+	for _, opts := range [][]dlock.LockOption{nil, {dlock.Shared()}} {
+		k := key(t)
+		l, err := c.Lock(ctx(t), k, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, holds := curatorContender(t, tc, d.parentPath(k), curatorMutex)
+		if holds {
+			t.Errorf("%v: a Curator mutex contender gets the lock the driver holds", l.Mode())
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		// Released, the key is Curator's.
+		p, holds = curatorContender(t, tc, d.parentPath(k), curatorMutex)
+		if !holds {
+			t.Errorf("a Curator mutex contender does not get the free lock")
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCuratorReadWriteLock checks that the driver, in the
+// CuratorReadWriteLock layout, and Curator's InterProcessReadWriteLock
+// exclude each other: a Curator reader lets the driver's readers in but not
+// its writers, a Curator writer blocks both, and Curator's contenders see
+// the driver's holds as a Curator contender of the same kind would.
+func TestCuratorReadWriteLock(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	newClient := func(t *testing.T) (*Driver, *spy, *dlock.Client) {
+		d := newTestDriver(t, srv.Addr, WithCuratorLayout(CuratorReadWriteLock))
+		sp := newSpy(d)
+		return d, sp, client(t, sp)
+	}
+
+	t.Run("CuratorReader", func(t *testing.T) {
+		d, sp, c := newClient(t)
+		k := key(t)
+		p := foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorReadName)
+		r, err := c.TryLock(ctx(t), k, dlock.Shared())
+		if err != nil {
+			t.Fatalf("shared TryLock beside a Curator reader: %v", err)
+		}
+		if err := r.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		blockedThenFreed(t, c, sp, tc, k, p)
+	})
+	t.Run("CuratorWriter", func(t *testing.T) {
+		d, sp, c := newClient(t)
+		k := key(t)
+		p := foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorWriteName)
+		blockedThenFreed(t, c, sp, tc, k, p, dlock.Shared())
+		p = foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorWriteName)
+		blockedThenFreed(t, c, sp, tc, k, p)
+	})
+	t.Run("DriverWriter", func(t *testing.T) {
+		d, _, c := newClient(t)
+		k := key(t)
+		l, err := c.Lock(ctx(t), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range []curatorKind{curatorReader, curatorWriter} {
+			p, holds := curatorContender(t, tc, d.parentPath(k), kind)
+			if holds {
+				t.Errorf("Curator contender %d gets the lock the driver holds Exclusive", kind)
+			}
+			if err := tc.Delete(p, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("DriverReader", func(t *testing.T) {
+		d, _, c := newClient(t)
+		k := key(t)
+		l, err := c.Lock(ctx(t), k, dlock.Shared())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, holds := curatorContender(t, tc, d.parentPath(k), curatorReader)
+		if !holds {
+			t.Errorf("a Curator reader does not share the driver's read hold")
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+		p, holds = curatorContender(t, tc, d.parentPath(k), curatorWriter)
+		if holds {
+			t.Errorf("a Curator writer gets the lock the driver holds Shared")
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
