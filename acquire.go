@@ -116,7 +116,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 	for {
 		if ctx.Err() != nil {
 			if attempted {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 			}
 			return nil, stopped()
 		}
@@ -126,7 +126,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if inflight != nil {
 			// The attempt is still on the wire: whatever it makes of
 			// the store is cleared once it completes.
-			inflight.after(c, func(driver.Result, error) { c.cleanup(req) })
+			inflight.after(c, func(driver.Result, error) { c.cleanup(context.Background(), req) })
 			return nil, stopped()
 		}
 		if err != nil {
@@ -134,28 +134,28 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			// nothing stays behind; a queued waiter that rides out a blip
 			// keeps its place, which the next attempt finds again.
 			if ctx.Err() != nil {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 				return nil, stopped()
 			}
 			if req.Queue && reached && errors.Is(err, driver.ErrNotHeld) {
 				// The waiter's place in the queue ended with its session
 				// or lease: it must not carry on as if it had waited.
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 				return nil, fmt.Errorf("%w: %q: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, req.Key, ErrLost, err)
 			}
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure
 			// while waiting is taken as a blip and ridden out.
 			if !wait || !reached || errors.Is(err, driver.ErrUnsupported) {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
 			}
 			if !req.Queue {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 			}
 			c.cfg.logger.Warn("dlock: acquire attempt failed while waiting; retrying", "key", req.Key, "err", err)
 			if err := sleep(ctx, bo.next(), nil); err != nil {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 				return nil, stopped()
 			}
 			continue
@@ -173,14 +173,14 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				}
 				l := newLock(c, parent, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
 				if l == nil {
-					c.cleanup(req)
+					c.cleanup(ctx, req)
 					return nil, notAcquired(req.Key, ErrClosed)
 				}
 				return l, nil
 			}
 			// The reply came too late to leave any validity: never hand
 			// that lock out.
-			c.cleanup(req)
+			c.cleanup(ctx, req)
 			if !wait {
 				return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
 			}
@@ -210,7 +210,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				continue
 			}
 			if ctx.Err() != nil {
-				c.cleanup(req)
+				c.cleanup(ctx, req)
 				return nil, stopped()
 			}
 			if !errors.Is(err, driver.ErrUnsupported) {
@@ -230,7 +230,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			delay = req.TTL / 3 // keep the queue entry alive
 		}
 		if err := sleep(ctx, delay, sub); err != nil {
-			c.cleanup(req)
+			c.cleanup(ctx, req)
 			return nil, stopped()
 		}
 	}
@@ -247,19 +247,34 @@ func lease(req driver.Request, res driver.Result, sent time.Time) (time.Duration
 }
 
 // cleanup releases whatever req's owner may hold after an unknown outcome or
-// an abandoned wait, without blocking on the caller's (possibly done)
-// context. It never runs while an Acquire for the owner is in flight.
-func (c *Client) cleanup(req driver.Request) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	_, err, inflight := do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Release(ctx, req) })
-	if inflight != nil {
-		err = ctx.Err()
+// an abandoned wait. The release runs on a context of its own, bounded by
+// cleanupTimeout, and the caller waits for it, unless ctx (the caller's
+// wait, usually done already) has ended and cleanupGrace passes first: the
+// release then finishes in the background, and Close waits for it. It never
+// runs while an Acquire for the owner is in flight.
+func (c *Client) cleanup(ctx context.Context, req driver.Request) {
+	rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	cl := start(c, rctx, func(ctx context.Context) (struct{}, error) {
+		defer cancel()
+		return struct{}{}, c.drv.Release(ctx, req)
+	})
+	report := func(_ struct{}, err error) {
+		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
+		}
 	}
-	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-		c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
+	if _, err, ok := cl.waitFor(ctx, cleanupGrace); ok {
+		report(struct{}{}, err)
+	} else {
+		cl.after(c, report)
 	}
 }
+
+// cleanupGrace is how long a caller that has stopped waiting still waits for
+// its clean-up: long enough for a store that answers, so that the caller
+// returns with nothing left behind, and short enough to return promptly
+// from a store that hangs.
+const cleanupGrace = 250 * time.Millisecond
 
 func notAcquired(key string, cause error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, cause)

@@ -63,12 +63,17 @@ func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, erro
 // wait returns the call's result, or ctx's error and false if ctx ends
 // (and abandonGrace passes) first.
 func (cl *call[T]) wait(ctx context.Context) (T, error, bool) {
+	return cl.waitFor(ctx, abandonGrace)
+}
+
+// waitFor is wait with a grace of its own.
+func (cl *call[T]) waitFor(ctx context.Context, grace time.Duration) (T, error, bool) {
 	select {
 	case <-cl.done:
 		return cl.val, cl.err, true
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(abandonGrace)
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-cl.done:

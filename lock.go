@@ -153,7 +153,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.mu.Unlock()
 		inflight.after(l.c, func(driver.Result, error) {
 			l.calls.Unlock()
-			l.c.cleanup(req)
+			l.c.cleanup(context.Background(), req)
 		})
 		l.end(lost, fmt.Errorf("%w: %q: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, req.Key, err))
 		return fmt.Errorf("dlock: downgrade %q: %w", req.Key, err)
@@ -170,7 +170,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 	case err == nil:
 		// Whatever the store made of the request is not this lock's hold:
 		// clear it, and the handle is lost.
-		l.c.cleanup(req)
+		l.c.cleanup(ctx, req)
 		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
 		return l.ended()
 	case errors.Is(err, driver.ErrNotHeld):
@@ -331,7 +331,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 		// Clear whatever may remain of the lease; the loss stands. An
 		// abandoned Downgrade clears it itself once it has landed.
 		if !downgrading {
-			l.c.cleanup(l.request())
+			l.c.cleanup(ctx, l.request())
 		}
 		return cause
 	}

@@ -118,21 +118,40 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	}
 	cleanup := func(from int) {
 		for _, req := range reqs[from:] {
-			c.cleanup(req)
+			c.cleanup(ctx, req)
 		}
 		leave(from)
 	}
 
+	if !c.enter() {
+		leave(0)
+		return nil, false, ErrClosed
+	}
+	defer c.ops.done()
+	bctx, unbind := c.bind(ctx)
+	defer unbind()
 	begin := time.Now()
-	res, err := ma.AcquireAll(ctx, reqs)
+	res, err, inflight := do(c, bctx, func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, reqs) })
+	if inflight != nil {
+		// Still on the wire: clear what it takes once it lands.
+		inflight.after(c, func(driver.MultiResult, error) {
+			for _, req := range reqs {
+				c.cleanup(context.Background(), req)
+			}
+		})
+		leave(0)
+		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), notAcquired(keys[0], why(ctx)))
+		c.observe(Event{Kind: EventNotAcquired, Key: keys[0], Wait: time.Since(begin), Err: err})
+		return nil, false, err
+	}
 	switch {
 	case errors.Is(err, driver.ErrUnsupported):
 		leave(0)
 		return nil, false, nil
 	case err != nil:
 		cleanup(0)
-		if ctx.Err() != nil {
-			err = notAcquired(keys[0], ctx.Err())
+		if bctx.Err() != nil {
+			err = notAcquired(keys[0], why(ctx))
 		}
 		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
 		c.observe(Event{Kind: EventNotAcquired, Key: keys[0], Wait: time.Since(begin), Err: err})
