@@ -367,6 +367,19 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 // caller waits until it completes, or until ctx ends if ctx was live: then
 // the request is abandoned to finish in the background.
 func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}, error)) (err error, abandoned bool) {
+	if l.c.caps.CancelsPromptly {
+		// The driver abandons a request when its ctx ends: the caller's
+		// ctx bounds the request while it is live, a context of its own
+		// once it has ended.
+		if ctx.Err() == nil {
+			_, err := op(ctx)
+			return err, false
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+		defer cancel()
+		_, err := op(rctx)
+		return err, false
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
 		defer cancel()
