@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 )
 
 // DefaultPrefix is the key prefix unless WithPrefix says otherwise.
@@ -275,11 +276,14 @@ func (d *Driver) check(ctx context.Context, req *driver.Request) error {
 }
 
 // fail wraps err with the operation and key, and with ctx's error when the
-// context ended meanwhile (go-redis reports an ended deadline as an I/O
-// timeout).
+// context has ended (see ctxerr.Wrap): go-redis reports a deadline that
+// passed as a bare I/O timeout, and does not watch cancellation at all, so
+// a cancelled call on a hung server fails with an I/O timeout when the
+// client's read timeout ends. Every error a method returns goes through
+// fail.
 func fail(ctx context.Context, op, key string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redisdlock: %s %q: %w (%w)", op, key, cerr, err)
+	if ctxerr.Err(ctx) != nil {
+		return fmt.Errorf("redisdlock: %s %q: %w", op, key, ctxerr.Wrap(ctx, err))
 	}
 	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		err = fmt.Errorf("%w (the key is used by something other than a lock of this mode)", err)
