@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/redisdlock"
 )
@@ -235,5 +236,23 @@ func TestOpenURLHidesSecrets(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Open error shows the password: %v", err)
 		}
+	}
+}
+
+// TestOpenURLRejectsTimeoutsOff checks that a URL cannot turn the network
+// timeouts off: go-redis does not watch cancellation, so a call cancelled on
+// a hung server would never return.
+func TestOpenURLRejectsTimeoutsOff(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	cluster := testsrv.Get(t, testsrv.RedisCluster)
+	sentinel := testsrv.Get(t, testsrv.RedisSentinel)
+	for _, tc := range []struct{ url, param string }{
+		{withParams(srv.URL, "read_timeout", "-1"), "read_timeout"},
+		{withParams(srv.URL, "read_timeout", "0"), "read_timeout"},
+		{withParams(srv.URL, "write_timeout", "-2"), "write_timeout"},
+		{withParams(cluster.URL, "read_timeout", "-1"), "read_timeout"},
+		{withParams(sentinel.URL, "write_timeout", "0s"), "write_timeout"},
+	} {
+		dlocktest.RejectURL(t, tc.url, "url", tc.param)
 	}
 }

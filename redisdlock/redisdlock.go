@@ -157,6 +157,14 @@ var (
 // deadlines to network reads only with ContextTimeoutEnabled; without it a
 // call waits up to the client's ReadTimeout. Clients opened from a URL get
 // both settings.
+//
+// go-redis never watches a context's cancellation, only its deadline: a
+// call cancelled while the server (or the network) hangs returns when the
+// client's ReadTimeout or WriteTimeout ends (5s by default), with an error
+// wrapping context.Canceled. Package dlock does not wait for it (it returns
+// to its caller at once), but keep both timeouts positive: with a timeout
+// turned off, such a call would never return. URLs that turn one off are
+// refused.
 func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	return newDriver(client, false, opts)
 }
