@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,8 @@ const (
 	// timestamps: leases there are judged by client clocks, and shorter
 	// ones mean nothing across hosts.
 	legacyMinTTL = 10 * time.Millisecond
+	// maxLimit is the largest semaphore limit (Script mode).
+	maxLimit = math.MaxInt32
 )
 
 // Mode selects the protocol the driver speaks to Redis.
@@ -233,6 +236,9 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 		// Transaction and Legacy modes have exclusive locks only.
 		d.caps.Modes = driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 		d.caps.FIFO = true
+		// The scripts compare limits as Lua numbers (doubles, exact to
+		// 2^53) and store them as decimal text: any int32 is safe.
+		d.caps.MaxLimit = maxLimit
 	}
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
@@ -248,11 +254,12 @@ func (d *Driver) Mode() Mode { return d.cfg.mode }
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
 // Capabilities implements driver.Driver. Script mode implements every
-// mode (Exclusive, Shared, Semaphore) and a FIFO queue; Transaction and
-// Legacy modes implement Exclusive only. Tokens are not durable
-// (DurableTokens is false): the fencing counter is as durable as the
-// server's persistence, which the driver cannot vouch for. Leases expire on
-// the server's clock except in Legacy mode.
+// mode (Exclusive, Shared, Semaphore of up to math.MaxInt32 permits) and a
+// FIFO queue; Transaction and Legacy modes implement Exclusive only. Tokens
+// are not durable (DurableTokens is false): the fencing counter is as
+// durable as the server's persistence, which the driver cannot vouch for.
+// Leases expire on the server's clock except in Legacy mode. MaxTTL is
+// package dlock's default (7 days), which every mode carries.
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
 // Close implements driver.Driver: it stops the pub/sub connection and, for
