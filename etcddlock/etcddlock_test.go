@@ -63,7 +63,8 @@ func suiteConfig(t testing.TB) drivertest.Config {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	cli := admin(t)
 	return drivertest.Config{
-		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		NewDriver:     func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) { return newHungDriver(t, srv.Addr) },
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			return count(ctx, cli, prefix)
 		},

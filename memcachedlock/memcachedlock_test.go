@@ -40,7 +40,8 @@ func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
 func suiteConfig(t testing.TB) drivertest.Config {
 	srv := testsrv.Get(t, testsrv.Memcached)
 	return drivertest.Config{
-		NewDriver: func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		NewDriver:     func(t testing.TB) driver.Driver { return newTestDriver(t, srv.Addr) },
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) { return newHungDriver(t, srv.Addr) },
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			return countItems(ctx, srv.Addr, (&Driver{prefix: DefaultPrefix}).lockKey(prefix))
 		},

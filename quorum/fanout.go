@@ -2,7 +2,8 @@ package quorum
 
 import (
 	"context"
-	"sync"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -63,8 +64,16 @@ var releaseGrace = grace{min: 50 * time.Millisecond}
 // nodes get a grace period (see grace) and then their calls are cancelled. A
 // node that is down or hung thus costs little and cannot eat up a lock's
 // validity, while a node that is merely slower than the others still gets
-// its answer in. fanout always waits until every call has returned (drivers
-// return promptly once cancelled), so no call outlives it.
+// its answer in. When ctx ends, every call still running is cancelled.
+//
+// fanout returns as soon as it has cancelled the calls still running: a
+// driver may run on after its context is cancelled until its own network
+// timeout ends (go-redis watches deadlines, not cancellation), and waiting
+// for it would hold every call of the quorum up for as long as one node
+// hangs. Those calls count as failed, with an error wrapping the context's
+// error, and finish in the background. A node that grants an Acquire after
+// it was given up keeps that hold until its lease ends, as a node whose
+// Release is cut short does: a minority, which a majority never counts.
 func (d *Driver) fanout(ctx context.Context, g grace, call func(ctx context.Context, n driver.Driver) answer) []answer {
 	start := time.Now()
 	cctx, cancel := context.WithCancel(ctx)
@@ -73,11 +82,12 @@ func (d *Driver) fanout(ctx context.Context, g grace, call func(ctx context.Cont
 		i int
 		a answer
 	}
-	replies := make(chan reply, len(d.nodes))
+	replies := make(chan reply, len(d.nodes)) // the abandoned calls never block
 	for i, n := range d.nodes {
 		go func() { replies <- reply{i, call(cctx, n)} }()
 	}
 	answers := make([]answer, len(d.nodes))
+	answered := make([]bool, len(d.nodes))
 	pending, yesN := len(d.nodes), 0
 	var timer *time.Timer
 	var timerC <-chan time.Time
@@ -89,7 +99,7 @@ func (d *Driver) fanout(ctx context.Context, g grace, call func(ctx context.Cont
 	for pending > 0 {
 		select {
 		case r := <-replies:
-			answers[r.i] = r.a
+			answers[r.i], answered[r.i] = r.a, true
 			pending--
 			if r.a.vote == yes {
 				yesN++
@@ -103,11 +113,32 @@ func (d *Driver) fanout(ctx context.Context, g grace, call func(ctx context.Cont
 				timerC = timer.C
 			}
 		case <-timerC:
-			timerC = nil
-			cancel() // the stragglers return promptly (driver contract)
+			cancel()
+			return giveUp(answers, answered, cctx)
+		case <-ctx.Done():
+			return giveUp(answers, answered, ctx)
 		}
 	}
 	return answers
+}
+
+// errNoAnswer is wrapped by the answer of a node whose call fanout or each
+// stopped waiting for.
+var errNoAnswer = errors.New("no answer before the call was given up")
+
+// giveUp fills in the answers of the nodes that have not answered as
+// failed, with an error wrapping ctx's.
+func giveUp(answers []answer, answered []bool, ctx context.Context) []answer {
+	for i := range answers {
+		if !answered[i] {
+			answers[i] = answer{vote: failed, err: noAnswer(ctx)}
+		}
+	}
+	return answers
+}
+
+func noAnswer(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", errNoAnswer, context.Cause(ctx))
 }
 
 // cleanupMin is the least time a clean-up round (see each) gets.
@@ -118,16 +149,35 @@ const cleanupMin = 50 * time.Millisecond
 // clean-up rounds after a request that began at start: they get twice as
 // long as the request took so far, at least cleanupMin, before their calls
 // are cancelled, so that a node that is down cannot hold them up for long.
+// As fanout does, each does not wait for calls that run on after they were
+// cancelled: they fail with an error wrapping errNoAnswer.
 func (d *Driver) each(ctx context.Context, start time.Time, pick func(i int) bool, call func(ctx context.Context, n driver.Driver) error) []error {
 	ctx, cancel := context.WithTimeout(ctx, max(2*time.Since(start), cleanupMin))
 	defer cancel()
+	type reply struct {
+		i   int
+		err error
+	}
+	replies := make(chan reply, len(d.nodes))
 	errs := make([]error, len(d.nodes))
-	var wg sync.WaitGroup
+	pending := make(map[int]bool)
 	for i, n := range d.nodes {
 		if pick(i) {
-			wg.Go(func() { errs[i] = call(ctx, n) })
+			pending[i] = true
+			go func() { replies <- reply{i, call(ctx, n)} }()
 		}
 	}
-	wg.Wait()
+	for len(pending) > 0 {
+		select {
+		case r := <-replies:
+			errs[r.i] = r.err
+			delete(pending, r.i)
+		case <-ctx.Done():
+			for i := range pending {
+				errs[i] = noAnswer(ctx)
+			}
+			return errs
+		}
+	}
 	return errs
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 )
 
 // Subscribe implements driver.Notifier. It subscribes to every node that
@@ -18,7 +19,8 @@ import (
 // hear it. It fails only if no node could subscribe, and returns an error
 // wrapping driver.ErrUnsupported if no node is a Notifier (package dlock then
 // polls).
-func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Subscription, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, &req); err != nil {
 		return nil, err
 	}
@@ -107,7 +109,8 @@ func (s *subscription) Close() error {
 // time until fewer than a majority will hold it and the token Acquire
 // returned. It returns an error wrapping driver.ErrUnsupported if a node
 // cannot list, and the nodes' errors if fewer than a majority answered.
-func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
+func (d *Driver) List(ctx context.Context, prefix string) (_ []driver.Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, nil); err != nil {
 		return nil, err
 	}
@@ -183,7 +186,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 // (and its fence) on every node and reports the most holds any node removed. It returns an
 // error wrapping driver.ErrUnsupported if a node cannot do it, and the
 // nodes' errors if fewer than a majority succeeded.
-func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
+func (d *Driver) ForceRelease(ctx context.Context, key string) (_ int, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, nil); err != nil {
 		return 0, err
 	}

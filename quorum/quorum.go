@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 )
 
 // Defaults of the drift options.
@@ -177,6 +178,9 @@ func (d *Driver) capabilities() driver.Capabilities {
 		if c.MaxTTL > 0 && (caps.MaxTTL == 0 || c.MaxTTL < caps.MaxTTL) {
 			caps.MaxTTL = c.MaxTTL
 		}
+		if c.MaxLimit > 0 && (caps.MaxLimit == 0 || c.MaxLimit < caps.MaxLimit) {
+			caps.MaxLimit = c.MaxLimit
+		}
 	}
 	if d.fence {
 		caps.MaxKeyLen -= len(fenceSuffix) // room for the fence key
@@ -189,9 +193,10 @@ func (d *Driver) capabilities() driver.Capabilities {
 // Capabilities implements driver.Driver. Only Exclusive holds are offered
 // (a quorum of shared holds is not implemented yet). Tokens are not durable
 // and there is no consensus (see the package documentation); ServerClock is
-// true when every node's leases expire on the node's clock. MaxKeyLen and
-// MaxTTL are the smallest, MinTTL the largest of the nodes' (MaxKeyLen less
-// 13 bytes for the fence key, unless WithoutFenceRound was given).
+// true when every node's leases expire on the node's clock. MaxKeyLen,
+// MaxTTL and MaxLimit are the smallest, MinTTL the largest of the nodes'
+// (MaxKeyLen less 13 bytes for the fence key, unless WithoutFenceRound was
+// given).
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
 var errClosed = errors.New("quorum: driver closed")
@@ -221,7 +226,8 @@ func (d *Driver) check(ctx context.Context, req *driver.Request) error {
 // RetryAfter estimating when a majority may be free. If fewer than a
 // majority of nodes answered at all, Acquire returns their errors. Acquire
 // never retries: package dlock tries again after a randomised backoff.
-func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Result, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, &req); err != nil {
 		return driver.Result{}, err
 	}
@@ -271,7 +277,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		}
 		return res, nil
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxerr.Err(ctx); err != nil {
 		// The caller releases after an error (driver contract).
 		return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
 	}
@@ -370,7 +376,8 @@ func (d *Driver) retryAfter(answers []answer) time.Duration {
 // lost: Refresh releases what is left of it and returns an error wrapping
 // driver.ErrNotHeld. Otherwise (nodes failed) it returns their errors, and
 // package dlock keeps the lock until its validity ends, trying again.
-func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
+func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, &req); err != nil {
 		return err
 	}
@@ -424,7 +431,8 @@ func (d *Driver) heal(ctx context.Context, start time.Time, req driver.Request, 
 // its lease ends. It returns nil if a majority released a live hold,
 // an error wrapping driver.ErrNotHeld if so many nodes did not hold it that
 // no majority can have held it, and the nodes' errors otherwise.
-func (d *Driver) Release(ctx context.Context, req driver.Request) error {
+func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.check(ctx, &req); err != nil {
 		return err
 	}

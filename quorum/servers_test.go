@@ -60,6 +60,7 @@ func redisConfig(t testing.TB, n int, opts ...quorum.Option) drivertest.Config {
 			}
 			return q
 		},
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) { return newHungQuorum(t, n, opts...) },
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			total := 0
 			for _, nd := range counters {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/redisdlock"
@@ -111,6 +112,12 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			closeAll()
 			return nil, urlError(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 		}
+		if o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+			closeAll()
+			// go-redis watches deadlines, not cancellation: a call
+			// cancelled on a hung server would never return.
+			return nil, urlError(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
+		}
 		if !q.Has("max_retries") {
 			o.MaxRetries = -1 // dlock retries; a retried release can misreport
 		}
@@ -142,7 +149,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	if len(nodes)-len(failures) < len(nodes)/2+1 {
 		closeAll()
-		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), errors.Join(failures...))
+		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), ctxerr.Wrap(ctx, errors.Join(failures...)))
 	}
 	if len(failures) > 0 {
 		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", redact.URL(u), "err", errors.Join(failures...))

@@ -181,53 +181,57 @@ func (p legacyProto) acquire(ctx context.Context, k layout, req driver.Request, 
 }
 
 func (p legacyProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-		s, err := p.read(ctx, tx, k, nil)
-		if err != nil {
-			return err
-		}
-		if !s.ours(req.Owner) {
-			return driver.ErrNotHeld
-		}
-		now := p.now()
-		if exp, err := parseStamp(k, s.value); err != nil || exp < now {
-			return driver.ErrNotHeld // the lease has run out
-		}
-		v := p.stamp(now, ttl)
-		return commit(ctx, tx, func(pipe redis.Pipeliner) { p.restamp(ctx, pipe, k, v, ttl) })
-	}, k.lock, k.holder)
+	return rerun(func() error {
+		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+			s, err := p.read(ctx, tx, k, nil)
+			if err != nil {
+				return err
+			}
+			if !s.ours(req.Owner) {
+				return driver.ErrNotHeld
+			}
+			now := p.now()
+			if exp, err := parseStamp(k, s.value); err != nil || exp < now {
+				return driver.ErrNotHeld // the lease has run out
+			}
+			v := p.stamp(now, ttl)
+			return commit(ctx, tx, func(pipe redis.Pipeliner) { p.restamp(ctx, pipe, k, v, ttl) })
+		}, k.lock, k.holder)
+	})
 }
 
 func (p legacyProto) release(ctx context.Context, k layout, req driver.Request) error {
-	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-		s, err := p.read(ctx, tx, k, nil)
-		if err != nil {
-			return err
-		}
-		if s.owner != req.Owner {
-			return driver.ErrNotHeld
-		}
-		if !s.ours(req.Owner) {
-			// The timestamp is no longer ours (it expired and another
-			// client took the lock, or the key is gone): remove only our
-			// side record.
-			if err := commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Del(ctx, k.holder) }); err != nil {
+	return rerun(func() error {
+		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+			s, err := p.read(ctx, tx, k, nil)
+			if err != nil {
 				return err
 			}
-			return driver.ErrNotHeld
-		}
-		exp, perr := parseStamp(k, s.value)
-		if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, k.lock, k.holder)
-			pipe.Publish(ctx, k.channel, "")
-		}); err != nil {
-			return err
-		}
-		if perr != nil || exp < p.now() {
-			return driver.ErrNotHeld // its lease had run out; the remains are gone now
-		}
-		return nil
-	}, k.lock, k.holder)
+			if s.owner != req.Owner {
+				return driver.ErrNotHeld
+			}
+			if !s.ours(req.Owner) {
+				// The timestamp is no longer ours (it expired and another
+				// client took the lock, or the key is gone): remove only our
+				// side record.
+				if err := commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Del(ctx, k.holder) }); err != nil {
+					return err
+				}
+				return driver.ErrNotHeld
+			}
+			exp, perr := parseStamp(k, s.value)
+			if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
+				pipe.Del(ctx, k.lock, k.holder)
+				pipe.Publish(ctx, k.channel, "")
+			}); err != nil {
+				return err
+			}
+			if perr != nil || exp < p.now() {
+				return driver.ErrNotHeld // its lease had run out; the remains are gone now
+			}
+			return nil
+		}, k.lock, k.holder)
+	})
 }
 
 func (p legacyProto) forceRelease(ctx context.Context, k layout) (int, error) {

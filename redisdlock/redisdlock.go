@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 )
 
 // DefaultPrefix is the key prefix unless WithPrefix says otherwise.
@@ -32,6 +34,8 @@ const (
 	// timestamps: leases there are judged by client clocks, and shorter
 	// ones mean nothing across hosts.
 	legacyMinTTL = 10 * time.Millisecond
+	// maxLimit is the largest semaphore limit (Script mode).
+	maxLimit = math.MaxInt32
 )
 
 // Mode selects the protocol the driver speaks to Redis.
@@ -156,6 +160,14 @@ var (
 // deadlines to network reads only with ContextTimeoutEnabled; without it a
 // call waits up to the client's ReadTimeout. Clients opened from a URL get
 // both settings.
+//
+// go-redis never watches a context's cancellation, only its deadline: a
+// call cancelled while the server (or the network) hangs returns when the
+// client's ReadTimeout or WriteTimeout ends (5s by default), with an error
+// wrapping context.Canceled. Package dlock does not wait for it (it returns
+// to its caller at once), but keep both timeouts positive: with a timeout
+// turned off, such a call would never return. URLs that turn one off are
+// refused.
 func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 	return newDriver(client, false, opts)
 }
@@ -224,6 +236,9 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 		// Transaction and Legacy modes have exclusive locks only.
 		d.caps.Modes = driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 		d.caps.FIFO = true
+		// The scripts compare limits as Lua numbers (doubles, exact to
+		// 2^53) and store them as decimal text: any int32 is safe.
+		d.caps.MaxLimit = maxLimit
 	}
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
@@ -239,11 +254,12 @@ func (d *Driver) Mode() Mode { return d.cfg.mode }
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
 // Capabilities implements driver.Driver. Script mode implements every
-// mode (Exclusive, Shared, Semaphore) and a FIFO queue; Transaction and
-// Legacy modes implement Exclusive only. Tokens are not durable
-// (DurableTokens is false): the fencing counter is as durable as the
-// server's persistence, which the driver cannot vouch for. Leases expire on
-// the server's clock except in Legacy mode.
+// mode (Exclusive, Shared, Semaphore of up to math.MaxInt32 permits) and a
+// FIFO queue; Transaction and Legacy modes implement Exclusive only. Tokens
+// are not durable (DurableTokens is false): the fencing counter is as
+// durable as the server's persistence, which the driver cannot vouch for.
+// Leases expire on the server's clock except in Legacy mode. MaxTTL is
+// package dlock's default (7 days), which every mode carries.
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
 // Close implements driver.Driver: it stops the pub/sub connection and, for
@@ -275,11 +291,14 @@ func (d *Driver) check(ctx context.Context, req *driver.Request) error {
 }
 
 // fail wraps err with the operation and key, and with ctx's error when the
-// context ended meanwhile (go-redis reports an ended deadline as an I/O
-// timeout).
+// context has ended (see ctxerr.Wrap): go-redis reports a deadline that
+// passed as a bare I/O timeout, and does not watch cancellation at all, so
+// a cancelled call on a hung server fails with an I/O timeout when the
+// client's read timeout ends. Every error a method returns goes through
+// fail.
 func fail(ctx context.Context, op, key string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redisdlock: %s %q: %w (%w)", op, key, cerr, err)
+	if ctxerr.Err(ctx) != nil {
+		return fmt.Errorf("redisdlock: %s %q: %w", op, key, ctxerr.Wrap(ctx, err))
 	}
 	if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		err = fmt.Errorf("%w (the key is used by something other than a lock of this mode)", err)

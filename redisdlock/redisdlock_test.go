@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,22 +77,38 @@ func newClient(addr string) *redis.Client {
 }
 
 // config returns the conformance configuration for drivers opened by
-// newDriver, with a prefix of its own.
-func config(t testing.TB, newDriver func(t testing.TB) driver.Driver) drivertest.Config {
+// newDriver, with a prefix of its own, and hung ones opened by newHung.
+func config(t testing.TB, newDriver func(t testing.TB) driver.Driver, newHung func(t testing.TB) (driver.Driver, func())) drivertest.Config {
 	counter := newDriver(t)
 	t.Cleanup(func() { counter.Close() })
 	type counterDriver interface {
 		Count(ctx context.Context, prefix string) (int, error)
 	}
 	return drivertest.Config{
-		NewDriver: newDriver,
-		Residue:   counter.(counterDriver).Count,
+		NewDriver:     newDriver,
+		Residue:       counter.(counterDriver).Count,
+		NewHungDriver: newHung,
 	}
 }
 
-// urlConfig is config for drivers opened from raw.
-func urlConfig(t testing.TB, raw string) drivertest.Config {
-	return config(t, func(t testing.TB) driver.Driver { return openURL(t, raw) })
+// urlConfig is config for drivers opened from srv's URL with params, hung
+// ones through a proxy (standalone servers only; nil for the others).
+func urlConfig(t testing.TB, srv *testsrv.Server, params ...string) drivertest.Config {
+	raw := withParams(srv.URL, params...)
+	var hung func(t testing.TB) (driver.Driver, func())
+	if strings.HasPrefix(srv.URL, "redis://") {
+		hung = func(t testing.TB) (driver.Driver, func()) { return hungURLDriver(t, srv, params...) }
+	}
+	return config(t, func(t testing.TB) driver.Driver { return openURL(t, raw) }, hung)
+}
+
+// hungConfig is urlConfig with hung drivers of kind made by hungDriver with
+// opts, for servers whose URLs cannot be pointed at a proxy (Sentinel and
+// Cluster name the servers' own addresses in their replies).
+func hungConfig(t testing.TB, srv *testsrv.Server, kind string, params []string, opts ...redisdlock.Option) drivertest.Config {
+	cfg := urlConfig(t, srv, params...)
+	cfg.NewHungDriver = func(t testing.TB) (driver.Driver, func()) { return hungDriver(t, kind, opts...) }
+	return cfg
 }
 
 // testPrefix returns a key prefix unique to the test.
@@ -110,44 +127,44 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return ownedDriver{d, c}
+		}, func(t testing.TB) (driver.Driver, func()) {
+			return hungDriver(t, testsrv.Redis, redisdlock.WithPrefix(prefix))
 		}))
 	})
 	t.Run("StandaloneURL", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t))))
+		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t)))
 	})
 	t.Run("Transaction", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", "tx")))
+		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "tx"))
 	})
 	t.Run("Legacy", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", "legacy")))
+		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "legacy"))
 	})
 	t.Run("LegacySeconds", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
-		cfg := urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", "legacy", "legacy_unit", "s"))
-		drivertest.Run(t, cfg)
+		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "legacy", "legacy_unit", "s"))
 	})
-	t.Run("Cluster", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.RedisCluster)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t))))
-	})
-	t.Run("ClusterTransaction", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.RedisCluster)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", "tx")))
-	})
-	t.Run("ClusterLegacy", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.RedisCluster)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", "legacy")))
-	})
+	cluster := func(t *testing.T, mode redisdlock.Mode) drivertest.Config {
+		prefix := testPrefix(t)
+		return hungConfig(t, testsrv.Get(t, testsrv.RedisCluster), testsrv.RedisCluster,
+			[]string{"prefix", prefix, "mode", mode.String()}, redisdlock.WithPrefix(prefix), redisdlock.WithMode(mode))
+	}
+	t.Run("Cluster", func(t *testing.T) { drivertest.Run(t, cluster(t, redisdlock.Script)) })
+	t.Run("ClusterTransaction", func(t *testing.T) { drivertest.Run(t, cluster(t, redisdlock.Transaction)) })
+	t.Run("ClusterLegacy", func(t *testing.T) { drivertest.Run(t, cluster(t, redisdlock.Legacy)) })
 	t.Run("Sentinel", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.RedisSentinel)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t))))
+		prefix := testPrefix(t)
+		drivertest.Run(t, hungConfig(t, testsrv.Get(t, testsrv.RedisSentinel), testsrv.RedisSentinel,
+			[]string{"prefix", prefix}, redisdlock.WithPrefix(prefix)))
 	})
 	t.Run("SentinelReplicaAck", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.RedisSentinel)
-		drivertest.Run(t, urlConfig(t, withParams(srv.URL, "prefix", testPrefix(t), "wait_replicas", "1", "wait_timeout", "2s")))
+		prefix := testPrefix(t)
+		drivertest.Run(t, hungConfig(t, testsrv.Get(t, testsrv.RedisSentinel), testsrv.RedisSentinel,
+			[]string{"prefix", prefix, "wait_replicas", "1", "wait_timeout", "2s"},
+			redisdlock.WithPrefix(prefix), redisdlock.WithReplicaAck(1, 2*time.Second)))
 	})
 }
 
@@ -157,11 +174,11 @@ func BenchmarkDriver(b *testing.B) {
 	srv := testsrv.Get(b, testsrv.Redis)
 	for _, mode := range []string{"script", "tx", "legacy"} {
 		b.Run(mode, func(b *testing.B) {
-			drivertest.RunBenchmarks(b, urlConfig(b, withParams(srv.URL, "prefix", testPrefix(b), "mode", mode)))
+			drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b), "mode", mode))
 		})
 	}
 	b.Run("cluster", func(b *testing.B) {
 		srv := testsrv.Get(b, testsrv.RedisCluster)
-		drivertest.RunBenchmarks(b, urlConfig(b, withParams(srv.URL, "prefix", testPrefix(b))))
+		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b)))
 	})
 }

@@ -35,6 +35,28 @@ func commit(ctx context.Context, tx *redis.Tx, queue func(pipe redis.Pipeliner))
 	return err
 }
 
+// rerun runs step, a WATCH transaction, again when its EXEC found a watched
+// key changed (errConflict), up to conflictRuns times in all, and returns
+// the last run's error. Refresh and Release must say whether the owner
+// held the lock, and a conflict says nothing about that: nothing was
+// written, and the next run reads the changed keys afresh. (Racing
+// releases of one hold are the usual case: the loser's second run finds
+// the hold gone and reports ErrNotHeld.) This is one atomic step done
+// optimistically, not a retry of a failed request.
+func rerun(step func() error) error {
+	var err error
+	for range conflictRuns {
+		if err = step(); !errors.Is(err, errConflict) {
+			return err
+		}
+	}
+	return err
+}
+
+// conflictRuns bounds rerun: only a key changed again and again between a
+// transaction's reads and its EXEC exhausts it.
+const conflictRuns = 5
+
 // lostRace turns errConflict into "not acquired": an acquire that lost a race
 // for a free lock simply did not get it.
 func lostRace(err error) error {
@@ -204,68 +226,72 @@ func (p txProto) heldGeneral(ctx context.Context, tx *redis.Tx, k layout, owner 
 func isMark(owner string) bool { return owner == markRW || owner == markSem }
 
 func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
-			return driver.ErrNotHeld
-		}
-		if err != nil {
-			return err
-		}
-		if owner == req.Owner {
-			return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) })
-		}
-		g, err := readGeneral(ctx, tx, k, req.Owner)
-		if err != nil {
-			return err
-		}
-		if g.mine <= g.now {
-			return driver.ErrNotHeld
-		}
-		end := g.now + float64(ttl.Milliseconds())
-		return commit(ctx, tx, func(pipe redis.Pipeliner) {
-			pipe.ZAdd(ctx, k.holders, redis.Z{Score: end, Member: req.Owner})
-			expireGeneral(ctx, pipe, k, max(end, g.other), g.now)
-		})
-	}, k.lock, k.holders, k.qexp)
+	return rerun(func() error {
+		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+			owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
+			if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
+				return driver.ErrNotHeld
+			}
+			if err != nil {
+				return err
+			}
+			if owner == req.Owner {
+				return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.PExpire(ctx, k.lock, ttl) })
+			}
+			g, err := readGeneral(ctx, tx, k, req.Owner)
+			if err != nil {
+				return err
+			}
+			if g.mine <= g.now {
+				return driver.ErrNotHeld
+			}
+			end := g.now + float64(ttl.Milliseconds())
+			return commit(ctx, tx, func(pipe redis.Pipeliner) {
+				pipe.ZAdd(ctx, k.holders, redis.Z{Score: end, Member: req.Owner})
+				expireGeneral(ctx, pipe, k, max(end, g.other), g.now)
+			})
+		}, k.lock, k.holders, k.qexp)
+	})
 }
 
 func (p txProto) release(ctx context.Context, k layout, req driver.Request) error {
-	return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-		owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-		if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
-			return driver.ErrNotHeld
-		}
-		if err != nil {
-			return err
-		}
-		if owner == req.Owner {
-			return commit(ctx, tx, func(pipe redis.Pipeliner) {
-				pipe.Del(ctx, k.lock)
+	return rerun(func() error {
+		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
+			owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
+			if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
+				return driver.ErrNotHeld
+			}
+			if err != nil {
+				return err
+			}
+			if owner == req.Owner {
+				return commit(ctx, tx, func(pipe redis.Pipeliner) {
+					pipe.Del(ctx, k.lock)
+					pipe.Publish(ctx, k.channel, "")
+				})
+			}
+			g, err := readGeneral(ctx, tx, k, req.Owner)
+			if err != nil {
+				return err
+			}
+			if g.mine == 0 {
+				return driver.ErrNotHeld
+			}
+			o := req.Owner
+			if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
+				pipe.ZRem(ctx, k.holders, o)
+				pipe.HDel(ctx, k.lock, "t:"+o, "i:"+o, "m:"+o)
+				expireGeneral(ctx, pipe, k, g.other, g.now)
 				pipe.Publish(ctx, k.channel, "")
-			})
-		}
-		g, err := readGeneral(ctx, tx, k, req.Owner)
-		if err != nil {
-			return err
-		}
-		if g.mine == 0 {
-			return driver.ErrNotHeld
-		}
-		o := req.Owner
-		if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
-			pipe.ZRem(ctx, k.holders, o)
-			pipe.HDel(ctx, k.lock, "t:"+o, "i:"+o, "m:"+o)
-			expireGeneral(ctx, pipe, k, g.other, g.now)
-			pipe.Publish(ctx, k.channel, "")
-		}); err != nil {
-			return err
-		}
-		if g.mine <= g.now {
-			return driver.ErrNotHeld // its lease had run out; the remains are gone now
-		}
-		return nil
-	}, k.lock, k.holders, k.qexp)
+			}); err != nil {
+				return err
+			}
+			if g.mine <= g.now {
+				return driver.ErrNotHeld // its lease had run out; the remains are gone now
+			}
+			return nil
+		}, k.lock, k.holders, k.qexp)
+	})
 }
 
 func (p txProto) forceRelease(ctx context.Context, k layout) (int, error) {

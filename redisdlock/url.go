@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/ctxerr"
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
@@ -99,6 +100,23 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 	return opts, nil
 }
 
+// checkTimeouts refuses read and write timeouts that a URL turned off
+// (zero or negative values): go-redis watches a call's deadline but not
+// its cancellation, so on a hung server a call cancelled without a
+// deadline returns only when the network timeout ends, and would never
+// return without one.
+func checkTimeouts(u *url.URL, read, write time.Duration) error {
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_timeout", read}, {"write_timeout", write}} {
+		if t.d < 0 {
+			return urlError(u, "%s turns the network timeout off; a call on a hung server could then never return (give a positive duration)", t.name)
+		}
+	}
+	return nil
+}
+
 // redisError turns a go-redis URL parsing error into an *ArgError, naming
 // the parameters neither the driver nor go-redis knows.
 func redisError(u *url.URL, err error) error {
@@ -126,6 +144,9 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	if !q.Has("max_retries") {
 		o.MaxRetries = -1
+	}
+	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
+		return nil, err
 	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewClient(o), opts)
@@ -179,6 +200,9 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if !q.Has("max_retries") {
 		o.MaxRetries = -1
 	}
+	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
+		return nil, err
+	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewFailoverClient(o), opts)
 }
@@ -207,6 +231,9 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, redisError(u, err)
 	}
+	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
+		return nil, err
+	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewClusterClient(o), opts)
 }
@@ -221,7 +248,7 @@ func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, o
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("redisdlock: connecting to %s: %w", redact.URL(u), err)
+		return nil, fmt.Errorf("redisdlock: connecting to %s: %w", redact.URL(u), ctxerr.Wrap(ctx, err))
 	}
 	return d, nil
 }
