@@ -83,8 +83,14 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 // promptly when either ends; an attempt still on the wire then is cleaned up
 // once it completes.
 func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg lockConfig, wait bool) (_ *Lock, err error) {
-	ctx, unbind := c.bind(parent)
-	defer unbind()
+	ctx := parent
+	if wait {
+		// Close ends waits at once. A single attempt needs no binding:
+		// Close waits for it.
+		var unbind context.CancelFunc
+		ctx, unbind = c.bind(parent)
+		defer unbind()
+	}
 	stopped := func() error { return notAcquired(req.Key, why(parent)) }
 
 	// Waiters of this Client for the same key queue here first, so that one

@@ -45,10 +45,11 @@ func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, e
 // do runs fn(ctx) and returns its result, or ctx's error soon after ctx
 // ends. A request that is still running then is returned as abandoned
 // (non-nil): it completes in the background, and the caller decides what
-// happens after it (see after). A ctx that cannot end runs fn on the
+// happens after it (see after). A ctx that cannot end, or a driver that
+// returns promptly on its own (Capabilities.CancelsPromptly), runs fn on the
 // caller's goroutine.
 func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, error, *call[T]) {
-	if ctx.Done() == nil {
+	if ctx.Done() == nil || c.caps.CancelsPromptly {
 		v, err := fn(ctx)
 		return v, err, nil
 	}
@@ -96,26 +97,25 @@ func (cl *call[T]) after(c *Client, fn func(T, error)) {
 }
 
 // tracker counts operations in flight, so that Close can wait for them.
-// Unlike a sync.WaitGroup, it may gain work while someone waits.
+// Unlike a sync.WaitGroup, it may gain work while someone waits, and it
+// allocates nothing unless someone waits.
 type tracker struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{} // closed when n drops to zero
+	idle chan struct{} // made by wait, closed when n drops to zero
 }
 
 func (t *tracker) add() {
 	t.mu.Lock()
-	if t.n == 0 {
-		t.idle = make(chan struct{})
-	}
 	t.n++
 	t.mu.Unlock()
 }
 
 func (t *tracker) done() {
 	t.mu.Lock()
-	if t.n--; t.n == 0 {
+	if t.n--; t.n == 0 && t.idle != nil {
 		close(t.idle)
+		t.idle = nil
 	}
 	t.mu.Unlock()
 }
@@ -127,6 +127,9 @@ func (t *tracker) wait(timeout time.Duration) bool {
 	if t.n == 0 {
 		t.mu.Unlock()
 		return true
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
 	}
 	idle := t.idle
 	t.mu.Unlock()

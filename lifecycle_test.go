@@ -32,6 +32,13 @@ func newStuck() *stuck {
 	return &stuck{Driver: memdlock.New(), release: make(chan struct{}), entered: make(chan string, 64), acquiring: map[string]bool{}}
 }
 
+// Capabilities tells package dlock that requests may outlive their ctx.
+func (s *stuck) Capabilities() driver.Capabilities {
+	caps := s.Driver.Capabilities()
+	caps.CancelsPromptly = false
+	return caps
+}
+
 func (s *stuck) hang() {
 	s.mu.Lock()
 	s.hung = true

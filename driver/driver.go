@@ -263,6 +263,14 @@ type Capabilities struct {
 	// MaxLimit is the largest Request.Limit of a Semaphore the driver
 	// accepts. Zero means math.MaxInt32.
 	MaxLimit int
+	// CancelsPromptly reports that every call returns promptly once its ctx
+	// is done, even on a store that has stopped answering (database/sql and
+	// gRPC clients abandon a request on cancellation; an in-process store
+	// never blocks). Package dlock then calls the driver on the caller's
+	// goroutine. Otherwise it runs each request on a goroutine of its own so
+	// that its caller can return promptly (see "Contexts" above). drivertest
+	// holds a driver that declares it to it on a hung store.
+	CancelsPromptly bool
 	// TTLResolution is the unit the store measures leases in, when it is
 	// coarse (memcached: whole seconds): a lease may end up to one unit
 	// earlier than asked. Package dlock adds two units where it promises a

@@ -393,10 +393,11 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Modes:       driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
-		FIFO:        true,
-		ServerClock: true,
-		MinTTL:      time.Millisecond,
+		Modes:           driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
+		FIFO:            true,
+		ServerClock:     true,
+		MinTTL:          time.Millisecond,
+		CancelsPromptly: true,
 	}
 }
 
