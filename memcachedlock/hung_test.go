@@ -30,19 +30,15 @@ func newHungDriver(t testing.TB, addr string) (*Driver, func()) {
 
 // TestCloseHungServer checks that Close returns in bounded time while the
 // server is blackholed and a call is in flight. The call runs under a
-// context that cannot be cancelled, on the caller's goroutine (see
-// TestCloseDuringCancellableCall for the other kind).
+// context that cannot be cancelled (see TestCloseDuringCancellableCall for
+// the other kind).
 func TestCloseHungServer(t *testing.T) {
 	testCloseHung(t, context.Background())
 }
 
 // TestCloseDuringCancellableCall is TestCloseHungServer with a call whose
-// context can be cancelled, which the driver runs on a goroutine of its
-// own and Close waits for.
+// context can be cancelled.
 func TestCloseDuringCancellableCall(t *testing.T) {
-	t.Skip("memcachedlock.go:218 (run: d.calls.Add after the closed check) races with memcachedlock.go:519 " +
-		"(Close: d.calls.Wait): the race detector reports it, and sync.WaitGroup may panic " +
-		"(Add concurrent with Wait); remove this skip once fixed")
 	testCloseHung(t, dlocktest.Ctx(t))
 }
 
