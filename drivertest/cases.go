@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -749,8 +750,23 @@ func (s *suite) testBadInput(t *testing.T) {
 		{"nil ctx ForceRelease", "ctx", func() error { _, err := c.ForceRelease(nilCtx, p+"k"); return err }()},
 		{"nil fn Do", "fn", c.Do(ctx(t), p+"k", nil)},
 	}
-	if caps.MaxTTL > 0 {
-		cases = append(cases, badCase{"TTL above maximum", "ttl", lockErr(p+"k", dlock.WithTTL(caps.MaxTTL+time.Second))})
+	cases = append(cases,
+		badCase{"TTL above maximum", "ttl", lockErr(p+"k", dlock.WithTTL(max(caps.MaxTTL, dlock.DefaultMaxTTL)+time.Second))},
+		badCase{"TTL of 100000h", "ttl", lockErr(p+"k", dlock.WithTTL(100000*time.Hour))},
+		badCase{"info over the limit", "info", lockErr(p+"k", dlock.WithInfo(strings.Repeat("i", dlock.MaxInfoLen+1)))},
+		badCase{"info of 1 MiB", "info", lockErr(p+"k", dlock.WithInfo(strings.Repeat("i", 1<<20)))},
+		badCase{"info not UTF-8", "info", lockErr(p+"k", dlock.WithInfo("\xff"))},
+		badCase{"info with NUL", "info", lockErr(p+"k", dlock.WithInfo("a\x00b"))},
+		badCase{"client info over the limit", "info", func() error {
+			_, err := dlock.New(s.driver(t), dlock.WithOwnerInfo(strings.Repeat("i", dlock.MaxInfoLen+1)))
+			return err
+		}()},
+	)
+	if caps.Modes.Has(driver.Semaphore) {
+		cases = append(cases,
+			badCase{"limit 2^31", "limit", lockErr(p+"k", dlock.WithLimit(1<<31))},
+			badCase{"limit above maximum", "limit", lockErr(p+"k", dlock.WithLimit(caps.MaxLimit+1))},
+		)
 	}
 	l, err := c.Lock(ctx(t), p+"held", dlock.WithTTL(longTTL))
 	if err != nil {
@@ -760,6 +776,8 @@ func (s *suite) testBadInput(t *testing.T) {
 		badCase{"nil ctx Release", "ctx", l.Release(nilCtx)},
 		badCase{"nil ctx Refresh", "ctx", l.Refresh(nilCtx)},
 		badCase{"nil ctx ReleaseAfter", "ctx", l.ReleaseAfter(nilCtx, time.Second)},
+		badCase{"ReleaseAfter(MaxInt64)", "d", l.ReleaseAfter(ctx(t), math.MaxInt64)},
+		badCase{"ReleaseAfter above maximum", "d", l.ReleaseAfter(ctx(t), caps.MaxTTL+time.Second)},
 	)
 	for _, tc := range cases {
 		var ae *dlock.ArgError
