@@ -53,7 +53,7 @@ const (
 	ExitLost = 76
 
 	// ExitCannotRun means the command was found but could not be started
-	// (permission denied, not an executable), as in shells.
+	// (permission denied, a directory, not an executable), as in shells.
 	ExitCannotRun = 126
 
 	// ExitNotFound means the command was not found, as in shells.

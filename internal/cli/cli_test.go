@@ -101,19 +101,30 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestCommandNotFound checks the statuses of a command that cannot run, as
+// shells report them: 127 when it does not exist, 126 when it exists but is
+// not an executable file.
 func TestCommandNotFound(t *testing.T) {
 	url := memURL(t)
-	r := runMain(t, "run", "--url", url, "--key", "k", "--", "/nonexistent/dlock-test-command")
-	if r.code != cli.ExitNotFound {
-		t.Errorf("exit status %d, want %d", r.code, cli.ExitNotFound)
-	}
-	notExec := filepath.Join(t.TempDir(), "script")
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "script")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = runMain(t, "run", "--url", url, "--key", "k", "--", notExec)
-	if r.code != cli.ExitCannotRun {
-		t.Errorf("exit status %d, want %d", r.code, cli.ExitCannotRun)
+	for _, tt := range []struct {
+		command string
+		want    int
+	}{
+		{"/nonexistent/dlock-test-command", cli.ExitNotFound},
+		{"dlock-test-no-such-command", cli.ExitNotFound},
+		{notExec, cli.ExitCannotRun},
+		{dir, cli.ExitCannotRun},
+		{notExec + "/sub", cli.ExitCannotRun}, // a path through a file: ENOTDIR
+	} {
+		r := runMain(t, "run", "--url", url, "--key", "k", "--", tt.command)
+		if r.code != tt.want || !strings.Contains(r.stderr, tt.command) {
+			t.Errorf("%s: exit status %d, stderr %q; want %d and a message naming it", tt.command, r.code, r.stderr, tt.want)
+		}
 	}
 	// Nothing stays held.
 	if hs, err := openClient(t, url).List(context.Background(), ""); err != nil || len(hs) != 0 {

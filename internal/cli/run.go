@@ -167,11 +167,7 @@ func (e *signalError) Error() string { return "interrupted by " + signalName(e.s
 func (a *app) run(o *runOptions, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		code := ExitNotFound
-		if errors.Is(err, fs.ErrPermission) {
-			code = ExitCannotRun
-		}
-		return exitf(code, "cannot run %q: %v", args[0], err)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 
 	// Catch the signals from now on: until the lock is acquired they end
@@ -214,6 +210,18 @@ func (a *app) run(o *runOptions, args []string) error {
 		return err
 	}
 	return a.supervise(c, l, o, path, args, sigs)
+}
+
+// cannotRunStatus returns the exit status for a command that could not be
+// started, as shells report it: 127 if it does not exist (not in $PATH, no
+// such file, or a script whose interpreter does not exist), 126 if it exists
+// but cannot be executed (permission denied, a directory, a path through a
+// file, not an executable format).
+func cannotRunStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return ExitNotFound
+	}
+	return ExitCannotRun
 }
 
 // watchSignals cancels ctx (through cancel) with a *signalError when a
@@ -333,11 +341,7 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = a.release(l, o.ttl)
-		code := ExitCannotRun
-		if errors.Is(err, fs.ErrNotExist) {
-			code = ExitNotFound
-		}
-		return exitf(code, "cannot run %q: %v", args[0], err)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 	pid := cmd.Process.Pid
 	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid)
