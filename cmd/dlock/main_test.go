@@ -23,6 +23,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/cli"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
@@ -636,14 +637,41 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "--key", "k", "--wait", "-1s", "--", "true"}, "invalid --wait -1s"},
 		{[]string{"run", "--key", "k", "--ttl", "soon", "--", "true"}, `"soon"`},
 		{[]string{"run", "--key", "k"}, "no command to run"},
-		{[]string{"run", "--key", strings.Repeat("x", 300), "--", "true"}, "longer than this backend's limit"},
-		{[]string{"run", "--key", "k", "--ttl", "1ns", "--", "true"}, "ttl=1ns"},
+		{[]string{"run", "--key", strings.Repeat("x", 300), "--", "true"}, "invalid --key \"xxxxxxxx"},
+		{[]string{"run", "--key", "k", "--ttl", "1ns", "--", "true"}, "invalid --ttl 1ns: is below"},
 		{[]string{"run", "--url", "sqlite://host/x.db", "--key", "k", "--", "true"}, "has a host"},
 	} {
 		r := e.run(tt.args...)
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.want) {
 			t.Errorf("dlock %q: exit status %d, stderr %q; want %d and a message with %q", tt.args, r.code, r.stderr, cli.ExitUsage, tt.want)
 		}
+	}
+}
+
+// TestDurationAboveMaximum runs dlock on the default store with a lease
+// longer than the store accepts (dlock.DefaultMaxTTL): a usage error naming
+// the value and the maximum, and the command does not run.
+func TestDurationAboveMaximum(t *testing.T) {
+	e := newEnv(t, defaultStore)
+	marker := filepath.Join(t.TempDir(), "ran")
+	max := dlock.DefaultMaxTTL.String()
+	for _, tt := range []struct {
+		flag, want string
+	}{
+		{"--ttl", "invalid --ttl 100000h0m0s"},
+		{"--hold-at-least", "invalid --hold-at-least 100000h0m0s"},
+	} {
+		r := e.run("run", "--key", "k", tt.flag, "100000h", "--", "touch", marker)
+		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, max) {
+			t.Errorf("%s 100000h: exit status %d, stderr %q; want %d and a message with %q and the maximum %s",
+				tt.flag, r.code, r.stderr, cli.ExitUsage, tt.want, max)
+		}
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran (%v)", err)
+	}
+	if r := e.run("run", "--key", "k", "--ttl", max, "--wait", "0", "--", "true"); r.code != 0 {
+		t.Errorf("--ttl %s (the maximum): exit status %d, want 0", max, r.code)
 	}
 }
 

@@ -193,9 +193,11 @@ func (a *app) run(o *runOptions, args []string) error {
 			a.log.Warn("closing the store", "err", err)
 		}
 	}()
-	if m := c.Capabilities().MaxTTL; m > 0 && o.holdAtLeast > m {
+	// The hold becomes a lease two resolution units longer (see
+	// Lock.ReleaseAfter): refuse it now rather than after the command ran.
+	if caps := c.Capabilities(); caps.MaxTTL > 0 && o.holdAtLeast+2*caps.TTLResolution > caps.MaxTTL {
 		stopWatch()
-		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, m)
+		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, caps.MaxTTL-2*caps.TTLResolution)
 	}
 
 	l, err := a.acquire(ctx, c, o)
@@ -287,7 +289,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	case interrupted(ctx) != nil:
 		return nil, err // run reports it
 	case errors.Is(err, dlock.ErrInvalidArgument):
-		return nil, &exitError{code: ExitUsage, err: err}
+		return nil, o.flagError(err)
 	case errors.Is(err, dlock.ErrModeMismatch):
 		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
@@ -297,6 +299,26 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	default:
 		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v", o.key, message(err))
 	}
+}
+
+// flagError turns an *dlock.ArgError about the lock's key, TTL or limit
+// into a usage error naming the flag it came from and the value given, so
+// that `--ttl 100000h` is reported as "invalid --ttl 100000h0m0s: is above
+// this backend's maximum of 168h0m0s". Other invalid arguments are usage
+// errors as they are.
+func (o *runOptions) flagError(err error) error {
+	var ae *dlock.ArgError
+	if errors.As(err, &ae) {
+		switch ae.Name {
+		case "ttl":
+			return usagef("invalid --ttl %v: %s", o.ttl, ae.Reason)
+		case "key":
+			return usagef("invalid --key %q: %s", o.key, ae.Reason)
+		case "limit":
+			return usagef("invalid --limit %d: %s", o.limit, ae.Reason)
+		}
+	}
+	return &usageError{err}
 }
 
 // holderOf describes the holder of key for a message, best effort.
