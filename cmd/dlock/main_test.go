@@ -675,6 +675,58 @@ func TestDurationAboveMaximum(t *testing.T) {
 	}
 }
 
+// TestSecretsNotShown runs dlock with -v on store URLs that carry a secret
+// (in a query parameter, in the userinfo, in text that is not a URL) and
+// that cannot be used: the secret must never appear on stdout or stderr,
+// whether the URL comes from --url or $DLOCK_URL, and dlock exits with the
+// status of the failure.
+func TestSecretsNotShown(t *testing.T) {
+	const secret = "s3cret"
+	for i, tt := range []struct {
+		url  string
+		want int
+	}{
+		{"postgres://127.0.0.1:1/x?password=" + secret + "&sslmode=disable", cli.ExitUnavailable},
+		{"postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5", cli.ExitUnavailable},
+		{"redis+sentinel://127.0.0.1:1/m?sentinel_password=" + secret, cli.ExitUnavailable},
+		{"mysql://u:" + secret + "@127.0.0.1:1/x", cli.ExitUnavailable},
+		{"postgres://u:" + secret + "@[::1/x", cli.ExitUsage},                  // does not parse
+		{"host=127.0.0.1 port=1 password=" + secret + " dbname=x", cli.ExitUsage}, // a DSN, not a URL
+		{"nosuch://u:" + secret + "@127.0.0.1:1/x?password=" + secret, cli.ExitUsage},
+	} {
+		for j, args := range [][]string{
+			{"-v", "run", "--key", "k", "--", "true"},
+			{"-v", "ls"},
+			{"-v", "release", "--force", "k"},
+			{"-v", "schema"},
+			{"-v", "run", "--key", "k"}, // and a usage error of its own
+		} {
+			// Both sources of the URL for every subcommand, on
+			// different URLs (each run can take seconds).
+			for _, viaEnv := range []bool{(i+j)%2 == 0} {
+				e := newEnv(t, defaultStore)
+				a := args
+				if viaEnv {
+					e.env = append(e.env, "DLOCK_URL="+tt.url)
+				} else {
+					a = append([]string{args[0], args[1], "--url", tt.url}, args[2:]...)
+				}
+				want := tt.want
+				if len(args) == 4 && args[1] == "run" {
+					want = cli.ExitUsage // no command: refused before the store is opened
+				}
+				r := e.run(a...)
+				if r.code != want {
+					t.Errorf("dlock %q (DLOCK_URL: %v): exit status %d, want %d", args, viaEnv, r.code, want)
+				}
+				if strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("dlock %q with %s (DLOCK_URL: %v) shows the secret:\nstdout: %s\nstderr: %s", args, tt.url, viaEnv, r.stdout, r.stderr)
+				}
+			}
+		}
+	}
+}
+
 func TestSchema(t *testing.T) {
 	for _, s := range sqlStores {
 		t.Run(s.name, func(t *testing.T) {
