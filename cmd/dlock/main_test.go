@@ -690,7 +690,7 @@ func TestSecretsNotShown(t *testing.T) {
 		{"postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5", cli.ExitUnavailable},
 		{"redis+sentinel://127.0.0.1:1/m?sentinel_password=" + secret, cli.ExitUnavailable},
 		{"mysql://u:" + secret + "@127.0.0.1:1/x", cli.ExitUnavailable},
-		{"postgres://u:" + secret + "@[::1/x", cli.ExitUsage},                  // does not parse
+		{"postgres://u:" + secret + "@[::1/x", cli.ExitUsage},                     // does not parse
 		{"host=127.0.0.1 port=1 password=" + secret + " dbname=x", cli.ExitUsage}, // a DSN, not a URL
 		{"nosuch://u:" + secret + "@127.0.0.1:1/x?password=" + secret, cli.ExitUsage},
 	} {
