@@ -57,11 +57,21 @@ SIGTERM to COMMAND's process group, SIGKILL --kill-after later (default 10s)
 and to whatever is left of the group once COMMAND has exited, and exits with
 status 76.
 
-COMMAND runs in a process group of its own, so it cannot read from the
-terminal. dlock forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
-to that group, waits for COMMAND to exit, releases the lock and exits with
-COMMAND's status. If dlock is killed outright (SIGKILL), COMMAND is killed too
-(Linux) and the lock expires after --ttl.
+COMMAND runs in a process group of its own. dlock forwards SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to that group (each followed by SIGCONT,
+so that a stopped COMMAND gets it too), waits for COMMAND to exit, releases
+the lock and exits with COMMAND's status. If dlock is killed outright
+(SIGKILL), COMMAND is killed too (Linux) and the lock expires after --ttl.
+
+When stdin is the terminal and dlock runs in its foreground, COMMAND gets the
+terminal's foreground, so that an editor or a prompt works and ^C goes to
+COMMAND, and dlock takes it back when COMMAND exits. On Linux, if COMMAND is
+stopped (^Z) under a shell with job control, dlock stops too and continues
+COMMAND when the shell continues it (fg, bg); the lock is not renewed
+meanwhile, so a job suspended for longer than --ttl loses it. In any other
+case a stopped COMMAND keeps the lock, as with flock(1): dlock says so on
+stderr, takes the terminal back, and waits; SIGCONT resumes COMMAND, and
+SIGTERM or ^C to dlock ends it.
 
 With --limit N the key is a semaphore: up to N commands run at once, each
 holding a permit of its own (every user of KEY must give the same N). With
@@ -359,6 +369,16 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	// Only matters when a stream is not a file (Main called from Go): do
 	// not wait forever for the command's children to close a pipe.
 	cmd.WaitDelay = time.Second
+	tty := foregroundTerminal(a.stdin)
+	if tty != nil {
+		tty.attach(cmd.SysProcAttr)
+	}
+	// Watch for the command stopping from before it starts.
+	changed := make(chan os.Signal, 1)
+	if len(childSignals) > 0 {
+		signal.Notify(changed, childSignals...)
+		defer signal.Stop(changed)
+	}
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -366,7 +386,16 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 	pid := cmd.Process.Pid
-	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid)
+	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
+	if tty != nil {
+		// Take the terminal back however the command ends: dlock may
+		// still print, and the shell expects its job's group to have it.
+		defer func() {
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+		}()
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -382,14 +411,16 @@ wait:
 			break wait
 		case sig := <-sigs:
 			a.log.Debug("forwarding a signal to the command", "signal", signalName(sig), "pgid", pid)
-			if err := signalGroup(pid, sig); err != nil {
+			if err := a.signalCommand(pid, sig); err != nil {
 				a.logf("cannot forward %s to the command: %v", signalName(sig), err)
 			}
+		case <-changed:
+			a.commandChanged(pid, tty, o.key)
 		case <-lockDone:
 			lockDone = nil
 			lost = true
 			a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
-			if err := signalGroup(pid, sigTerm); err != nil {
+			if err := a.signalCommand(pid, sigTerm); err != nil {
 				a.logf("cannot send SIGTERM to the command: %v", err)
 			}
 			killTimer = time.NewTimer(o.killAfter)
@@ -446,4 +477,85 @@ wait:
 		return nil
 	}
 	return &exitError{code: status}
+}
+
+// signalCommand sends sig to the command's process group, then SIGCONT, so
+// that a stopped group gets it too (as shells do when they kill a stopped
+// job).
+func (a *app) signalCommand(pgid int, sig os.Signal) error {
+	if err := signalGroup(pgid, sig); err != nil {
+		return err
+	}
+	if sigCont != nil && sig != sigCont && sig != sigKill {
+		return signalGroup(pgid, sigCont)
+	}
+	return nil
+}
+
+// childEvent is a change in the command's state that `dlock run` acts on.
+type childEvent int
+
+const (
+	childNone      childEvent = iota
+	childStopped              // stopped by a signal: ^Z, SIGTTIN, SIGSTOP
+	childContinued            // continued by SIGCONT
+)
+
+// commandChanged acts on the command stopping or continuing (on Linux;
+// elsewhere dlock is not told and waits, as flock(1) does).
+//
+// When the command has the terminal and dlock runs under a shell with job
+// control, a stopped command stops dlock too, as ^Z would stop the command
+// without dlock: the shell shows the job as stopped, and when it continues
+// dlock (fg, bg), dlock gives the command the terminal back (if dlock has it)
+// and continues it. The lock is not renewed while dlock is stopped: a job
+// suspended for longer than --ttl loses its lock, and is terminated when it
+// is continued (exit status 76).
+//
+// Otherwise dlock keeps the lock and waits for the command, as flock(1)
+// does, but says so on stderr, takes the terminal back if the command had it
+// (so that ^C reaches dlock) and forwards the signals it gets with a SIGCONT,
+// so that SIGTERM or ^C ends a stopped command.
+func (a *app) commandChanged(pid int, tty *terminal, key string) {
+	for range 16 { // signals coalesce: report every change so far, boundedly
+		switch nextChildEvent(pid) {
+		case childNone:
+			return
+		case childStopped:
+			if tty == nil || !jobControl() {
+				if tty != nil {
+					_ = tty.reclaim()
+				}
+				a.logf("the command (pid %d) was stopped; lock %q stays held until it exits: send it SIGCONT to resume it, "+
+					"or SIGTERM or SIGINT to dlock (pid %d) to end it", pid, key, os.Getpid())
+				continue
+			}
+			a.log.Debug("the command was stopped; suspending dlock", "pid", pid)
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+			if err := suspend(); err != nil {
+				a.logf("cannot suspend: %v", err)
+			}
+			// Continued: resume the command, in the foreground if
+			// dlock is.
+			a.log.Debug("continued; resuming the command", "pid", pid, "foreground", tty.ours())
+			if tty.ours() {
+				if err := tty.give(pid); err != nil {
+					a.log.Debug("cannot give the terminal to the command", "err", err)
+				}
+			}
+			if err := signalGroup(pid, sigCont); err != nil {
+				a.logf("cannot continue the command: %v", err)
+			}
+		case childContinued:
+			// Resumed by someone else: give it back the terminal
+			// dlock took when it stopped.
+			if tty != nil && tty.ours() {
+				if err := tty.give(pid); err != nil {
+					a.log.Debug("cannot give the terminal to the command", "err", err)
+				}
+			}
+		}
+	}
 }
