@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,16 +33,29 @@ type ttyProc struct {
 	output chan []byte   // what dlock and its command write on the terminal
 	closed chan struct{} // closed when the terminal's output has ended
 	out    bytes.Buffer  // output read so far
+	seen   int           // how much of out expectRE has matched
 }
 
 func (e *env) startTTY(args ...string) *ttyProc {
+	e.t.Helper()
+	return e.startTTYCommand(dlockBin, args...)
+}
+
+// startTTYCommand starts the program name (dlock or a shell) on a
+// pseudo-terminal, with dlock's environment.
+func (e *env) startTTYCommand(name string, args ...string) *ttyProc {
 	e.t.Helper()
 	ptm, pts, err := pty.Open()
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
-	p := &ttyProc{t: e.t, cmd: e.command(ctx, args...), ptm: ptm, output: make(chan []byte, 64), closed: make(chan struct{})}
+	cmd := e.command(ctx, args...)
+	if name != dlockBin {
+		cmd = exec.CommandContext(ctx, name, args...)
+		cmd.Env = e.command(ctx).Env
+	}
+	p := &ttyProc{t: e.t, cmd: cmd, ptm: ptm, output: make(chan []byte, 64), closed: make(chan struct{})}
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = pts, pts, pts
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	err = p.cmd.Start()
@@ -204,5 +219,63 @@ func TestSignalReachesStoppedCommand(t *testing.T) {
 	}
 	if r := e.run("run", "--key", "stopped", "--wait", "0", "--", "true"); r.code != 0 {
 		t.Errorf("the lock was not released: exit status %d", r.code)
+	}
+}
+
+// TestTerminalJobControl runs dlock from an interactive shell: ^Z stops the
+// command that has the terminal, and dlock with it, so that the shell shows
+// the job as stopped; fg continues both, the command gets the terminal back
+// and reads from it.
+func TestTerminalJobControl(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash:", err)
+	}
+	e := newEnv(t, sqliteStore)
+	e.env = append(e.env, "PS1=$ ", "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
+	p := e.startTTYCommand(bash, "--norc", "--noprofile", "-i")
+	p.send(`dlock run --url ` + e.url + ` --key jc -- sh -c 'echo "pid:$$"; read x; echo "got:$x"'` + "\n")
+	p.expectRE(`pid:\d+`)
+	p.send("\x1a") // ^Z
+	p.expectRE(`Stopped`)
+	p.send("fg\n")
+	p.expectRE(`dlock run`) // the shell names the job it continues
+	p.send("hello\n")
+	p.expectRE(`got:hello`)
+	p.send("echo status:$?\n")
+	p.expectRE(`status:0`)
+	p.send("exit\n")
+	if code := p.wait(); code != 0 {
+		t.Errorf("bash: exit status %d", code)
+	}
+	if r := e.run("run", "--key", "jc", "--wait", "0", "--", "true"); r.code != 0 {
+		t.Errorf("the lock was not released: exit status %d", r.code)
+	}
+}
+
+func (p *ttyProc) send(s string) {
+	p.t.Helper()
+	if _, err := p.ptm.Write([]byte(s)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// expectRE reads the terminal's output until what came after the last match
+// matches re.
+func (p *ttyProc) expectRE(re string) {
+	p.t.Helper()
+	r := regexp.MustCompile(re)
+	timeout := time.After(stuckTimeout)
+	for {
+		if loc := r.FindStringIndex(p.out.String()[p.seen:]); loc != nil {
+			p.seen += loc[1]
+			return
+		}
+		select {
+		case b := <-p.output:
+			p.out.Write(b)
+		case <-timeout:
+			p.t.Fatalf("no %s on the terminal after %v; output: %q", re, stuckTimeout, p.out.String())
+		}
 	}
 }
