@@ -23,6 +23,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/cli"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
@@ -636,13 +637,92 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "--key", "k", "--wait", "-1s", "--", "true"}, "invalid --wait -1s"},
 		{[]string{"run", "--key", "k", "--ttl", "soon", "--", "true"}, `"soon"`},
 		{[]string{"run", "--key", "k"}, "no command to run"},
-		{[]string{"run", "--key", strings.Repeat("x", 300), "--", "true"}, "longer than this backend's limit"},
-		{[]string{"run", "--key", "k", "--ttl", "1ns", "--", "true"}, "ttl=1ns"},
+		{[]string{"run", "--key", strings.Repeat("x", 300), "--", "true"}, "invalid --key \"xxxxxxxx"},
+		{[]string{"run", "--key", "k", "--ttl", "1ns", "--", "true"}, "invalid --ttl 1ns: is below"},
 		{[]string{"run", "--url", "sqlite://host/x.db", "--key", "k", "--", "true"}, "has a host"},
 	} {
 		r := e.run(tt.args...)
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.want) {
 			t.Errorf("dlock %q: exit status %d, stderr %q; want %d and a message with %q", tt.args, r.code, r.stderr, cli.ExitUsage, tt.want)
+		}
+	}
+}
+
+// TestDurationAboveMaximum runs dlock on the default store with a lease
+// longer than the store accepts (dlock.DefaultMaxTTL): a usage error naming
+// the value and the maximum, and the command does not run.
+func TestDurationAboveMaximum(t *testing.T) {
+	e := newEnv(t, defaultStore)
+	marker := filepath.Join(t.TempDir(), "ran")
+	max := dlock.DefaultMaxTTL.String()
+	for _, tt := range []struct {
+		flag, want string
+	}{
+		{"--ttl", "invalid --ttl 100000h0m0s"},
+		{"--hold-at-least", "invalid --hold-at-least 100000h0m0s"},
+	} {
+		r := e.run("run", "--key", "k", tt.flag, "100000h", "--", "touch", marker)
+		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, max) {
+			t.Errorf("%s 100000h: exit status %d, stderr %q; want %d and a message with %q and the maximum %s",
+				tt.flag, r.code, r.stderr, cli.ExitUsage, tt.want, max)
+		}
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran (%v)", err)
+	}
+	if r := e.run("run", "--key", "k", "--ttl", max, "--wait", "0", "--", "true"); r.code != 0 {
+		t.Errorf("--ttl %s (the maximum): exit status %d, want 0", max, r.code)
+	}
+}
+
+// TestSecretsNotShown runs dlock with -v on store URLs that carry a secret
+// (in a query parameter, in the userinfo, in text that is not a URL) and
+// that cannot be used: the secret must never appear on stdout or stderr,
+// whether the URL comes from --url or $DLOCK_URL, and dlock exits with the
+// status of the failure.
+func TestSecretsNotShown(t *testing.T) {
+	const secret = "s3cret"
+	for i, tt := range []struct {
+		url  string
+		want int
+	}{
+		{"postgres://127.0.0.1:1/x?password=" + secret + "&sslmode=disable", cli.ExitUnavailable},
+		{"postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5", cli.ExitUnavailable},
+		{"redis+sentinel://127.0.0.1:1/m?sentinel_password=" + secret, cli.ExitUnavailable},
+		{"mysql://u:" + secret + "@127.0.0.1:1/x", cli.ExitUnavailable},
+		{"postgres://u:" + secret + "@[::1/x", cli.ExitUsage},                     // does not parse
+		{"host=127.0.0.1 port=1 password=" + secret + " dbname=x", cli.ExitUsage}, // a DSN, not a URL
+		{"nosuch://u:" + secret + "@127.0.0.1:1/x?password=" + secret, cli.ExitUsage},
+	} {
+		for j, args := range [][]string{
+			{"-v", "run", "--key", "k", "--", "true"},
+			{"-v", "ls"},
+			{"-v", "release", "--force", "k"},
+			{"-v", "schema"},
+			{"-v", "run", "--key", "k"}, // and a usage error of its own
+		} {
+			// Both sources of the URL for every subcommand, on
+			// different URLs (each run can take seconds).
+			for _, viaEnv := range []bool{(i+j)%2 == 0} {
+				e := newEnv(t, defaultStore)
+				a := args
+				if viaEnv {
+					e.env = append(e.env, "DLOCK_URL="+tt.url)
+				} else {
+					a = append([]string{args[0], args[1], "--url", tt.url}, args[2:]...)
+				}
+				want := tt.want
+				if len(args) == 4 && args[1] == "run" {
+					want = cli.ExitUsage // no command: refused before the store is opened
+				}
+				r := e.run(a...)
+				if r.code != want {
+					t.Errorf("dlock %q (DLOCK_URL: %v): exit status %d, want %d", args, viaEnv, r.code, want)
+				}
+				if strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("dlock %q with %s (DLOCK_URL: %v) shows the secret:\nstdout: %s\nstderr: %s", args, tt.url, viaEnv, r.stdout, r.stderr)
+				}
+			}
 		}
 	}
 }

@@ -53,7 +53,7 @@ const (
 	ExitLost = 76
 
 	// ExitCannotRun means the command was found but could not be started
-	// (permission denied, not an executable), as in shells.
+	// (permission denied, a directory, not an executable), as in shells.
 	ExitCannotRun = 126
 
 	// ExitNotFound means the command was not found, as in shells.
@@ -99,7 +99,8 @@ func usagef(format string, args ...any) error {
 // flags.
 type app struct {
 	stdin          io.Reader
-	stdout, stderr io.Writer
+	stdout, stderr io.Writer // the standard streams, as the command of `dlock run` gets them
+	diag           io.Writer // dlock's own messages: stderr through a redactingWriter
 
 	url     string // --url
 	verbose bool   // --verbose
@@ -111,15 +112,16 @@ type app struct {
 // returns the process exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	stdout, stderr = lockWriter(stdout), lockWriter(stderr)
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, log: slog.New(slog.DiscardHandler)}
+	diag := redactingWriter{stderr}
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, diag: diag, log: slog.New(slog.DiscardHandler)}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetErr(diag)
 	if len(args) == 0 {
 		// No subcommand: show the usage, as a usage error.
-		root.SetOut(stderr)
+		root.SetOut(diag)
 		root.Usage()
 		return ExitUsage
 	}
@@ -130,17 +132,17 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "dlock: %s\n", message(ee.err))
+			fmt.Fprintf(diag, "dlock: %s\n", message(ee.err))
 		}
 		return ee.code
 	}
 	// Anything else comes from flag parsing, argument checks or our own
 	// validation: a usage error.
-	fmt.Fprintf(stderr, "dlock: %s\n", message(err))
+	fmt.Fprintf(diag, "dlock: %s\n", message(err))
 	if cmd == nil {
 		cmd = root
 	}
-	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	fmt.Fprintf(diag, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	return ExitUsage
 }
 
@@ -171,7 +173,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 			return usagef("invalid --url %q: must not be empty", a.url)
 		}
 		if a.verbose {
-			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			a.log = slog.New(slog.NewTextHandler(a.diag, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 		routeStoreLogs(a.log)
 		return nil
@@ -185,7 +187,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 
 // logf prints one diagnostic line on stderr.
 func (a *app) logf(format string, args ...any) {
-	fmt.Fprintf(a.stderr, "dlock: "+format+"\n", args...)
+	fmt.Fprintf(a.diag, "dlock: "+format+"\n", args...)
 }
 
 // display quotes s if it contains characters that would garble a one-line

@@ -77,10 +77,14 @@ func TestUsageErrors(t *testing.T) {
 		{"negative kill-after", []string{"run", "--key", "k", "--kill-after", "-3s", "--", "true"}, "invalid --kill-after -3s"},
 		{"no command", []string{"run", "--key", "k"}, "no command to run"},
 		{"no command after dash", []string{"run", "--key", "k", "--"}, "no command to run"},
-		{"ttl below backend minimum", []string{"run", "--key", "k", "--ttl", "1us", "--", "true"}, "ttl=1µs"},
+		{"ttl below backend minimum", []string{"run", "--key", "k", "--ttl", "1us", "--", "true"}, "invalid --ttl 1µs: is below"},
+		{"ttl above backend maximum", []string{"run", "--key", "k", "--ttl", "100000h", "--", "true"}, "invalid --ttl 100000h0m0s: is above this backend's maximum of 168h0m0s"},
+		{"limit above backend maximum", []string{"run", "--key", "k", "--limit", "3000000000", "--", "true"}, "invalid --limit 3000000000: "},
 		{"empty url", []string{"run", "--url", "", "--key", "k", "--", "true"}, `invalid --url ""`},
 		{"unknown scheme", []string{"run", "--url", "nosuch://x", "--key", "k", "--", "true"}, `unknown scheme "nosuch"`},
-		{"unparsable url", []string{"ls", "--url", "::"}, "::"},
+		{"unparsable url", []string{"ls", "--url", "::"}, "invalid --url (not shown): does not parse: missing protocol scheme"},
+		{"unparsable url with a password", []string{"ls", "--url", "postgres://u:s3cret@[::1/x"}, `invalid --url "xxxxx@[::1/x": does not parse: missing ']' in host`},
+		{"url without a scheme", []string{"ls", "--url", "host=h password=s3cret"}, "invalid --url (not shown): it has no scheme"},
 		{"unknown flag", []string{"run", "--kee", "k", "--", "true"}, "--kee"},
 		{"unknown command", []string{"lock"}, `unknown command "lock"`},
 		{"ls two prefixes", []string{"ls", "a", "b"}, "at most 1 arg"},
@@ -101,19 +105,30 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestCommandNotFound checks the statuses of a command that cannot run, as
+// shells report them: 127 when it does not exist, 126 when it exists but is
+// not an executable file.
 func TestCommandNotFound(t *testing.T) {
 	url := memURL(t)
-	r := runMain(t, "run", "--url", url, "--key", "k", "--", "/nonexistent/dlock-test-command")
-	if r.code != cli.ExitNotFound {
-		t.Errorf("exit status %d, want %d", r.code, cli.ExitNotFound)
-	}
-	notExec := filepath.Join(t.TempDir(), "script")
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "script")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = runMain(t, "run", "--url", url, "--key", "k", "--", notExec)
-	if r.code != cli.ExitCannotRun {
-		t.Errorf("exit status %d, want %d", r.code, cli.ExitCannotRun)
+	for _, tt := range []struct {
+		command string
+		want    int
+	}{
+		{"/nonexistent/dlock-test-command", cli.ExitNotFound},
+		{"dlock-test-no-such-command", cli.ExitNotFound},
+		{notExec, cli.ExitCannotRun},
+		{dir, cli.ExitCannotRun},
+		{notExec + "/sub", cli.ExitCannotRun}, // a path through a file: ENOTDIR
+	} {
+		r := runMain(t, "run", "--url", url, "--key", "k", "--", tt.command)
+		if r.code != tt.want || !strings.Contains(r.stderr, tt.command) {
+			t.Errorf("%s: exit status %d, stderr %q; want %d and a message naming it", tt.command, r.code, r.stderr, tt.want)
+		}
 	}
 	// Nothing stays held.
 	if hs, err := openClient(t, url).List(context.Background(), ""); err != nil || len(hs) != 0 {

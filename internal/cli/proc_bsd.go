@@ -9,3 +9,7 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// nextChildEvent reports nothing here: dlock does not learn that its command
+// stopped, and waits for it as flock(1) does.
+func nextChildEvent(pid int) childEvent { return childNone }

@@ -5,7 +5,10 @@ package cli
 import (
 	"errors"
 	"os"
+	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // forwardedSignals are the signals `dlock run` catches and forwards to the
@@ -63,3 +66,87 @@ var unixSignalNames = map[syscall.Signal]string{
 	syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP", syscall.SIGQUIT: "SIGQUIT",
 	syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGKILL: "SIGKILL",
 }
+
+var sigCont os.Signal = syscall.SIGCONT
+
+// childSignals are the signals that tell of a change in the command's state
+// (stopped, continued): `dlock run` checks on it when one arrives.
+var childSignals = []os.Signal{syscall.SIGCHLD}
+
+// terminal is dlock's controlling terminal when dlock runs in its
+// foreground (from an interactive shell): `dlock run` hands the foreground
+// to the command's process group, so that the command can read from the
+// terminal and gets ^C and ^Z as it would without dlock, and takes it back
+// when the command exits or stops.
+type terminal struct {
+	fd   int
+	pgrp int // dlock's process group
+}
+
+// foregroundTerminal returns stdin's terminal if it is dlock's controlling
+// terminal and dlock's process group is in its foreground, else nil (not a
+// terminal, or dlock runs in the background: the command gets no terminal
+// either).
+func foregroundTerminal(stdin any) *terminal {
+	f, ok := stdin.(*os.File)
+	if !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var t *terminal
+	rc.Control(func(fd uintptr) {
+		fg, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP) // ENOTTY unless our controlling terminal
+		if err == nil && fg == unix.Getpgrp() {
+			t = &terminal{fd: int(fd), pgrp: fg}
+		}
+	})
+	return t
+}
+
+// attach makes the command started with attr take the terminal's
+// foreground (in its child, before it runs the command).
+func (t *terminal) attach(attr *syscall.SysProcAttr) {
+	attr.Setpgid, attr.Foreground, attr.Ctty = true, true, t.fd
+}
+
+// give puts process group pgid in the terminal's foreground.
+func (t *terminal) give(pgid int) error { return t.setForeground(pgid) }
+
+// reclaim puts dlock's own process group back in the terminal's foreground.
+func (t *terminal) reclaim() error { return t.setForeground(t.pgrp) }
+
+// ours reports whether the terminal's foreground is dlock's process group.
+func (t *terminal) ours() bool {
+	fg, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
+	return err == nil && fg == t.pgrp
+}
+
+// setForeground is tcsetpgrp. dlock is not in the foreground when it takes
+// the terminal back, and the kernel stops a background process that does
+// this unless it ignores SIGTTOU: dlock ignores it meanwhile, as shells do.
+func (t *terminal) setForeground(pgid int) error {
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	if err := unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, pgid); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// jobControl reports whether a shell with job control would see dlock stop:
+// dlock's parent runs in dlock's session but in another process group. (Else
+// dlock's process group is orphaned and the kernel discards SIGTSTP.)
+func jobControl() bool {
+	ppid := unix.Getppid()
+	pg, err1 := unix.Getpgid(ppid)
+	sid, err2 := unix.Getsid(ppid)
+	own, err3 := unix.Getsid(0)
+	return err1 == nil && err2 == nil && err3 == nil && pg != unix.Getpgrp() && sid == own
+}
+
+// suspend stops dlock with SIGTSTP, as ^Z would, and returns once it is
+// continued (fg or bg in the shell, or SIGCONT).
+func suspend() error { return unix.Kill(unix.Getpid(), unix.SIGTSTP) }

@@ -57,11 +57,21 @@ SIGTERM to COMMAND's process group, SIGKILL --kill-after later (default 10s)
 and to whatever is left of the group once COMMAND has exited, and exits with
 status 76.
 
-COMMAND runs in a process group of its own, so it cannot read from the
-terminal. dlock forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
-to that group, waits for COMMAND to exit, releases the lock and exits with
-COMMAND's status. If dlock is killed outright (SIGKILL), COMMAND is killed too
-(Linux) and the lock expires after --ttl.
+COMMAND runs in a process group of its own. dlock forwards SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to that group (each followed by SIGCONT,
+so that a stopped COMMAND gets it too), waits for COMMAND to exit, releases
+the lock and exits with COMMAND's status. If dlock is killed outright
+(SIGKILL), COMMAND is killed too (Linux) and the lock expires after --ttl.
+
+When stdin is the terminal and dlock runs in its foreground, COMMAND gets the
+terminal's foreground, so that an editor or a prompt works and ^C goes to
+COMMAND, and dlock takes it back when COMMAND exits. On Linux, if COMMAND is
+stopped (^Z) under a shell with job control, dlock stops too and continues
+COMMAND when the shell continues it (fg, bg); the lock is not renewed
+meanwhile, so a job suspended for longer than --ttl loses it. In any other
+case a stopped COMMAND keeps the lock, as with flock(1): dlock says so on
+stderr, takes the terminal back, and waits; SIGCONT resumes COMMAND, and
+SIGTERM or ^C to dlock ends it.
 
 With --limit N the key is a semaphore: up to N commands run at once, each
 holding a permit of its own (every user of KEY must give the same N). With
@@ -167,11 +177,7 @@ func (e *signalError) Error() string { return "interrupted by " + signalName(e.s
 func (a *app) run(o *runOptions, args []string) error {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		code := ExitNotFound
-		if errors.Is(err, fs.ErrPermission) {
-			code = ExitCannotRun
-		}
-		return exitf(code, "cannot run %q: %v", args[0], err)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 
 	// Catch the signals from now on: until the lock is acquired they end
@@ -197,9 +203,11 @@ func (a *app) run(o *runOptions, args []string) error {
 			a.log.Warn("closing the store", "err", err)
 		}
 	}()
-	if m := c.Capabilities().MaxTTL; m > 0 && o.holdAtLeast > m {
+	// The hold becomes a lease two resolution units longer (see
+	// Lock.ReleaseAfter): refuse it now rather than after the command ran.
+	if caps := c.Capabilities(); caps.MaxTTL > 0 && o.holdAtLeast+2*caps.TTLResolution > caps.MaxTTL {
 		stopWatch()
-		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, m)
+		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, caps.MaxTTL-2*caps.TTLResolution)
 	}
 
 	l, err := a.acquire(ctx, c, o)
@@ -214,6 +222,18 @@ func (a *app) run(o *runOptions, args []string) error {
 		return err
 	}
 	return a.supervise(c, l, o, path, args, sigs)
+}
+
+// cannotRunStatus returns the exit status for a command that could not be
+// started, as shells report it: 127 if it does not exist (not in $PATH, no
+// such file, or a script whose interpreter does not exist), 126 if it exists
+// but cannot be executed (permission denied, a directory, a path through a
+// file, not an executable format).
+func cannotRunStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return ExitNotFound
+	}
+	return ExitCannotRun
 }
 
 // watchSignals cancels ctx (through cancel) with a *signalError when a
@@ -279,7 +299,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	case interrupted(ctx) != nil:
 		return nil, err // run reports it
 	case errors.Is(err, dlock.ErrInvalidArgument):
-		return nil, &exitError{code: ExitUsage, err: err}
+		return nil, o.flagError(err)
 	case errors.Is(err, dlock.ErrModeMismatch):
 		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
@@ -289,6 +309,26 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	default:
 		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v", o.key, message(err))
 	}
+}
+
+// flagError turns an *dlock.ArgError about the lock's key, TTL or limit
+// into a usage error naming the flag it came from and the value given, so
+// that `--ttl 100000h` is reported as "invalid --ttl 100000h0m0s: is above
+// this backend's maximum of 168h0m0s". Other invalid arguments are usage
+// errors as they are.
+func (o *runOptions) flagError(err error) error {
+	var ae *dlock.ArgError
+	if errors.As(err, &ae) {
+		switch ae.Name {
+		case "ttl":
+			return usagef("invalid --ttl %v: %s", o.ttl, ae.Reason)
+		case "key":
+			return usagef("invalid --key %q: %s", o.key, ae.Reason)
+		case "limit":
+			return usagef("invalid --limit %d: %s", o.limit, ae.Reason)
+		}
+	}
+	return &usageError{err}
 }
 
 // holderOf describes the holder of key for a message, best effort.
@@ -329,18 +369,33 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	// Only matters when a stream is not a file (Main called from Go): do
 	// not wait forever for the command's children to close a pipe.
 	cmd.WaitDelay = time.Second
+	tty := foregroundTerminal(a.stdin)
+	if tty != nil {
+		tty.attach(cmd.SysProcAttr)
+	}
+	// Watch for the command stopping from before it starts.
+	changed := make(chan os.Signal, 1)
+	if len(childSignals) > 0 {
+		signal.Notify(changed, childSignals...)
+		defer signal.Stop(changed)
+	}
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = a.release(l, o.ttl)
-		code := ExitCannotRun
-		if errors.Is(err, fs.ErrNotExist) {
-			code = ExitNotFound
-		}
-		return exitf(code, "cannot run %q: %v", args[0], err)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 	pid := cmd.Process.Pid
-	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid)
+	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
+	if tty != nil {
+		// Take the terminal back however the command ends: dlock may
+		// still print, and the shell expects its job's group to have it.
+		defer func() {
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+		}()
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -356,14 +411,16 @@ wait:
 			break wait
 		case sig := <-sigs:
 			a.log.Debug("forwarding a signal to the command", "signal", signalName(sig), "pgid", pid)
-			if err := signalGroup(pid, sig); err != nil {
+			if err := a.signalCommand(pid, sig); err != nil {
 				a.logf("cannot forward %s to the command: %v", signalName(sig), err)
 			}
+		case <-changed:
+			a.commandChanged(pid, tty, o.key)
 		case <-lockDone:
 			lockDone = nil
 			lost = true
 			a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
-			if err := signalGroup(pid, sigTerm); err != nil {
+			if err := a.signalCommand(pid, sigTerm); err != nil {
 				a.logf("cannot send SIGTERM to the command: %v", err)
 			}
 			killTimer = time.NewTimer(o.killAfter)
@@ -420,4 +477,85 @@ wait:
 		return nil
 	}
 	return &exitError{code: status}
+}
+
+// signalCommand sends sig to the command's process group, then SIGCONT, so
+// that a stopped group gets it too (as shells do when they kill a stopped
+// job).
+func (a *app) signalCommand(pgid int, sig os.Signal) error {
+	if err := signalGroup(pgid, sig); err != nil {
+		return err
+	}
+	if sigCont != nil && sig != sigCont && sig != sigKill {
+		return signalGroup(pgid, sigCont)
+	}
+	return nil
+}
+
+// childEvent is a change in the command's state that `dlock run` acts on.
+type childEvent int
+
+const (
+	childNone      childEvent = iota
+	childStopped              // stopped by a signal: ^Z, SIGTTIN, SIGSTOP
+	childContinued            // continued by SIGCONT
+)
+
+// commandChanged acts on the command stopping or continuing (on Linux;
+// elsewhere dlock is not told and waits, as flock(1) does).
+//
+// When the command has the terminal and dlock runs under a shell with job
+// control, a stopped command stops dlock too, as ^Z would stop the command
+// without dlock: the shell shows the job as stopped, and when it continues
+// dlock (fg, bg), dlock gives the command the terminal back (if dlock has it)
+// and continues it. The lock is not renewed while dlock is stopped: a job
+// suspended for longer than --ttl loses its lock, and is terminated when it
+// is continued (exit status 76).
+//
+// Otherwise dlock keeps the lock and waits for the command, as flock(1)
+// does, but says so on stderr, takes the terminal back if the command had it
+// (so that ^C reaches dlock) and forwards the signals it gets with a SIGCONT,
+// so that SIGTERM or ^C ends a stopped command.
+func (a *app) commandChanged(pid int, tty *terminal, key string) {
+	for range 16 { // signals coalesce: report every change so far, boundedly
+		switch nextChildEvent(pid) {
+		case childNone:
+			return
+		case childStopped:
+			if tty == nil || !jobControl() {
+				if tty != nil {
+					_ = tty.reclaim()
+				}
+				a.logf("the command (pid %d) was stopped; lock %q stays held until it exits: send it SIGCONT to resume it, "+
+					"or SIGTERM or SIGINT to dlock (pid %d) to end it", pid, key, os.Getpid())
+				continue
+			}
+			a.log.Debug("the command was stopped; suspending dlock", "pid", pid)
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+			if err := suspend(); err != nil {
+				a.logf("cannot suspend: %v", err)
+			}
+			// Continued: resume the command, in the foreground if
+			// dlock is.
+			a.log.Debug("continued; resuming the command", "pid", pid, "foreground", tty.ours())
+			if tty.ours() {
+				if err := tty.give(pid); err != nil {
+					a.log.Debug("cannot give the terminal to the command", "err", err)
+				}
+			}
+			if err := signalGroup(pid, sigCont); err != nil {
+				a.logf("cannot continue the command: %v", err)
+			}
+		case childContinued:
+			// Resumed by someone else: give it back the terminal
+			// dlock took when it stopped.
+			if tty != nil && tty.ours() {
+				if err := tty.give(pid); err != nil {
+					a.log.Debug("cannot give the terminal to the command", "err", err)
+				}
+			}
+		}
+	}
 }

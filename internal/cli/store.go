@@ -41,13 +41,14 @@ func SQLiteURL(p string) string {
 }
 
 // storeURL resolves the store: --url, else $DLOCK_URL, else the default
-// SQLite file, whose directory it creates.
+// SQLite file, whose directory it creates. It checks that a URL given by the
+// user parses (see checkStoreURL).
 func (a *app) storeURL() (string, error) {
 	if a.url != "" {
-		return a.url, nil
+		return a.url, checkStoreURL(a.url, "--url")
 	}
 	if u := env("DLOCK_URL"); u != "" {
-		return u, nil
+		return u, checkStoreURL(u, "$DLOCK_URL")
 	}
 	p, err := DefaultStorePath()
 	if err != nil {
@@ -69,7 +70,7 @@ func (a *app) open(ctx context.Context, opts ...dlock.Option) (*dlock.Client, er
 	if a.verbose {
 		opts = append(opts, dlock.WithLogger(a.log))
 	}
-	a.log.Debug("opening store", "url", redactURL(raw))
+	a.log.Debug("opening store", "url", redact.String(raw))
 	c, err := dlock.Open(ctx, raw, opts...)
 	switch {
 	case err == nil:
@@ -96,10 +97,6 @@ func (a *app) withClient(fn func(ctx context.Context, c *dlock.Client) error) er
 	}
 	defer c.Close()
 	return fn(ctx, c)
-}
-
-func redactURL(raw string) string {
-	return redact.String(raw)
 }
 
 // storeError turns an error from a store operation into an exitError.
