@@ -200,6 +200,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		// url.Error repeats the whole URL, password included: show only
+		// its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, argError("url", redact.String(rawURL), "does not parse: %v", err)
 	}
 	if u.Scheme == "" {

@@ -528,3 +528,18 @@ func TestQueuedWaitKeepsPlaceOverBlip(t *testing.T) {
 		t.Errorf("%d releases; want 1 (the waiter's own, after it acquired): the blip must not give up the place in the queue", q.releases)
 	}
 }
+
+// A URL that does not parse is never shown with its password.
+func TestOpenHidesSecrets(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://u:s3cret@h:bad port/x",
+		"postgres://u:s3cret%zz@h/x",
+		"host=h password=s3cret",
+		"nosuch://u:s3cret@h/?password=s3cret",
+	} {
+		_, err := dlock.Open(context.Background(), raw)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) = %v; want an error that hides the secret", raw, err)
+		}
+	}
+}

@@ -62,10 +62,51 @@ func query(raw string) string {
 	return strings.Join(parts, "&")
 }
 
+// pairs masks the secret values of space-separated key=value pairs; a value
+// may be single-quoted.
+func pairs(raw string) string {
+	var b strings.Builder
+	for i := 0; i < len(raw); {
+		j := strings.IndexByte(raw[i:], '=')
+		if j < 0 {
+			b.WriteString(raw[i:])
+			break
+		}
+		name := raw[i : i+j]
+		b.WriteString(raw[i : i+j+1])
+		i += j + 1
+		end := i
+		if end < len(raw) && raw[end] == '\'' {
+			for end++; end < len(raw) && raw[end] != '\''; end++ {
+				if raw[end] == '\\' {
+					end++
+				}
+			}
+			end = min(end+1, len(raw))
+		} else {
+			for end < len(raw) && raw[end] != ' ' {
+				end++
+			}
+		}
+		if Secret(strings.TrimSpace(name[strings.LastIndexByte(name, ' ')+1:])) {
+			b.WriteString(Mask)
+		} else {
+			b.WriteString(raw[i:end])
+		}
+		i = end
+	}
+	return b.String()
+}
+
 // String is URL for a URL given as text. Text that does not parse is shown
 // as much as can be without risk: the part after the last '@' (the host and
 // path, not the userinfo), with its query masked, or nothing at all.
 func String(raw string) string {
+	if !strings.Contains(raw, "://") && strings.Contains(raw, "=") {
+		// Not a URL but a key=value connection string, as PostgreSQL
+		// and MySQL drivers take ("host=db password=s3cret").
+		return pairs(raw)
+	}
 	if u, err := url.Parse(raw); err == nil {
 		return URL(u)
 	}
