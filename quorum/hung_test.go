@@ -91,29 +91,7 @@ func TestHungNodesContextErrors(t *testing.T) {
 		"Refresh": func(ctx context.Context) error { return q.Refresh(ctx, held) },
 		"Release": func(ctx context.Context) error { return q.Release(ctx, held) },
 	}
-	for name, call := range calls {
-		for range 5 {
-			c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			err := call(c)
-			cancel()
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("%s past its deadline = %v; want an error wrapping context.DeadlineExceeded", name, err)
-			}
-		}
-		c, cancel := context.WithCancel(context.Background())
-		timer := time.AfterFunc(50*time.Millisecond, cancel)
-		start := time.Now()
-		err := call(c)
-		took := time.Since(start)
-		timer.Stop()
-		cancel()
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s cancelled = %v; want an error wrapping context.Canceled", name, err)
-		}
-		if took > hungReadTimeout+hungMargin {
-			t.Errorf("%s cancelled returned after %v; want within the read timeout %v (+%v)", name, took, hungReadTimeout, hungMargin)
-		}
-	}
+	dlocktest.HungCalls(t, calls, hungReadTimeout+hungMargin)
 }
 
 // TestOneHungRedisNode checks that a real Redis node that hangs (whose

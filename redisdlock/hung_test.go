@@ -162,31 +162,7 @@ func TestHungServerContextErrors(t *testing.T) {
 				"Refresh": func(ctx context.Context) error { return d.Refresh(ctx, held) },
 				"Release": func(ctx context.Context) error { return d.Release(ctx, held) },
 			}
-			for name, call := range calls {
-				// Deadlines: many short ones, since the socket deadline
-				// go-redis sets and the context's timer race.
-				for range 10 {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-					err := call(ctx)
-					cancel()
-					if !errors.Is(err, context.DeadlineExceeded) {
-						t.Fatalf("%s past its deadline = %v; want an error wrapping context.DeadlineExceeded", name, err)
-					}
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				timer := time.AfterFunc(50*time.Millisecond, cancel)
-				start := time.Now()
-				err := call(ctx)
-				took := time.Since(start)
-				timer.Stop()
-				cancel()
-				if !errors.Is(err, context.Canceled) {
-					t.Errorf("%s cancelled = %v; want an error wrapping context.Canceled", name, err)
-				}
-				if took > hungReadTimeout+hungMargin {
-					t.Errorf("%s cancelled returned after %v; want within the read timeout %v (+%v)", name, took, hungReadTimeout, hungMargin)
-				}
-			}
+			dlocktest.HungCalls(t, calls, hungReadTimeout+hungMargin)
 		})
 	}
 }

@@ -52,3 +52,38 @@ func RejectURL(t *testing.T, url, arg, mention string) {
 		t.Errorf("Open(%q) = %v; want the error to name %q", url, err, mention)
 	}
 }
+
+// HungCalls runs each call against a store that has stopped answering: first
+// several times with a short deadline, each of which must end with an error
+// wrapping context.DeadlineExceeded, then once with a context cancelled
+// mid-call, which must end with an error wrapping context.Canceled within
+// bound (the client's network timeout and a margin: a driver may run to its
+// own timeout after cancellation, but no longer).
+func HungCalls(t *testing.T, calls map[string]func(ctx context.Context) error, bound time.Duration) {
+	t.Helper()
+	for name, call := range calls {
+		// Many short deadlines, since a client's socket deadline and the
+		// context's timer race.
+		for range 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			err := call(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s past its deadline = %v; want an error wrapping context.DeadlineExceeded", name, err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		timer := time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		timer.Stop()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s cancelled = %v; want an error wrapping context.Canceled", name, err)
+		}
+		if took > bound {
+			t.Errorf("%s cancelled returned after %v; want within %v", name, took, bound)
+		}
+	}
+}
