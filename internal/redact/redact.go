@@ -110,16 +110,18 @@ func String(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return URL(u)
 	}
-	rest := raw
+	rest, masked := raw, false
 	if i := strings.LastIndex(raw, "@"); i >= 0 {
-		rest = raw[i+1:]
-	} else if strings.Contains(raw, ":") {
-		// scheme://user:pass without '@' cannot be told from
-		// host:port; show nothing of it.
+		rest, masked = raw[i+1:], true
+	} else if strings.ContainsAny(raw, "%\\") {
+		// A bad escape may hide an '@': show nothing of it.
 		return "(unparsable URL)"
 	}
 	if i := strings.IndexByte(rest, '?'); i >= 0 {
 		rest = rest[:i+1] + query(rest[i+1:])
 	}
-	return Mask + "@" + rest
+	if masked {
+		return Mask + "@" + rest
+	}
+	return rest
 }

@@ -15,6 +15,8 @@ func TestString(t *testing.T) {
 		{"sqlite:///var/lib/x.db?busy_timeout=5s", "sqlite:///var/lib/x.db?busy_timeout=5s"},
 		{"postgres://u:s3cret@h:bad port/x?password=s3cret", "xxxxx@h:bad port/x?password=xxxxx"},
 		{"postgres://u:s3cret%zz", "(unparsable URL)"},
+		{"zk://127.0.0.1:2181,:x", "zk://127.0.0.1:2181,:x"},
+		{"redis://h:bad/?password=s3cret", "redis://h:bad/?password=xxxxx"},
 		{"host=db password=s3cret sslmode=disable", "host=db password=xxxxx sslmode=disable"},
 		{"host=db password='s3 cret' user=app", "host=db password=xxxxx user=app"},
 	} {
