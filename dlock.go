@@ -99,8 +99,9 @@ type Client struct {
 	// closing ends when Close begins: every wait of the Client watches it.
 	closing context.Context
 	stop    context.CancelCauseFunc
-	ops     tracker // acquisitions in progress
-	bg      tracker // driver requests on goroutines of their own
+	ops     tracker     // acquisitions in progress
+	bg      tracker     // worker goroutines (see spawn)
+	tasks   chan func() // hands a task to an idle worker
 
 	mu        sync.Mutex
 	closed    bool
@@ -127,7 +128,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func())}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {

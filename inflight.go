@@ -33,13 +33,54 @@ const abandonGrace = 50 * time.Millisecond
 // not be closed yet; after Close, callers check before they start.
 func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) *call[T] {
 	cl := &call[T]{done: make(chan struct{})}
-	c.bg.add()
-	go func() {
-		defer c.bg.done()
+	c.spawn(func() {
 		defer close(cl.done)
 		cl.val, cl.err = fn(ctx)
-	}()
+	})
 	return cl
+}
+
+// spawn runs f on a worker goroutine of the Client: an idle one if there is
+// one, else a new one. Workers are kept for a while after their task,
+// because a fresh goroutine must grow its stack through a driver's deep
+// call chain (a client library, a protocol, a connection pool) on every
+// request, and that copying costs more than the request's own work. Close
+// waits for the workers, which leave once it has begun.
+func (c *Client) spawn(f func()) {
+	select {
+	case c.tasks <- f:
+		return
+	default:
+	}
+	c.bg.add()
+	go c.work(f)
+}
+
+// workerIdle is how long a worker waits for its next task before it ends.
+const workerIdle = 5 * time.Second
+
+func (c *Client) work(f func()) {
+	defer c.bg.done()
+	var idle *time.Timer
+	for {
+		f()
+		if c.closing.Err() != nil {
+			return
+		}
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+		} else {
+			idle.Reset(workerIdle)
+		}
+		select {
+		case f = <-c.tasks:
+			idle.Stop()
+		case <-idle.C:
+			return
+		case <-c.closing.Done():
+			return
+		}
+	}
 }
 
 // do runs fn(ctx) and returns its result, or ctx's error soon after ctx
@@ -88,12 +129,10 @@ func (cl *call[T]) waitFor(ctx context.Context, grace time.Duration) (T, error, 
 // after runs fn with the call's result once it has completed, on a
 // goroutine that Close waits for.
 func (cl *call[T]) after(c *Client, fn func(T, error)) {
-	c.bg.add()
-	go func() {
-		defer c.bg.done()
+	c.spawn(func() {
 		<-cl.done
 		fn(cl.val, cl.err)
-	}()
+	})
 }
 
 // tracker counts operations in flight, so that Close can wait for them.
