@@ -33,6 +33,19 @@
 // Every scheme accepts table=NAME (see WithTable) and fair=1 (see WithFair,
 // and Fairness below; fair=0, the default, leaves it off).
 //
+// Opening a PostgreSQL or MySQL connection is bounded: a server that accepts
+// connections and never answers makes dlock.Open (and any later connection
+// of the pool) fail, with an error wrapping context.DeadlineExceeded, after
+// 5s by default. The bound covers the dial and the whole handshake (TLS,
+// authentication). Set it with connect_timeout=SECONDS on postgres: URLs
+// (pgx's parameter) and timeout=DURATION on mysql: URLs (go-sql-driver's
+// parameter, a Go duration such as 10s; the driver applies it to the whole
+// handshake, not only the dial). A deadline on the context given to
+// dlock.Open ends the open earlier. What go-sql-driver/mysql would log to
+// stderr about the connections it opens goes to log/slog at debug level
+// instead (set per connection pool, so other users of go-sql-driver in the
+// process are unaffected).
+//
 // # How locks are stored
 //
 // An Exclusive hold is one row of the lock table, keyed by the lock's key,

@@ -1,0 +1,195 @@
+package sqldlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// silentServer listens on a loopback port and accepts connections that it
+// holds open and never writes to, as a server that hangs after accept does.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// openWithin opens raw with ctx and fails the test unless the open fails
+// within limit.
+func openWithin(t *testing.T, ctx context.Context, raw string, limit time.Duration) error {
+	t.Helper()
+	type result struct {
+		d   Driver
+		err error
+	}
+	ch := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		d, err := openURL(ctx, raw)
+		ch <- result{d, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err == nil {
+			r.d.Close()
+			t.Fatalf("open %s succeeded against a silent server", raw)
+		}
+		t.Logf("open failed after %v: %v", time.Since(start).Round(time.Millisecond), r.err)
+		return r.err
+	case <-time.After(limit):
+		t.Fatalf("open %s still running after %v against a server that never answers", raw, limit)
+	}
+	return nil
+}
+
+// isTimeout reports whether err says that a timeout or deadline ended the
+// open.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout")
+}
+
+// TestOpenSilentServer checks that opening a PostgreSQL or MySQL URL whose
+// server accepts connections and never answers fails within the default
+// connect timeout, or the URL's, or the caller's deadline, whichever comes
+// first, with an error that says so.
+func TestOpenSilentServer(t *testing.T) {
+	for _, c := range []struct {
+		name, url, short string
+	}{
+		{"postgres", "postgres://u@%s/db?sslmode=disable", "connect_timeout=1"},
+		{"postgres-prefer", "postgres://u@%s/db", "connect_timeout=1"},
+		{"mysql", "mysql://u@%s/db", "timeout=1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			raw := strings.Replace(c.url, "%s", silentServer(t), 1)
+			t.Run("default", func(t *testing.T) {
+				t.Parallel()
+				err := openWithin(t, context.Background(), raw, defaultConnectTimeout+5*time.Second)
+				if !isTimeout(err) {
+					t.Errorf("error %v names no timeout", err)
+				}
+			})
+			t.Run("url", func(t *testing.T) {
+				t.Parallel()
+				sep := "?"
+				if strings.Contains(raw, "?") {
+					sep = "&"
+				}
+				err := openWithin(t, context.Background(), raw+sep+c.short, 4*time.Second)
+				if !isTimeout(err) {
+					t.Errorf("error %v names no timeout", err)
+				}
+			})
+			t.Run("ctx", func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				err := openWithin(t, ctx, raw, 3*time.Second)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+				}
+			})
+		})
+	}
+}
+
+// closingServer listens on a loopback port and closes every connection at
+// once.
+func closingServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// recordHandler keeps the messages of the slog records it handles.
+type recordHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.Level == slog.LevelDebug {
+		h.msgs = append(h.msgs, r.Message)
+	}
+	return nil
+}
+
+// TestMySQLLogsToSlog checks that what go-sql-driver/mysql logs about a
+// connection (here: one the server closes during the handshake) goes to
+// slog at debug level, not to its own logger, which writes to stderr.
+func TestMySQLLogsToSlog(t *testing.T) {
+	h := &recordHandler{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d, err := openURL(ctx, "mysql://u@"+closingServer(t)+"/db"); err == nil {
+		d.Close()
+		t.Fatal("open succeeded against a server that closes every connection")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.msgs {
+		if strings.HasPrefix(m, "go-sql-driver/mysql: ") {
+			return
+		}
+	}
+	t.Errorf("no debug record from go-sql-driver/mysql; got %q", h.msgs)
+}
