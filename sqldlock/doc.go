@@ -76,6 +76,10 @@
 // Keys are compared byte by byte (text COLLATE "C" on PostgreSQL, VARBINARY
 // on MySQL, TEXT with the default BINARY collation on SQLite) and are at most
 // 255 bytes. Request.Info is stored as valid UTF-8 of at most 1024 bytes.
+// A semaphore's limit is at most math.MaxInt32 (the holds table's lim column
+// is a 32-bit integer) and a lease at most dlock.DefaultMaxTTL
+// (Capabilities.MaxLimit, MaxTTL); package dlock refuses larger ones with a
+// *dlock.ArgError before any statement runs.
 //
 // Release notification (driver.Notifier) works on PostgreSQL, with
 // LISTEN/NOTIFY; on MySQL and SQLite waiters poll.

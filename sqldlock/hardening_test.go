@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlockhq/dlock"
 )
 
 // silentServer listens on a loopback port and accepts connections that it
@@ -192,4 +195,59 @@ func TestMySQLLogsToSlog(t *testing.T) {
 		}
 	}
 	t.Errorf("no debug record from go-sql-driver/mysql; got %q", h.msgs)
+}
+
+// TestBounds checks that the largest semaphore limit and lease the driver
+// declares work on the database, and that larger ones are refused with a
+// *dlock.ArgError before any statement runs.
+func TestBounds(t *testing.T) {
+	forEach(t, func(t *testing.T, s store) {
+		c, err := dlock.New(s.open(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps := c.Driver().Capabilities()
+		if caps.MaxLimit != math.MaxInt32 || caps.MaxTTL != dlock.DefaultMaxTTL {
+			t.Errorf("MaxLimit, MaxTTL = %d, %v; want %d, %v", caps.MaxLimit, caps.MaxTTL, math.MaxInt32, dlock.DefaultMaxTTL)
+		}
+		ctx := tctx(t)
+		var ae *dlock.ArgError
+		if _, err := c.TryLock(ctx, "sem", dlock.WithLimit(1<<31)); !errors.As(err, &ae) {
+			t.Errorf("TryLock with limit 1<<31 = %v; want a *dlock.ArgError", err)
+		}
+		if _, err := c.TryLock(ctx, "long", dlock.WithTTL(caps.MaxTTL+time.Second)); !errors.As(err, &ae) {
+			t.Errorf("TryLock with TTL %v = %v; want a *dlock.ArgError", caps.MaxTTL+time.Second, err)
+		}
+		if _, err := c.TryLock(ctx, "huge", dlock.WithTTL(math.MaxInt64)); !errors.As(err, &ae) {
+			t.Errorf("TryLock with TTL %v = %v; want a *dlock.ArgError", time.Duration(math.MaxInt64), err)
+		}
+		sem, err := c.TryLock(ctx, "sem", dlock.WithLimit(caps.MaxLimit), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatalf("TryLock with limit %d: %v", caps.MaxLimit, err)
+		}
+		long, err := c.TryLock(ctx, "long", dlock.WithTTL(caps.MaxTTL), dlock.WithoutRenewal())
+		if err != nil {
+			t.Fatalf("TryLock with TTL %v: %v", caps.MaxTTL, err)
+		}
+		if err := long.Refresh(ctx); err != nil {
+			t.Errorf("Refresh with TTL %v: %v", caps.MaxTTL, err)
+		}
+		hs, err := c.List(ctx, "")
+		if err != nil || len(hs) != 2 {
+			t.Fatalf("List = %v, %v; want 2 holders", hs, err)
+		}
+		for _, h := range hs {
+			if h.Key == "long" && h.TTL < caps.MaxTTL-time.Minute {
+				t.Errorf("lease of %q = %v; want about %v", h.Key, h.TTL, caps.MaxTTL)
+			}
+			if h.Key == "sem" && h.Limit != caps.MaxLimit {
+				t.Errorf("limit of %q = %d; want %d", h.Key, h.Limit, caps.MaxLimit)
+			}
+		}
+		for _, l := range []*dlock.Lock{sem, long} {
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release %q: %v", l.Key(), err)
+			}
+		}
+	})
 }

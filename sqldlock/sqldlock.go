@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,16 @@ const (
 	// maxInfoLen is the longest Request.Info stored; longer text is cut at
 	// a UTF-8 boundary.
 	maxInfoLen = 1024
+	// maxLimit is the largest semaphore limit: the lim column of the holds
+	// table is a 32-bit integer (integer, INT) in every dialect.
+	maxLimit = math.MaxInt32
+	// maxTTL is the longest lease, package dlock's default maximum. The
+	// schema stores far later expiries (timestamptz to the year 294276,
+	// MySQL DATETIME(6) to 9999 — not TIMESTAMP, which ends in 2038 —,
+	// SQLite milliseconds in 64 bits, leases as 64-bit microsecond or
+	// millisecond counts), so the bound is dlock's policy, not the
+	// schema's.
+	maxTTL = dlock.DefaultMaxTTL
 )
 
 // Option configures a Driver.
@@ -488,6 +499,8 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 		ServerClock:   true,
 		MaxKeyLen:     maxKeyLen,
 		MinTTL:        minTTL,
+		MaxTTL:        maxTTL,
+		MaxLimit:      maxLimit,
 	}
 }
 
