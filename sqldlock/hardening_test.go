@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 )
 
 // silentServer listens on a loopback port and accepts connections that it
@@ -250,4 +251,88 @@ func TestBounds(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHungDriver checks the conformance suite's hung drivers: once the
+// server hangs, a call returns soon after its context ends, and Close
+// returns within a bound.
+func TestHungDriver(t *testing.T) {
+	for _, d := range []Dialect{Postgres, MySQL} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, d)
+			for _, m := range driverModes {
+				t.Run("mode"+m.suffix, func(t *testing.T) {
+					drv, hang := s.hungDriver(m.params...)(t)
+					r := req("k"+m.suffix, time.Minute)
+					mustAcquire(t, drv, r)
+					if n, ok := drv.(driver.Notifier); ok {
+						// PostgreSQL's listener connection, which
+						// Close must stop too.
+						sub, err := n.Subscribe(tctx(t), req("k", time.Minute))
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer sub.Close()
+					}
+					hang()
+					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+					defer cancel()
+					done := make(chan error, 1)
+					go func() { done <- drv.Refresh(ctx, r) }()
+					select {
+					case err := <-done:
+						if err == nil {
+							t.Error("Refresh on a hung server succeeded")
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("Refresh on a hung server still running 10s after its context ended")
+					}
+					closed := make(chan error, 1)
+					go func() { closed <- drv.Close() }()
+					select {
+					case <-closed:
+					case <-time.After(15 * time.Second):
+						t.Fatal("Close of a driver over a hung server still running after 15s")
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestErrorsHidePasswords checks that no error of an open shows a password,
+// whether in the URL's userinfo or in a password= parameter.
+func TestErrorsHidePasswords(t *testing.T) {
+	const secret = "s3cr3tPW"
+	// A port nothing listens on: the connection is refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, raw := range []string{
+		"postgres://u@" + addr + "/db?sslmode=disable&password=" + secret,
+		"postgres://u@" + addr + "/db?password=" + secret,
+		"postgresql://u:" + secret + "@" + addr + "/db?sslmode=disable",
+		"postgres://u@" + addr + "/db?password=" + secret + "&connect_timeout=soon",
+		"postgres://u@" + addr + "/db?password=" + secret + "&fair=maybe",
+		"postgres://u@" + addr + "/db?password=" + secret + "&sslmode=bogus",
+		"mysql://u:" + secret + "@" + addr + "/db",
+		"mysql://u:" + secret + "@" + addr + "/db?timeout=soon",
+		"mysql://u:" + secret + "@" + addr + "/db?fair=maybe",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := openURL(ctx, raw)
+		cancel()
+		if err == nil {
+			d.Close()
+			t.Errorf("open %s succeeded", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("open with a password: error shows it: %v", err)
+		}
+	}
 }
