@@ -242,7 +242,9 @@
 // below. The schema is versioned additively: version 2 adds the holds table
 // (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects, and
 // version 3 (fairness) adds, on PostgreSQL only, the functions
-// NAME_acquire_v3 and NAME_release_v1; each version leaves the objects
+// NAME_acquire_v3 and NAME_release_v1, and version 4 adds, on PostgreSQL
+// only, the function NAME_wait_v1 (a waiter queues behind an Exclusive hold
+// in one statement); each version leaves the objects
 // before it as they are, so older clients keep working against a newer
 // schema and a client upgrades an older schema itself on first use (it
 // checks for every object, and creates what is missing).
@@ -394,6 +396,43 @@
 //		WHERE lock_key = p_key AND waiting = 1 AND expires_at > clock_timestamp()
 //		HAVING count(*) > 0;
 //		PERFORM pg_notify('dlock_locks', p_key);
+//	END
+//	$$
+//
+//	CREATE OR REPLACE FUNCTION "dlock_locks_wait_v1"(
+//		p_key text, p_owner text, p_mode smallint, p_lim integer, p_ttl_us bigint,
+//		OUT o_state smallint, OUT o_retry_us bigint)
+//	LANGUAGE plpgsql AS $$
+//	DECLARE
+//		w record;
+//	BEGIN
+//		o_state := 0;
+//		SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint AS left_us
+//			INTO o_retry_us FROM "dlock_locks" AS l
+//			WHERE l.lock_key = p_key AND l.owner <> '' AND l.owner <> p_owner
+//			AND l.expires_at > clock_timestamp() FOR UPDATE;
+//		IF NOT FOUND THEN
+//			o_retry_us := NULL;
+//			RETURN;
+//		END IF;
+//		DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND expires_at <= clock_timestamp()
+//			AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '60 seconds');
+//		SELECT waiting, expires_at > clock_timestamp() AS live INTO w FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND owner = p_owner;
+//		IF FOUND AND w.live THEN
+//			UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond'
+//				WHERE lock_key = p_key AND owner = p_owner;
+//		ELSIF FOUND AND w.waiting = 1 THEN
+//			o_state := 2;
+//			RETURN;
+//		ELSE
+//			INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//			VALUES (p_key, p_owner, 1, p_mode, p_lim, nextval('"dlock_locks_token_seq"'), '',
+//				clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//			ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//				lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//		END IF;
+//		o_state := 1;
 //	END
 //	$$
 //

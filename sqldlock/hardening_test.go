@@ -336,3 +336,99 @@ func TestErrorsHidePasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowContenderCannotStealRenewal checks that a client whose every
+// round trip is slow (a second each way, through a delaying proxy) cannot
+// make a healthy holder lose its lock by trying to acquire the same key: no
+// acquire keeps a row or lock of the key across its round trips, so the
+// holder's renewal never waits behind it.
+func TestSlowContenderCannotStealRenewal(t *testing.T) {
+	const (
+		ttl   = 1500 * time.Millisecond
+		delay = time.Second
+		span  = 5 * ttl
+	)
+	// MySQL is left out: its Exclusive acquire is still a transaction of
+	// several round trips (SELECT ... FOR UPDATE first), and a slow
+	// contender still makes the holder lose there (see myOps).
+	for _, d := range []Dialect{Postgres} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, d)
+			for _, m := range driverModes {
+				t.Run("mode"+m.suffix, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+					defer cancel()
+					key := "slow" + m.suffix
+					holder, err := dlock.New(s.open(t, m.params...))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer holder.Close()
+					raw, _ := s.viaProxy(t, delay, m.params...)
+					octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					sd, err := openURL(octx, raw)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer sd.Close()
+					// Connect and check the schema before the race.
+					if _, err := sd.Count(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+					l, err := holder.Lock(ctx, key, dlock.WithTTL(ttl))
+					if err != nil {
+						t.Fatal(err)
+					}
+					// The contender asks as a waiting Lock call does
+					// (Request.Queue), and as TryLock does, each call
+					// to its end.
+					end := time.Now().Add(span)
+					r := req(key, ttl)
+					for i := 0; (i < 3 || time.Now().Before(end)) && l.Context().Err() == nil; i++ {
+						r.Queue = i%3 != 2
+						start := time.Now()
+						res, err := sd.Acquire(ctx, r)
+						t.Logf("slow Acquire (queue %v) took %v: %+v, %v", r.Queue, time.Since(start).Round(time.Millisecond), res, err)
+						if errors.Is(err, driver.ErrNotHeld) && r.Queue {
+							// Its queue entry lapsed between two slow
+							// calls: it leaves the queue, as dlock has
+							// it do, and comes back as a new owner.
+							if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+								t.Fatalf("slow Release: %v", err)
+							}
+							r = req(key, ttl)
+							continue
+						}
+						if err != nil {
+							t.Fatalf("slow Acquire: %v", err)
+						}
+						if res.Acquired {
+							t.Fatalf("the slow client acquired %q while it was held", key)
+						}
+					}
+					if err := l.Context().Err(); err != nil {
+						t.Fatalf("the holder lost its lock to a slow contender: %v (%v)", err, l.Err())
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Fatalf("Release: %v", err)
+					}
+					// The slow client leaves the queue; the key must be
+					// free.
+					if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+						t.Errorf("slow Release: %v", err)
+					}
+					nl, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl))
+					if err != nil {
+						t.Fatalf("TryLock after the holder's release: %v", err)
+					}
+					if nl.Token() <= l.Token() {
+						t.Errorf("token after release %d <= %d", nl.Token(), l.Token())
+					}
+					nl.Release(ctx)
+				})
+			}
+		})
+	}
+}
