@@ -33,6 +33,19 @@
 // Every scheme accepts table=NAME (see WithTable) and fair=1 (see WithFair,
 // and Fairness below; fair=0, the default, leaves it off).
 //
+// Opening a PostgreSQL or MySQL connection is bounded: a server that accepts
+// connections and never answers makes dlock.Open (and any later connection
+// of the pool) fail, with an error wrapping context.DeadlineExceeded, after
+// 5s by default. The bound covers the dial and the whole handshake (TLS,
+// authentication). Set it with connect_timeout=SECONDS on postgres: URLs
+// (pgx's parameter) and timeout=DURATION on mysql: URLs (go-sql-driver's
+// parameter, a Go duration such as 10s; the driver applies it to the whole
+// handshake, not only the dial). A deadline on the context given to
+// dlock.Open ends the open earlier. What go-sql-driver/mysql would log to
+// stderr about the connections it opens goes to log/slog at debug level
+// instead (set per connection pool, so other users of go-sql-driver in the
+// process are unaffected).
+//
 // # How locks are stored
 //
 // An Exclusive hold is one row of the lock table, keyed by the lock's key,
@@ -63,9 +76,36 @@
 // Keys are compared byte by byte (text COLLATE "C" on PostgreSQL, VARBINARY
 // on MySQL, TEXT with the default BINARY collation on SQLite) and are at most
 // 255 bytes. Request.Info is stored as valid UTF-8 of at most 1024 bytes.
+// A semaphore's limit is at most math.MaxInt32 (the holds table's lim column
+// is a 32-bit integer) and a lease at most dlock.DefaultMaxTTL
+// (Capabilities.MaxLimit, MaxTTL); package dlock refuses larger ones with a
+// *dlock.ArgError before any statement runs.
 //
 // Release notification (driver.Notifier) works on PostgreSQL, with
 // LISTEN/NOTIFY; on MySQL and SQLite waiters poll.
+//
+// # Durability and server crashes
+//
+// An acquisition is only as durable as the commit that recorded it. With
+// commits that are acknowledged before they reach disk — PostgreSQL with
+// synchronous_commit=off (or fsync=off), MySQL/MariaDB with
+// innodb_flush_log_at_trx_commit other than 1 or sync_binlog other than 1
+// (with binary logging on), SQLite with synchronous below FULL — a server
+// crash can lose an acquisition, a renewal or a release the client was told
+// succeeded; in crash tests with synchronous_commit=off this happened in 6 of
+// 8 runs. After such a crash the database forgets the hold, so the key can be
+// granted again while the first holder still believes it holds it, and the
+// token counter can go back: a new holder may get a token that was already
+// handed out, or one lower than a token a resource has already accepted a
+// write with. Fencing still stops the stale writer only if the resource keeps
+// the highest token it has seen and refuses anything not above it (a
+// repeated token then fails too, rather than being accepted twice); a
+// resource that only compares against the previous writer's token does not
+// help. For locks that guard correctness, keep the durable defaults:
+// synchronous_commit=on (or remote_apply with synchronous replicas),
+// innodb_flush_log_at_trx_commit=1 and sync_binlog=1, and synchronous=FULL.
+// A replica promoted after an asynchronous failover may likewise lack the
+// latest acquisitions.
 //
 // # Modes
 //
@@ -202,7 +242,9 @@
 // below. The schema is versioned additively: version 2 adds the holds table
 // (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects, and
 // version 3 (fairness) adds, on PostgreSQL only, the functions
-// NAME_acquire_v3 and NAME_release_v1; each version leaves the objects
+// NAME_acquire_v3 and NAME_release_v1, and version 4 adds, on PostgreSQL
+// only, the function NAME_wait_v1 (a waiter queues behind an Exclusive hold
+// in one statement); each version leaves the objects
 // before it as they are, so older clients keep working against a newer
 // schema and a client upgrades an older schema itself on first use (it
 // checks for every object, and creates what is missing).
@@ -354,6 +396,43 @@
 //		WHERE lock_key = p_key AND waiting = 1 AND expires_at > clock_timestamp()
 //		HAVING count(*) > 0;
 //		PERFORM pg_notify('dlock_locks', p_key);
+//	END
+//	$$
+//
+//	CREATE OR REPLACE FUNCTION "dlock_locks_wait_v1"(
+//		p_key text, p_owner text, p_mode smallint, p_lim integer, p_ttl_us bigint,
+//		OUT o_state smallint, OUT o_retry_us bigint)
+//	LANGUAGE plpgsql AS $$
+//	DECLARE
+//		w record;
+//	BEGIN
+//		o_state := 0;
+//		SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint AS left_us
+//			INTO o_retry_us FROM "dlock_locks" AS l
+//			WHERE l.lock_key = p_key AND l.owner <> '' AND l.owner <> p_owner
+//			AND l.expires_at > clock_timestamp() FOR UPDATE;
+//		IF NOT FOUND THEN
+//			o_retry_us := NULL;
+//			RETURN;
+//		END IF;
+//		DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND expires_at <= clock_timestamp()
+//			AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '60 seconds');
+//		SELECT waiting, expires_at > clock_timestamp() AS live INTO w FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND owner = p_owner;
+//		IF FOUND AND w.live THEN
+//			UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond'
+//				WHERE lock_key = p_key AND owner = p_owner;
+//		ELSIF FOUND AND w.waiting = 1 THEN
+//			o_state := 2;
+//			RETURN;
+//		ELSE
+//			INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//			VALUES (p_key, p_owner, 1, p_mode, p_lim, nextval('"dlock_locks_token_seq"'), '',
+//				clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//			ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//				lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//		END IF;
+//		o_state := 1;
 //	END
 //	$$
 //

@@ -56,6 +56,13 @@ import (
 // the row and leaves the waiters' marker. The subquery carries the hint
 // NO_SEMIJOIN, so that MySQL does not turn it into a join that reads the
 // holds table first (MariaDB reads it as a comment).
+//
+// Known limit: every transaction above is sent statement by statement, so
+// a client whose round trips are slow keeps the key's row locked across
+// them, and a holder's renewal (an UPDATE of that row) waits behind it; with
+// round trips longer than a fraction of the lease the holder can lose its
+// lock. PostgreSQL avoids this for contenders (one statement per step); on
+// MySQL/MariaDB keep clients close to the server or leases long.
 type myOps struct {
 	n    names
 	fair bool

@@ -214,6 +214,42 @@ BEGIN
 	PERFORM pg_notify('` + o.n.raw + `', p_key);
 END
 $$`,
+		`CREATE OR REPLACE FUNCTION ` + o.n.wait1 + `(
+	p_key text, p_owner text, p_mode smallint, p_lim integer, p_ttl_us bigint,
+	OUT o_state smallint, OUT o_retry_us bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+	w record;
+BEGIN
+	o_state := 0;
+	SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint AS left_us
+		INTO o_retry_us FROM ` + t + ` AS l
+		WHERE l.lock_key = p_key AND l.owner <> '' AND l.owner <> p_owner
+		AND l.expires_at > clock_timestamp() FOR UPDATE;
+	IF NOT FOUND THEN
+		o_retry_us := NULL;
+		RETURN;
+	END IF;
+	DELETE FROM ` + h + ` WHERE lock_key = p_key AND expires_at <= clock_timestamp()
+		AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '` + strconv.FormatInt(int64(goneFor/time.Second), 10) + ` seconds');
+	SELECT waiting, expires_at > clock_timestamp() AS live INTO w FROM ` + h + `
+		WHERE lock_key = p_key AND owner = p_owner;
+	IF FOUND AND w.live THEN
+		UPDATE ` + h + ` SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond'
+			WHERE lock_key = p_key AND owner = p_owner;
+	ELSIF FOUND AND w.waiting = 1 THEN
+		o_state := 2;
+		RETURN;
+	ELSE
+		INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+		VALUES (p_key, p_owner, 1, p_mode, p_lim, nextval('` + seq + `'), '',
+			clock_timestamp() + p_ttl_us * interval '1 microsecond')
+		ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+			lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+	END IF;
+	o_state := 1;
+END
+$$`,
 	}
 }
 
@@ -290,14 +326,22 @@ func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
 	err := db.QueryRowContext(ctx,
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL
 	AND to_regclass($4) IS NOT NULL AND to_regprocedure($5) IS NOT NULL
-	AND to_regprocedure($6) IS NOT NULL AND to_regprocedure($7) IS NOT NULL`,
+	AND to_regprocedure($6) IS NOT NULL AND to_regprocedure($7) IS NOT NULL
+	AND to_regprocedure($8) IS NOT NULL`,
 		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)",
 		o.n.holds, o.n.acq2+"(text,text,text,bigint,boolean)",
-		o.n.acq3+"(text,text,text,bigint,boolean,boolean)", o.n.rel1+"(text,text)").Scan(&ok)
+		o.n.acq3+"(text,text,text,bigint,boolean,boolean)", o.n.rel1+"(text,text)",
+		o.n.wait1+"(text,text,smallint,integer,bigint)").Scan(&ok)
 	return ok, err
 }
 
 func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
+	if req.Queue && req.Mode != driver.Semaphore && (queued || req.Mode == driver.Shared) {
+		// Most likely behind another owner's Exclusive hold.
+		if res, done, err := o.waitBehind(ctx, db, req, ttl); done || err != nil {
+			return res, err
+		}
+	}
 	if req.Mode != driver.Exclusive || o.fair && queued {
 		// A queued owner of a fair driver finds a marker anyway.
 		return o.acquireMulti(ctx, db, req, ttl)
@@ -318,6 +362,12 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 		return driver.Result{}, nil
 	case err != nil:
 		return driver.Result{}, err
+	case !acquired && req.Queue && !marked.Bool:
+		// Another owner's Exclusive hold: queue behind it.
+		if res, done, err := o.waitBehind(ctx, db, req, ttl); done || err != nil {
+			return res, err
+		}
+		return o.acquireMulti(ctx, db, req, ttl)
 	case !acquired && (marked.Bool || req.Queue):
 		// Readers or permits hold the key (a mode mismatch or an upgrade
 		// is possible), or the owner waits in the queue.
@@ -328,6 +378,32 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 		return driver.Result{}, errors.New("acquire function returned no token")
 	}
 	return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
+}
+
+// waitBehind queues req.Owner, or renews its queue entry, if another owner
+// holds the key Exclusive, in one statement (NAME_wait_v1, which locks the
+// key's row only while it runs): the common case of a waiter, which
+// therefore never keeps the row locked across round trips, so the holder's
+// renewal does not wait for a slow waiter. done is false if the key is not
+// so held (the caller runs the holds-table transaction).
+func (o pgOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (_ driver.Result, done bool, _ error) {
+	var (
+		state int
+		retry sql.NullInt64
+	)
+	err := db.QueryRowContext(ctx, `SELECT o_state, o_retry_us FROM `+o.n.wait1+`($1, $2, $3, $4, $5)`,
+		req.Key, req.Owner, int(req.Mode), req.Limit, ttl).Scan(&state, &retry)
+	switch {
+	case err != nil && pgContention(err) && ctx.Err() == nil:
+		return driver.Result{}, true, nil
+	case err != nil:
+		return driver.Result{}, false, err
+	case state == 1:
+		return driver.Result{RetryAfter: micros(retry.Int64)}, true, nil
+	case state == 2:
+		return driver.Result{}, false, placeLost(req.Key)
+	}
+	return driver.Result{}, false, nil
 }
 
 // acquireMulti runs the holds-table protocol in one transaction.
@@ -397,6 +473,16 @@ SELECT d.live FROM d, pg_notify($3, $1)`,
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return err == nil, live, err
 		}
+	}
+	// A waiter queued behind another owner's live Exclusive hold leaves the
+	// queue in one statement: the hold's row stands for the queue, so
+	// nothing else changes (and the hold's row stays unlocked).
+	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.holds+` AS h WHERE h.lock_key = $1 AND h.owner = $2 AND h.waiting = 1
+	AND EXISTS (SELECT 1 FROM `+o.n.table+` AS l WHERE l.lock_key = $1 AND l.owner <> '' AND l.owner <> $2
+		AND l.expires_at > clock_timestamp())
+RETURNING h.expires_at > clock_timestamp()`, req.Key, req.Owner).Scan(&live)
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return err == nil, live, err
 	}
 	type fl struct{ found, live bool }
 	r, err := withTx(ctx, db, func(tx *sql.Tx) (fl, error) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,16 @@ const (
 	// maxInfoLen is the longest Request.Info stored; longer text is cut at
 	// a UTF-8 boundary.
 	maxInfoLen = 1024
+	// maxLimit is the largest semaphore limit: the lim column of the holds
+	// table is a 32-bit integer (integer, INT) in every dialect.
+	maxLimit = math.MaxInt32
+	// maxTTL is the longest lease, package dlock's default maximum. The
+	// schema stores far later expiries (timestamptz to the year 294276,
+	// MySQL DATETIME(6) to 9999 — not TIMESTAMP, which ends in 2038 —,
+	// SQLite milliseconds in 64 bits, leases as 64-bit microsecond or
+	// millisecond counts), so the bound is dlock's policy, not the
+	// schema's.
+	maxTTL = dlock.DefaultMaxTTL
 )
 
 // Option configures a Driver.
@@ -73,7 +84,7 @@ type config struct {
 // WithTable sets the name of the lock table (default DefaultTable). The
 // names of the other schema objects are derived from it: NAME_holds, NAME_seq
 // (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1, NAME_acquire_v2,
-// NAME_acquire_v3 and NAME_release_v1 (PostgreSQL), and the PostgreSQL
+// NAME_acquire_v3, NAME_release_v1 and NAME_wait_v1 (PostgreSQL), and the PostgreSQL
 // notification channel NAME. The name must be a plain identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
 // unqualified name (search_path on PostgreSQL, the connection's database on
@@ -192,6 +203,7 @@ type names struct {
 	acq2    string // PostgreSQL: the v2 acquire function, aware of the holds table (kept for v2 clients)
 	acq3    string // PostgreSQL: the v3 acquire function, v2 that can respect the wait queue
 	rel1    string // PostgreSQL: the release function of fair drivers
+	wait1   string // PostgreSQL: the function that queues a waiter behind an Exclusive hold
 	holds   string // the holds table (Shared and Semaphore holds, waiters)
 }
 
@@ -236,6 +248,7 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		drv.n.acq2 = d.quote(cfg.table + "_acquire_v2")
 		drv.n.acq3 = d.quote(cfg.table + "_acquire_v3")
 		drv.n.rel1 = d.quote(cfg.table + "_release_v1")
+		drv.n.wait1 = d.quote(cfg.table + "_wait_v1")
 		drv.n.holds = d.quote(cfg.table + "_holds")
 		drv.ops = pgOps{n: drv.n, fair: cfg.fair}
 		return &pgDriver{drv}, nil
@@ -488,6 +501,8 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 		ServerClock:   true,
 		MaxKeyLen:     maxKeyLen,
 		MinTTL:        minTTL,
+		MaxTTL:        maxTTL,
+		MaxLimit:      maxLimit,
 	}
 }
 

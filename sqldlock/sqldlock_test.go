@@ -123,7 +123,45 @@ func (s store) config(t testing.TB, extra ...string) drivertest.Config {
 			}
 			return d
 		},
-		Residue: counter.Count,
+		Residue:       counter.Count,
+		NewHungDriver: s.hungDriver(extra...),
+	}
+}
+
+// viaProxy returns s's URL with the extra parameters, dialling the server
+// through a testsrv.Proxy that delays every chunk of bytes by delay; the
+// proxy is closed when t ends. Only PostgreSQL and MySQL have a server.
+func (s store) viaProxy(t testing.TB, delay time.Duration, extra ...string) (string, *testsrv.Proxy) {
+	t.Helper()
+	u, err := url.Parse(s.urlWith(extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := testsrv.StartDelayedProxy(u.Host, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	return u.String(), p
+}
+
+// hungDriver returns the conformance suite's NewHungDriver for s: a driver
+// whose connections go through a proxy, and the proxy's Block. SQLite is a
+// local file, which cannot hang: nil.
+func (s store) hungDriver(extra ...string) func(t testing.TB) (driver.Driver, func()) {
+	if s.dialect == SQLite {
+		return nil
+	}
+	return func(t testing.TB) (driver.Driver, func()) {
+		raw, p := s.viaProxy(t, 0, extra...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := openURL(ctx, raw)
+		if err != nil {
+			t.Fatalf("open %s: %v", raw, err)
+		}
+		return d, p.Block
 	}
 }
 

@@ -3,8 +3,10 @@ package sqldlock
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -34,6 +36,13 @@ func init() {
 // sqliteBusyTimeout is how long a SQLite statement of a driver opened by URL
 // waits for another connection's write lock before failing with SQLITE_BUSY.
 const sqliteBusyTimeout = 10 * time.Second
+
+// defaultConnectTimeout bounds the opening of one PostgreSQL or MySQL
+// connection (dial, TLS and authentication handshake) unless the URL sets
+// connect_timeout (PostgreSQL, in seconds) or timeout (MySQL, a Go duration):
+// a server that accepts connections and never answers makes the open fail
+// after it instead of hanging.
+const defaultConnectTimeout = 5 * time.Second
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
@@ -148,6 +157,9 @@ func pgConfig(u *url.URL) (*pgx.ConnConfig, []Option, error) {
 	if err != nil {
 		return nil, nil, urlError(u, "%v", err)
 	}
+	if !q.Has("connect_timeout") {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
 	return cfg, opts, nil
 }
 
@@ -179,6 +191,10 @@ func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
 	if err != nil {
 		return nil, nil, urlError(u, "%v", err)
 	}
+	if !q.Has("timeout") {
+		cfg.Timeout = defaultConnectTimeout
+	}
+	cfg.Logger = mysqlLogger{}
 	if u.Opaque != "" {
 		return nil, nil, urlError(u, "write mysql://user:password@host:port/database")
 	}
@@ -210,7 +226,46 @@ func openMySQL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, urlError(u, "%v", err)
 	}
-	return finishOpen(ctx, sql.OpenDB(conn), MySQL, nil, opts)
+	return finishOpen(ctx, sql.OpenDB(boundedConnector{conn, cfg.Timeout}), MySQL, nil, opts)
+}
+
+// boundedConnector bounds each new MySQL connection's whole opening, not
+// only its dial (go-sql-driver's timeout parameter), by timeout: the
+// handshake reads that follow the dial have no deadline of their own.
+type boundedConnector struct {
+	sqldriver.Connector
+	timeout time.Duration
+}
+
+// Connect implements database/sql/driver.Connector.
+func (c boundedConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	if c.timeout <= 0 {
+		return c.Connector.Connect(ctx)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout,
+		fmt.Errorf("no connection within the connect timeout of %v: %w", c.timeout, context.DeadlineExceeded))
+	defer cancel()
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); err.Error() == ctx.Err().Error() {
+			err = cause
+		} else if !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+	}
+	return conn, err
+}
+
+// mysqlLogger routes what go-sql-driver/mysql would print to the standard
+// logger (closed connections it finds in the pool, say) to slog at debug
+// level: it is set per connector, so it changes nothing for other users of
+// go-sql-driver/mysql in the process, and its errors also reach the caller
+// as errors where they matter.
+type mysqlLogger struct{}
+
+// Print implements mysql.Logger.
+func (mysqlLogger) Print(v ...any) {
+	slog.Debug("go-sql-driver/mysql: " + strings.TrimSuffix(fmt.Sprint(v...), "\n"))
 }
 
 // finishOpen makes a driver that owns db, after checking that the database

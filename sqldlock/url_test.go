@@ -239,6 +239,7 @@ func TestSchemaDoc(t *testing.T) {
 		pgOps{n: names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"),
 			acquire: Postgres.quote(DefaultTable + "_acquire_v1"), acq2: Postgres.quote(DefaultTable + "_acquire_v2"),
 			acq3: Postgres.quote(DefaultTable + "_acquire_v3"), rel1: Postgres.quote(DefaultTable + "_release_v1"),
+			wait1: Postgres.quote(DefaultTable + "_wait_v1"),
 			holds: Postgres.quote(DefaultTable + "_holds")}},
 		myOps{n: names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq"), holds: MySQL.quote(DefaultTable + "_holds")}},
 		liteOps{n: names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq"), holds: SQLite.quote(DefaultTable + "_holds")}},
