@@ -394,7 +394,28 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).S
 
 // withTx runs f in a READ COMMITTED transaction and commits it if f
 // reports true.
+//
+// A transaction that the server rolled back as a deadlock victim (or, on
+// MariaDB, because a row changed since it was read) had no effect: it is run
+// again, up to three times in all, so that two racing releases of one key
+// end as two answers, not as an error.
 func (o myOps) withTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, error)) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		ok, err := o.inTx(ctx, db, f)
+		if err == nil || attempt == 3 || ctx.Err() != nil || !myRolledBack(err) {
+			return ok, err
+		}
+	}
+}
+
+// myRolledBack reports errors after which the server has rolled back the
+// whole transaction.
+func myRolledBack(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1020)
+}
+
+func (o myOps) inTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, error)) (bool, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return false, err

@@ -503,6 +503,11 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 		MinTTL:        minTTL,
 		MaxTTL:        maxTTL,
 		MaxLimit:      maxLimit,
+		// PostgreSQL's and MySQL's client libraries abandon a request
+		// when its context ends (pgx by a socket deadline, go-sql-driver
+		// by closing the connection). SQLite's busy waits are left to
+		// package dlock's goroutines.
+		CancelsPromptly: d.Dialect() != SQLite,
 	}
 }
 
