@@ -307,7 +307,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: listing holders", ErrUnsupported)
 	}
-	hs, err := l.List(ctx, prefix)
+	hs, err, _ := do(c, ctx, func(ctx context.Context) ([]Holder, error) { return l.List(ctx, prefix) })
 	for i := range hs {
 		hs[i].Owner = OwnerID(hs[i].Owner)
 	}
@@ -340,7 +340,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: forced release", ErrUnsupported)
 	}
-	return f.ForceRelease(ctx, key)
+	n, err, _ := do(c, ctx, func(ctx context.Context) (int, error) { return f.ForceRelease(ctx, key) })
+	return n, err
 }
 
 // Close shuts the Client down. It ends every acquisition in progress at once

@@ -116,12 +116,12 @@
 // # Contexts
 //
 // gomemcache has no context support: each call is bounded by the client's
-// Timeout (gomemcache's default is 500ms) for each network read and write.
-// A call whose context cannot end (context.Background) runs on the caller's
-// goroutine. When a call's context ends first, the driver returns the context's error
-// at once and lets the request finish in the background; a later Release
-// of the same lock waits for an abandoned Acquire to finish first, so a
-// late add cannot leave a lock behind, and Close waits for all of them.
+// Timeout (gomemcache's default is 500ms) for each network read and write,
+// and runs to it whatever its context does. Package dlock returns to its
+// caller promptly all the same: it runs each request on a goroutine of its
+// own, and clears what an abandoned Acquire took once it has landed (see
+// "Contexts" in package driver). An error after the context ended wraps the
+// context's error.
 //
 // # URL
 //
