@@ -161,10 +161,14 @@
 //     lost, or another driver made them) are found by their owner among the
 //     values of the key's queue, and each is deleted only if it is still
 //     the incarnation read.
-//   - An Acquire whose context ends before the reply runs to completion in
-//     the background; the Release that follows (package dlock calls it
-//     after an error) waits for it and removes what it created, so nothing
-//     stays behind. Every call honours its context.
+//   - Every request honours its context, except the transaction that
+//     creates an entry: it runs to its reply (for at most ten seconds, or
+//     until Close) even if the context ends first, because the server may
+//     apply a creation cancelled on the wire after a Release that followed
+//     has looked for it. Its outcome recorded, the Release that package
+//     dlock makes after an abandoned Acquire removes what it created, so
+//     nothing stays behind. Package dlock, not the driver, returns to its
+//     caller promptly (see "Contexts" in package driver).
 //
 // # Fencing tokens and guarded writes
 //

@@ -38,9 +38,10 @@ const (
 	// minTTL is the shortest per-request lease: it is kept on this
 	// process's clock, so it can be short.
 	minTTL = 10 * time.Millisecond
-	// backgroundTimeout bounds each request the driver makes on its own: a
-	// session grant, an Acquire whose caller stopped waiting, the deletion
-	// of an expired hold, the revocation of an ended session.
+	// backgroundTimeout bounds each request the driver makes on its own (a
+	// session grant, the deletion of an expired hold, the revocation of an
+	// ended session) and the transaction that creates an entry, which runs
+	// to its reply even if its caller's context ends first.
 	backgroundTimeout = 10 * time.Second
 	// closeTimeout bounds the revocation of the session leases on Close.
 	closeTimeout = 5 * time.Second
@@ -71,11 +72,10 @@ type Driver struct {
 	table  *holds.Table[record] // this driver's entries, by holdID, with their local deadlines
 	wg     sync.WaitGroup       // background goroutines
 
-	mu      sync.Mutex
-	closed  bool
-	sess    *session                      // the session new entries join; nil before the first
-	leases  map[clientv3.LeaseID]*session // sessions granted and not yet revoked
-	pending map[string]*call              // Acquire transactions in flight, by holdID
+	mu     sync.Mutex
+	closed bool
+	sess   *session                      // the session new entries join; nil before the first
+	leases map[clientv3.LeaseID]*session // sessions granted and not yet revoked
 }
 
 var (
@@ -177,8 +177,7 @@ func newDriver(cli *clientv3.Client, owns bool, opts []Option) (*Driver, error) 
 			MaxKeyLen:     maxKeyLen,
 			MinTTL:        minTTL,
 		},
-		leases:  map[clientv3.LeaseID]*session{},
-		pending: map[string]*call{},
+		leases: map[clientv3.LeaseID]*session{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.table = holds.New(d.expire)
@@ -248,7 +247,7 @@ func (d *Driver) modeGuard(key string, m driver.Mode, n int) []clientv3.Cmp {
 }
 
 // holdID identifies the hold of the owner with dlock.OwnerID ownerID on key in
-// the driver's table and among its Acquire calls in flight. Entry names are
+// the driver's table. Entry names are
 // reused by later owners, so the driver keeps its records by owner.
 func holdID(key, ownerID string) string { return key + "\x00" + ownerID }
 
@@ -566,9 +565,6 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, &dlock.ArgError{Name: "limit", Value: req.Limit, Reason: "must be at least 1"}
 	}
 	id := reqID(req)
-	if err := d.settle(ctx, id); err != nil {
-		return driver.Result{}, err
-	}
 	if rec, ok := d.table.Get(id); ok {
 		if rec.lost {
 			return driver.Result{}, notHeld(req.Key, "its entry was lost")
@@ -705,51 +701,30 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		}
 		return rec, true
 	}
-	// A guarded transaction that created nothing in a queue of a
-	// compatible mode found the slot's name taken: it stays in use.
-	nameTaken := func(resp *clientv3.TxnResponse) bool {
-		return guarded && compatible(firstKV(resp.Responses[0]), req.Mode, req.Limit)
-	}
-
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
-	c, err := d.commitDetached(id, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return d.cli.Txn(ctx).If(cond...).Then(then...).Else(first).Commit()
-	}, func(resp *clientv3.TxnResponse) {
-		// The caller stopped waiting: record what was created, so
-		// that its Release (or the deadline) removes it.
-		if rec, ok := created(resp); ok {
-			d.table.Put(id, rec, req.TTL)
-		} else if !nameTaken(resp) {
-			sl.free()
-		}
-	})
+	// The transaction runs to its reply even if ctx ends first: a
+	// creation cancelled on the wire may still be applied by the server,
+	// after the Release that follows has looked for it. With the outcome
+	// known, the entry is recorded and that Release removes it.
+	tctx, cancel := d.detach(ctx)
+	resp, err := d.cli.Txn(tctx).If(cond...).Then(then...).Else(first).Commit()
+	cancel()
 	if err != nil {
 		p.stop()
-		sl.free()
-		return driver.Result{}, false, err
-	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if d.abandon(c) {
-			p.stop()
-			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, ctx.Err())
-		}
-	}
-	if c.err != nil {
-		p.stop()
-		if isLeaseNotFound(c.err) {
+		err = fmt.Errorf("etcddlock: acquire %q: %w", req.Key, withCtx(ctx, err))
+		if isLeaseNotFound(err) {
 			s.kill()
 			sl.free()
-			return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
+			return driver.Result{}, true, err
 		}
-		// The entry may have been created: its slot stays in use for
-		// the rest of the session, and the Release that follows an
-		// error finds the entry by its owner.
-		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, c.err)
+		// The entry may have been created (the request outlived
+		// backgroundTimeout or Close): its slot stays in use for the
+		// rest of the session, and the Release that follows an error
+		// finds the entry by its owner.
+		return driver.Result{}, false, err
 	}
-	rec, ok := created(c.resp)
+	rec, ok := created(resp)
 	if ok {
 		d.table.Put(id, rec, req.TTL)
 	}
@@ -765,7 +740,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		if rec.held {
 			return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
 		}
-		kv := elsewhere(rangeKVs(c.resp.Responses[1]), sl.name, req.Owner)
+		kv := elsewhere(rangeKVs(resp.Responses[1]), sl.name, req.Owner)
 		if kv == nil && req.Queue {
 			return driver.Result{}, false, nil // queued
 		}
@@ -782,7 +757,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		res, err := d.heldElsewhere(ctx, req, kv)
 		return res, false, err
 	}
-	kv := firstKV(c.resp.Responses[0])
+	kv := firstKV(resp.Responses[0])
 	switch {
 	case !compatible(kv, req.Mode, req.Limit):
 		sl.free()
@@ -926,9 +901,6 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 		return err
 	}
 	id := reqID(req)
-	if err := d.settle(ctx, id); err != nil {
-		return err
-	}
 	if rec, ok := d.table.Take(id); ok {
 		if rec.lost {
 			// Whatever has this name now is a newer entry.
@@ -1037,6 +1009,26 @@ func (d *Driver) expire(id string, rec record) {
 		}
 		delay = min(2*delay, maxRetryDelay)
 	}
+}
+
+// detach returns a context with ctx's values that ends backgroundTimeout
+// from now or when the driver closes, whichever comes first, but not with
+// ctx.
+func (d *Driver) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backgroundTimeout)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return tctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// withCtx returns err, wrapping ctx's error too if ctx has ended.
+func withCtx(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
 }
 
 // sleep waits for d or the end of ctx, and reports whether ctx is still live.

@@ -417,48 +417,65 @@ func TestQueueOrderAndPredecessorWatch(t *testing.T) {
 	assertEmpty(t, admin(t), k)
 }
 
-// An Acquire whose caller stops waiting still completes on the server; the
-// Release that follows (as package dlock makes after an error) removes what
-// it created.
+// releaseSpy forwards to a driver and sends the outcome of every Release on
+// released.
+type releaseSpy struct {
+	driver.Driver
+	released chan error
+}
+
+func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
+	err := s.Driver.Release(ctx, req)
+	s.released <- err
+	return err
+}
+
+// A TryLock whose context ends while its request is on the wire returns at
+// once through package dlock; the transaction still lands on the server,
+// and the driver learns its outcome, so that the Release dlock makes after
+// it removes the entry it created, as an entry of its records.
 func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
-	proxy, err := testsrv.StartProxy(srv.Addr)
+	const delay = 500 * time.Millisecond // each way
+	proxy, err := testsrv.StartDelayedProxy(srv.Addr, delay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	d := newTestDriver(t, proxy.Addr())
-	defer d.Close()
-	k := key(t)
-	// Start the session first.
-	warm := req(k)
-	if res, err := d.Acquire(ctx(t), warm); err != nil || !res.Acquired {
-		t.Fatalf("Acquire = %+v, %v", res, err)
-	}
-	if err := d.Release(ctx(t), warm); err != nil {
+	sp := &releaseSpy{Driver: newTestDriver(t, proxy.Addr()), released: make(chan error, 4)}
+	c, err := dlock.New(sp)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
+	k := key(t)
+	// Start the session first.
+	l, err := c.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-sp.released
 
-	r := req(k)
-	proxy.Block()
-	actx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := d.Acquire(actx, r)
-		done <- err
-	}()
-	// The request is on its way (held by the proxy) once the call is
-	// pending.
-	for !pending(d, reqID(r)) {
-		time.Sleep(time.Millisecond)
+	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.TryLock(actx, k)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock with a short deadline = %v; want DeadlineExceeded", err)
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("abandoned Acquire = %v; want Canceled", err)
+	if el := time.Since(start); el > delay*3/2 {
+		t.Errorf("TryLock returned after %v; want promptly after its deadline, before the reply (%v)", el, 2*delay)
 	}
-	proxy.Unblock()
-	if err := d.Release(ctx(t), r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Release after the abandoned Acquire = %v", err)
+	select {
+	case err := <-sp.released:
+		if err != nil {
+			t.Errorf("Release after the abandoned Acquire = %v; want nil: the entry it created, recorded", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no Release after the abandoned Acquire within 30s")
 	}
 	assertEmpty(t, admin(t), k)
 	other := newTestDriver(t, srv.Addr)
@@ -466,12 +483,6 @@ func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 	if res, err := other.Acquire(ctx(t), req(k)); err != nil || !res.Acquired {
 		t.Errorf("Acquire by another owner = %+v, %v; want acquired", res, err)
 	}
-}
-
-func pending(d *Driver, id string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pending[id] != nil
 }
 
 func TestListReportsHolder(t *testing.T) {

@@ -29,131 +29,47 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: node data of %d bytes (owner and Info), over the %d that fit in a ZooKeeper request: %w",
 			req.Key, n, maxNodeData, driver.ErrUnsupported)
 	}
-	if err := ctx.Err(); err != nil {
-		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
-	}
-	if err := d.enterAcquire(ctx, req.Owner); err != nil {
-		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
-	}
 	// The key's znode stays while the call runs.
 	parent := d.parentPath(req.Key)
 	d.parents.begin(parent)
-	var (
-		mu        sync.Mutex
-		finished  bool // the caller takes the outcome
-		abandoned bool // the caller has gone
-		res       driver.Result
-		err       error
-	)
-	done, ok := d.spawn(func() {
-		defer d.leaveAcquire(req.Owner)
-		r, made, e := d.acquire(ctx, req)
-		mu.Lock()
-		drop := abandoned && made != ""
-		finished, res, err = !abandoned, r, e
-		mu.Unlock()
-		// Whoever removes a node the call left schedules the removal of
-		// the key's znode then; without one, the call does it now.
-		left := made != ""
-		if h, ok := d.holds.Get(req.Owner); ok && h.parent == parent {
-			left = true
-		}
-		d.parents.end(parent, left)
-		if drop {
-			// Nobody will learn of the node: remove it.
-			d.drop(req.Owner, made)
-		}
+	var res driver.Result
+	err := call(ctx, d, func() (err error) {
+		res, err = d.acquire(ctx, req)
+		return err
 	})
-	if !ok {
-		d.parents.end(parent, true) // the driver is closed: nothing to remove
-		d.leaveAcquire(req.Owner)
-		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, errClosed)
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !finished {
-		abandoned = true
-		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, ctx.Err())
-	}
+	// Whoever removes a node the call left schedules the removal of the
+	// key's znode then; without one, the call does it now.
+	h, left := d.holds.Get(req.Owner)
+	d.parents.end(parent, left && h.parent == parent)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
 	}
 	return res, nil
 }
 
-// enterAcquire waits until no Acquire of owner runs and registers one.
-func (d *Driver) enterAcquire(ctx context.Context, owner string) error {
-	for {
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return errClosed
-		}
-		ch := d.inflight[owner]
-		if ch == nil {
-			d.inflight[owner] = make(chan struct{})
-			d.mu.Unlock()
-			return nil
-		}
-		d.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (d *Driver) leaveAcquire(owner string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	close(d.inflight[owner])
-	delete(d.inflight, owner)
-}
-
-// waitAcquire waits until no Acquire of owner runs, so that a Release
-// finds whatever an abandoned Acquire left.
-func (d *Driver) waitAcquire(ctx context.Context, owner string) error {
-	d.mu.Lock()
-	ch := d.inflight[owner]
-	d.mu.Unlock()
-	if ch == nil {
-		return nil
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// acquire does the work of Acquire. made is the node of this driver's
-// session that the call left for the owner, if any, for removal should the
-// caller have gone.
-func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Result, made string, err error) {
+// acquire does the work of Acquire. It records in d.holds the node of this
+// driver's session it leaves for the owner, except when it returns an error
+// before it knows the node's stat (its caller's context ended after the
+// create, or the look failed): the Release that follows an error finds that
+// node by its owner's name.
+func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if h, ok := d.holds.Get(req.Owner); ok {
-		res, err := d.reacquire(req, h)
-		return res, "", err
+		return d.reacquire(req, h)
 	}
 	if req.Queue {
 		if _, ok := d.lost.Take(req.Owner); ok {
-			return driver.Result{}, "", notHeld("the lease of the queue entry ran out")
+			return driver.Result{}, notHeld("the lease of the queue entry ran out")
 		}
 	}
 	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
 	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit, d.layout), encodeData(req.Owner, req.Info, false))
 	if createErr != nil && !maybeApplied(createErr) {
-		return driver.Result{}, "", createErr
+		return driver.Result{}, createErr
 	}
 	// createErr != nil: the reply was lost and the node may exist. Look for
 	// it by its owner's name before anything else.
 	if createErr == nil && ctx.Err() != nil {
-		return driver.Result{}, created, ctx.Err()
+		return driver.Result{}, ctx.Err()
 	}
 	sid := d.conn.SessionID()
 	children, st, err := d.look(parent, created)
@@ -161,16 +77,16 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		if createErr != nil {
 			err = errors.Join(createErr, err)
 		}
-		return driver.Result{}, created, err
+		return driver.Result{}, err
 	}
 	q := queue(children)
 	id := dlock.OwnerID(req.Owner)
 	i := find(q, id)
 	if i < 0 {
 		if createErr != nil {
-			return driver.Result{}, "", createErr // it was not created
+			return driver.Result{}, createErr // it was not created
 		}
-		return driver.Result{}, "", fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", created, sid)
+		return driver.Result{}, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", created, sid)
 	}
 	// Normally the owner has just the node made now; an earlier attempt
 	// whose reply was lost, or another driver, may have made one too. The
@@ -191,13 +107,13 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		created = ""
 		var exists bool
 		if exists, st, err = d.conn.Exists(keep); err != nil {
-			return driver.Result{}, "", err
+			return driver.Result{}, err
 		} else if !exists {
 			st = nil
 		}
 	}
 	if st == nil {
-		return driver.Result{}, "", fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", keep, sid)
+		return driver.Result{}, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", keep, sid)
 	}
 	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
 	// Modes: the key's first node says what the key is in use as; a
@@ -214,10 +130,10 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 		if keep == created && own {
 			if _, err := d.removeNode(parent, keep, true); err != nil {
 				d.retry(parent, keep, sid)
-				return driver.Result{}, "", err
+				return driver.Result{}, err
 			}
 		}
-		return driver.Result{}, "", mismatch(req.Key, *ref, req.Mode, req.Limit)
+		return driver.Result{}, mismatch(req.Key, *ref, req.Mode, req.Limit)
 	}
 	s, known := d.sess.timeoutOf(st.EphemeralOwner)
 	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded,
@@ -226,11 +142,11 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 	case own && !known:
 		// Without the granted timeout no validity can be promised.
 		d.holds.Put(req.Owner, h, req.TTL)
-		return driver.Result{}, keep, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", sid)
+		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", sid)
 	case !own && (keep == created || d.sess.ours(st.EphemeralOwner)):
 		// The session changed under the call: the node goes with the
 		// old one.
-		return driver.Result{}, "", fmt.Errorf("zkdlock: the session of node %s ended during the call", keep)
+		return driver.Result{}, fmt.Errorf("zkdlock: the session of node %s ended during the call", keep)
 	case !own:
 		// Another session's node (another driver's, for the same owner):
 		// this driver can neither renew its session nor know its timeout.
@@ -240,33 +156,29 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (res driver.Re
 	if err != nil {
 		if own {
 			d.holds.Put(req.Owner, h, req.TTL) // Release finds it
-			made = keep
 		}
-		return driver.Result{}, made, err
+		return driver.Result{}, err
 	}
 	h.note(held, v)
-	if own {
-		made = keep
-	}
 	switch {
 	case held:
 		if own {
 			d.holds.Put(req.Owner, h, req.TTL)
 		}
-		return driver.Result{Acquired: true, Token: uint64(st.Czxid), TTL: min(req.TTL, s)}, made, nil
+		return driver.Result{Acquired: true, Token: uint64(st.Czxid), TTL: min(req.TTL, s)}, nil
 	case req.Queue:
 		if own {
 			d.holds.Put(req.Owner, h, req.TTL)
 		}
-		return driver.Result{}, made, nil
+		return driver.Result{}, nil
 	case own:
 		// A single attempt leaves nothing behind.
 		if _, err := d.removeNode(parent, keep, true); err != nil {
 			d.retry(parent, keep, sid)
-			return driver.Result{}, "", err
+			return driver.Result{}, err
 		}
 	}
-	return driver.Result{}, "", nil
+	return driver.Result{}, nil
 }
 
 // note records in h what the last look found.

@@ -299,13 +299,17 @@
 //
 // # Contexts
 //
-// go-zookeeper's calls take no context. The driver runs each call on a
-// goroutine of its own and returns when the call's context is done; the
-// abandoned request finishes in the background. An Acquire whose caller
-// has gone deletes the node it made, and Release waits for such an Acquire
-// of the same owner first. Close gives the requests in flight up to two
-// seconds to finish before it closes the connection, which ends the rest,
-// and waits for them.
+// go-zookeeper's calls take no context. A call waits for the connection's
+// session until its context ends, and then runs its requests to their
+// reply: a request sent on a connection that goes silent ends at the
+// client's receive timeout (two thirds of the session timeout), when the
+// client drops the connection. Its error then wraps the context's. Package
+// dlock returns to its caller promptly on its own and cleans up after an
+// Acquire its caller gave up on (see "Contexts" in package driver). A
+// create whose reply was lost may still have made a node: Acquire and
+// Release find it by its owner's name. Close gives the calls in flight up
+// to two seconds to finish before it closes the connection, which ends the
+// rest, and waits for them.
 //
 // # URL
 //

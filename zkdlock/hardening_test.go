@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testsrv"
@@ -116,16 +118,137 @@ func TestHugeInfo(t *testing.T) {
 	}
 }
 
-// TestHungDriverConfig checks the conformance config's NewHungDriver: once
-// hung, a call whose context ends returns promptly, and the driver closes.
+// TestHungDriverConfig checks the conformance config's NewHungDriver through
+// package dlock: once the store hangs, a TryLock and a Refresh whose
+// contexts end return promptly, the driver's requests end by the client's
+// receive timeout, and the Client closes.
 func TestHungDriverConfig(t *testing.T) {
-	cfg := suiteConfig(t, false, WithParentLinger(0))
+	const session = 3 * time.Second // receive timeout: 2s
+	cfg := suiteConfig(t, false, WithParentLinger(0), WithSessionTTL(session))
 	d, hang := cfg.NewHungDriver(t)
-	r := req(key(t))
-	if res, err := d.Acquire(ctx(t), r); err != nil || !res.Acquired {
-		t.Fatalf("Acquire = %+v, %v", res, err)
+	c, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx(t), key(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	hang()
+	for _, call := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"TryLock", func(ctx context.Context) error { _, err := c.TryLock(ctx, key(t)); return err }},
+		{"Lock.Refresh", l.Refresh},
+	} {
+		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call.fn(cctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s on the hung store = %v; want DeadlineExceeded", call.name, err)
+			}
+		case <-time.After(session):
+			t.Errorf("%s on the hung store still running %v after its deadline", call.name, session)
+			<-done
+		}
+		cancel()
+	}
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+		t.Logf("Close took %v", time.Since(start))
+	case <-time.After(30 * time.Second):
+		t.Fatal("Client.Close on the hung store still running after 30s")
+	}
+}
+
+// releaseSpy forwards to a driver and sends the outcome of every Release on
+// released.
+type releaseSpy struct {
+	driver.Driver
+	released chan error
+}
+
+func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
+	err := s.Driver.Release(ctx, req)
+	s.released <- err
+	return err
+}
+
+// TestAbandonedAcquireLeavesNothing ends a TryLock's context while its
+// Create is on the wire: the TryLock returns at once through package dlock,
+// the Create still lands on the server, and the Release dlock makes once
+// the driver's Acquire has returned removes the node it made, with the
+// driver's session still live.
+func TestAbandonedAcquireLeavesNothing(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	const delay = 500 * time.Millisecond // each way
+	p, err := testsrv.StartDelayedProxy(srv.Addr, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	d := newTestDriver(t, p.Addr(), WithParentLinger(0))
+	sp := &releaseSpy{Driver: d, released: make(chan error, 4)}
+	c := client(t, sp)
+	k := key(t)
+	// Set up the session first.
+	l, err := c.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-sp.released
+
+	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.TryLock(actx, k)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock with a short deadline = %v; want DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > delay*3/2 {
+		t.Errorf("TryLock returned after %v; want promptly after its deadline, before the reply (%v)", el, 2*delay)
+	}
+	if err := wait(t, sp.released, "the Release after the abandoned Acquire"); err != nil {
+		t.Errorf("Release after the abandoned Acquire = %v; want nil: the node it made", err)
+	}
+	assertNoResidue(t, srv.Addr, k)
+	other := client(t, newTestDriver(t, srv.Addr))
+	l2, err := other.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatalf("TryLock by another client: %v", err)
+	}
+	l2.Release(ctx(t))
+}
+
+// TestRequestWhileReconnecting makes a request while the client, cut off
+// from a hung server, tries to set up a session again: go-zookeeper would
+// hold the request in its queue until a session is set up or the
+// connection is closed, so the driver waits for the session itself, and the
+// request ends with its context.
+func TestRequestWhileReconnecting(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	p := startProxy(t, srv.Addr)
+	d := newTestDriver(t, p.Addr(), WithSessionTTL(2*time.Second))
+	r := req(key(t))
+	mustAcquire(t, d, r, true)
+	p.Block()
+	// The client drops the silent connection after its receive timeout
+	// (two thirds of the session timeout); nothing signals it.
+	for i := 0; d.conn.State() == zk.StateHasSession; i++ {
+		if i == 1000 {
+			t.Fatal("the client kept its session 10s after the server went silent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -133,12 +256,11 @@ func TestHungDriverConfig(t *testing.T) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Refresh on the hung driver = %v; want DeadlineExceeded", err)
+			t.Errorf("Refresh while reconnecting = %v; want DeadlineExceeded", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Refresh on the hung driver still running 30s after its deadline")
-	}
-	if err := d.Close(); err != nil {
-		t.Error(err)
+	case <-time.After(10 * time.Second):
+		t.Errorf("Refresh while reconnecting still running 10s after its deadline")
+		d.Close()
+		<-done
 	}
 }

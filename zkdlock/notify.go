@@ -50,7 +50,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 		return nil, fmt.Errorf("zkdlock: subscribe %q: %w", req.Key, err)
 	}
 	s := &subscription{c: make(chan struct{}, 1), done: make(chan struct{})}
-	if _, ok := d.spawn(func() { d.follow(s, parent, id, now, ws) }); !ok {
+	if !d.spawn(func() { d.follow(s, parent, id, now, ws) }) {
 		return nil, fmt.Errorf("zkdlock: subscribe %q: %w", req.Key, errClosed)
 	}
 	return s, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -103,11 +102,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := checkMode(req); err != nil {
 		return err
 	}
-	err := d.waitAcquire(ctx, req.Owner)
-	if err == nil {
-		err = call(ctx, d, func() error { return d.release(req) })
-	}
-	if err != nil {
+	if err := call(ctx, d, func() error { return d.release(req) }); err != nil {
 		return fmt.Errorf("zkdlock: release %q: %w", req.Key, err)
 	}
 	return nil
@@ -252,17 +247,6 @@ func (d *Driver) deleteParent(parent string) {
 func (d *Driver) forget(owner string, h hold) {
 	if cur, ok := d.holds.Get(owner); ok && cur.path == h.path {
 		d.holds.Take(owner)
-	}
-}
-
-// drop removes the node p that an abandoned Acquire made for owner.
-func (d *Driver) drop(owner, p string) {
-	if h, ok := d.holds.Get(owner); ok && h.path == p {
-		d.holds.Take(owner)
-	}
-	parent := path.Dir(p)
-	if _, err := d.removeNode(parent, p, true); err != nil {
-		d.retry(parent, p, 0)
 	}
 }
 

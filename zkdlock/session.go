@@ -2,6 +2,7 @@ package zkdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -159,53 +160,77 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// run runs fn on a goroutine of the driver (go-zookeeper's calls take no
-// context) and returns when fn has returned or ctx is done, whichever comes
-// first. A call whose caller stopped waiting goes on in the background; the
-// client ends it at the latest when the connection closes, and Close waits
-// for it.
-func (d *Driver) run(ctx context.Context, fn func()) error {
+// call runs fn, a sequence of go-zookeeper requests, on the caller's
+// goroutine, once the connection has a session. go-zookeeper's requests
+// take no context: a request sent on a connection that goes silent ends
+// when the client's receive timeout (two thirds of the session timeout)
+// passes without a byte from the server, and one made while the client
+// reconnects would wait in the client's queue until a session is set up or
+// the connection is closed for good. call therefore waits for the session
+// itself, until ctx ends. Package dlock, which never waits on a driver past
+// its caller's context, returns promptly on its own (see "Contexts" in
+// package driver). An error of fn after ctx ended wraps ctx.Err(). Close
+// lets the calls in flight finish before it closes the connection.
+func call(ctx context.Context, d *Driver, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	done, ok := d.spawn(fn)
-	if !ok {
+	if err := d.waitSession(ctx); err != nil {
+		return err
+	}
+	if !d.spawned() {
 		return errClosed
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		select {
-		case <-done:
+	defer d.wg.Done()
+	err := fn()
+	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
+}
+
+// waitSession waits until the connection has a session, ctx ends or the
+// driver closes. A connection closed for good (see Conn) does not wait: its
+// requests fail at once.
+func (d *Driver) waitSession(ctx context.Context) error {
+	for {
+		_, next := d.sess.current()
+		if d.conn.State() == zk.StateHasSession {
 			return nil
-		default:
-			return ctx.Err()
+		}
+		select {
+		case <-next:
+		case <-d.eventsDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a session: %w", ctx.Err())
+		case <-d.ctx.Done():
+			return errClosed
 		}
 	}
 }
 
-// spawn runs fn on a goroutine that Close waits for, and returns a channel
-// closed when fn has returned. It reports false after Close.
-func (d *Driver) spawn(fn func()) (<-chan struct{}, bool) {
+// spawned counts a goroutine of the driver (or a call) in d.wg, which Close
+// waits for, and reports true, unless the driver is closed.
+func (d *Driver) spawned() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, false
+		return false
 	}
-	done := make(chan struct{})
-	d.wg.Go(func() {
-		defer close(done)
-		fn()
-	})
-	return done, true
+	d.wg.Add(1)
+	return true
 }
 
-// call runs fn with run and returns its error, or ctx's.
-func call(ctx context.Context, d *Driver, fn func() error) error {
-	var err error
-	if rerr := d.run(ctx, func() { err = fn() }); rerr != nil {
-		return rerr
+// spawn runs fn on a goroutine that Close waits for. It reports false
+// after Close.
+func (d *Driver) spawn(fn func()) bool {
+	if !d.spawned() {
+		return false
 	}
-	return err
+	go func() {
+		defer d.wg.Done()
+		fn()
+	}()
+	return true
 }

@@ -84,10 +84,9 @@ type Driver struct {
 	ctx    context.Context // ends when Close starts
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	closed   bool
-	wg       sync.WaitGroup           // goroutines of the driver
-	inflight map[string]chan struct{} // running Acquire calls, by owner
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // goroutines of the driver, and calls in flight
 
 	eventsDone chan struct{} // closed when the client's last goroutine has ended
 }
@@ -230,7 +229,6 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 			MaxKeyLen:     maxKeyLen,
 			MinTTL:        minTTL,
 		},
-		inflight: map[string]chan struct{}{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.holds = holds.New(d.expire)
