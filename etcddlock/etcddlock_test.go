@@ -417,19 +417,6 @@ func TestQueueOrderAndPredecessorWatch(t *testing.T) {
 	assertEmpty(t, admin(t), k)
 }
 
-// releaseSpy forwards to a driver and sends the outcome of every Release on
-// released.
-type releaseSpy struct {
-	driver.Driver
-	released chan error
-}
-
-func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
-	err := s.Driver.Release(ctx, req)
-	s.released <- err
-	return err
-}
-
 // A TryLock whose context ends while its request is on the wire returns at
 // once through package dlock; the transaction still lands on the server,
 // and the driver learns its outcome, so that the Release dlock makes after
@@ -442,41 +429,8 @@ func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	sp := &releaseSpy{Driver: newTestDriver(t, proxy.Addr()), released: make(chan error, 4)}
-	c, err := dlock.New(sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	k := key(t)
-	// Start the session first.
-	l, err := c.TryLock(ctx(t), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	<-sp.released
-
-	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err = c.TryLock(actx, k)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("TryLock with a short deadline = %v; want DeadlineExceeded", err)
-	}
-	if el := time.Since(start); el > delay*3/2 {
-		t.Errorf("TryLock returned after %v; want promptly after its deadline, before the reply (%v)", el, 2*delay)
-	}
-	select {
-	case err := <-sp.released:
-		if err != nil {
-			t.Errorf("Release after the abandoned Acquire = %v; want nil: the entry it created, recorded", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no Release after the abandoned Acquire within 30s")
-	}
+	dlocktest.AbandonedAcquire(t, newTestDriver(t, proxy.Addr()), delay, k)
 	assertEmpty(t, admin(t), k)
 	other := newTestDriver(t, srv.Addr)
 	defer other.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -167,19 +168,6 @@ func TestHungDriverConfig(t *testing.T) {
 	}
 }
 
-// releaseSpy forwards to a driver and sends the outcome of every Release on
-// released.
-type releaseSpy struct {
-	driver.Driver
-	released chan error
-}
-
-func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
-	err := s.Driver.Release(ctx, req)
-	s.released <- err
-	return err
-}
-
 // TestAbandonedAcquireLeavesNothing ends a TryLock's context while its
 // Create is on the wire: the TryLock returns at once through package dlock,
 // the Create still lands on the server, and the Release dlock makes once
@@ -193,33 +181,8 @@ func TestAbandonedAcquireLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	d := newTestDriver(t, p.Addr(), WithParentLinger(0))
-	sp := &releaseSpy{Driver: d, released: make(chan error, 4)}
-	c := client(t, sp)
 	k := key(t)
-	// Set up the session first.
-	l, err := c.TryLock(ctx(t), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	<-sp.released
-
-	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err = c.TryLock(actx, k)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("TryLock with a short deadline = %v; want DeadlineExceeded", err)
-	}
-	if el := time.Since(start); el > delay*3/2 {
-		t.Errorf("TryLock returned after %v; want promptly after its deadline, before the reply (%v)", el, 2*delay)
-	}
-	if err := wait(t, sp.released, "the Release after the abandoned Acquire"); err != nil {
-		t.Errorf("Release after the abandoned Acquire = %v; want nil: the node it made", err)
-	}
+	dlocktest.AbandonedAcquire(t, newTestDriver(t, p.Addr(), WithParentLinger(0)), delay, k)
 	assertNoResidue(t, srv.Addr, k)
 	other := client(t, newTestDriver(t, srv.Addr))
 	l2, err := other.TryLock(ctx(t), k)

@@ -87,3 +87,61 @@ func HungCalls(t *testing.T, calls map[string]func(ctx context.Context) error, b
 		}
 	}
 }
+
+// releaseSpy forwards to a driver and sends the outcome of every Release on
+// released.
+type releaseSpy struct {
+	driver.Driver
+	released chan error
+}
+
+func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
+	err := s.Driver.Release(ctx, req)
+	s.released <- err
+	return err
+}
+
+// AbandonedAcquire checks, on a driver d whose every reply is delayed by
+// delay (a testsrv.StartDelayedProxy), that a TryLock whose context ends
+// while its request is on the wire returns promptly through package dlock,
+// and that the Release dlock makes once the driver's Acquire has returned
+// finds and removes what the request took (it returns nil, not ErrNotHeld).
+// The key is k; the Client, which owns d, is closed when t ends. Check the
+// store for residue after it returns.
+func AbandonedAcquire(t *testing.T, d driver.Driver, delay time.Duration, k string) {
+	t.Helper()
+	sp := &releaseSpy{Driver: d, released: make(chan error, 4)}
+	c, err := dlock.New(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// Warm up: connections and sessions.
+	l, err := c.TryLock(Ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-sp.released
+
+	actx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.TryLock(actx, k)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock with a short deadline = %v; want DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > delay*3/2 {
+		t.Errorf("TryLock returned after %v; want promptly after its deadline, before the reply (%v)", el, 2*delay)
+	}
+	select {
+	case err := <-sp.released:
+		if err != nil {
+			t.Errorf("Release after the abandoned Acquire = %v; want nil: what the request took, found and removed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no Release after the abandoned Acquire within 30s")
+	}
+}
