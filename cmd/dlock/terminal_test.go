@@ -8,7 +8,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -218,37 +217,6 @@ func TestSignalReachesStoppedCommand(t *testing.T) {
 		t.Errorf("the command resumed before SIGTERM: %q", stderr)
 	}
 	if r := e.run("run", "--key", "stopped", "--wait", "0", "--", "true"); r.code != 0 {
-		t.Errorf("the lock was not released: exit status %d", r.code)
-	}
-}
-
-// TestTerminalJobControl runs dlock from an interactive shell: ^Z stops the
-// command that has the terminal, and dlock with it, so that the shell shows
-// the job as stopped; fg continues both, the command gets the terminal back
-// and reads from it.
-func TestTerminalJobControl(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash:", err)
-	}
-	e := newEnv(t, sqliteStore)
-	e.env = append(e.env, "PS1=$ ", "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
-	p := e.startTTYCommand(bash, "--norc", "--noprofile", "-i")
-	p.send(`dlock run --url ` + e.url + ` --key jc -- sh -c 'echo "pid:$$"; read x; echo "got:$x"'` + "\n")
-	p.expectRE(`pid:\d+`)
-	p.send("\x1a") // ^Z
-	p.expectRE(`Stopped`)
-	p.send("fg\n")
-	p.expectRE(`dlock run`) // the shell names the job it continues
-	p.send("hello\n")
-	p.expectRE(`got:hello`)
-	p.send("echo status:$?\n")
-	p.expectRE(`status:0`)
-	p.send("exit\n")
-	if code := p.wait(); code != 0 {
-		t.Errorf("bash: exit status %d", code)
-	}
-	if r := e.run("run", "--key", "jc", "--wait", "0", "--", "true"); r.code != 0 {
 		t.Errorf("the lock was not released: exit status %d", r.code)
 	}
 }

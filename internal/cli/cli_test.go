@@ -82,7 +82,7 @@ func TestUsageErrors(t *testing.T) {
 		{"limit above backend maximum", []string{"run", "--key", "k", "--limit", "3000000000", "--", "true"}, "invalid --limit 3000000000: "},
 		{"empty url", []string{"run", "--url", "", "--key", "k", "--", "true"}, `invalid --url ""`},
 		{"unknown scheme", []string{"run", "--url", "nosuch://x", "--key", "k", "--", "true"}, `unknown scheme "nosuch"`},
-		{"unparsable url", []string{"ls", "--url", "::"}, "invalid --url (not shown): does not parse: missing protocol scheme"},
+		{"unparsable url", []string{"ls", "--url", "::"}, `invalid --url "::": does not parse: missing protocol scheme`},
 		{"unparsable url with a password", []string{"ls", "--url", "postgres://u:s3cret@[::1/x"}, `invalid --url "xxxxx@[::1/x": does not parse: missing ']' in host`},
 		{"url without a scheme", []string{"ls", "--url", "host=h password=s3cret"}, "invalid --url (not shown): it has no scheme"},
 		{"unknown flag", []string{"run", "--kee", "k", "--", "true"}, "--kee"},

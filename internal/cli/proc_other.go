@@ -26,8 +26,6 @@ func (t *terminal) attach(*syscall.SysProcAttr) {}
 func (t *terminal) give(pgid int) error         { return nil }
 func (t *terminal) reclaim() error              { return nil }
 func (t *terminal) ours() bool                  { return false }
-func jobControl() bool                          { return false }
-func suspend() error                            { return nil }
 func nextChildEvent(pid int) childEvent         { return childNone }
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }

@@ -135,18 +135,3 @@ func (t *terminal) setForeground(pgid int) error {
 	}
 	return nil
 }
-
-// jobControl reports whether a shell with job control would see dlock stop:
-// dlock's parent runs in dlock's session but in another process group. (Else
-// dlock's process group is orphaned and the kernel discards SIGTSTP.)
-func jobControl() bool {
-	ppid := unix.Getppid()
-	pg, err1 := unix.Getpgid(ppid)
-	sid, err2 := unix.Getsid(ppid)
-	own, err3 := unix.Getsid(0)
-	return err1 == nil && err2 == nil && err3 == nil && pg != unix.Getpgrp() && sid == own
-}
-
-// suspend stops dlock with SIGTSTP, as ^Z would, and returns once it is
-// continued (fg or bg in the shell, or SIGCONT).
-func suspend() error { return unix.Kill(unix.Getpid(), unix.SIGTSTP) }

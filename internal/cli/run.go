@@ -65,13 +65,10 @@ the lock and exits with COMMAND's status. If dlock is killed outright
 
 When stdin is the terminal and dlock runs in its foreground, COMMAND gets the
 terminal's foreground, so that an editor or a prompt works and ^C goes to
-COMMAND, and dlock takes it back when COMMAND exits. On Linux, if COMMAND is
-stopped (^Z) under a shell with job control, dlock stops too and continues
-COMMAND when the shell continues it (fg, bg); the lock is not renewed
-meanwhile, so a job suspended for longer than --ttl loses it. In any other
-case a stopped COMMAND keeps the lock, as with flock(1): dlock says so on
-stderr, takes the terminal back, and waits; SIGCONT resumes COMMAND, and
-SIGTERM or ^C to dlock ends it.
+COMMAND, and dlock takes it back when COMMAND exits. A stopped COMMAND (^Z)
+keeps the lock, as with flock(1): dlock says so on stderr, takes the
+terminal back, and waits; SIGCONT resumes COMMAND (with the terminal again),
+and SIGTERM or ^C to dlock ends it.
 
 With --limit N the key is a semaphore: up to N commands run at once, each
 holding a permit of its own (every user of KEY must give the same N). With
@@ -504,50 +501,23 @@ const (
 // commandChanged acts on the command stopping or continuing (on Linux;
 // elsewhere dlock is not told and waits, as flock(1) does).
 //
-// When the command has the terminal and dlock runs under a shell with job
-// control, a stopped command stops dlock too, as ^Z would stop the command
-// without dlock: the shell shows the job as stopped, and when it continues
-// dlock (fg, bg), dlock gives the command the terminal back (if dlock has it)
-// and continues it. The lock is not renewed while dlock is stopped: a job
-// suspended for longer than --ttl loses its lock, and is terminated when it
-// is continued (exit status 76).
-//
-// Otherwise dlock keeps the lock and waits for the command, as flock(1)
+// A stopped command keeps the lock and dlock waits for it, as flock(1)
 // does, but says so on stderr, takes the terminal back if the command had it
 // (so that ^C reaches dlock) and forwards the signals it gets with a SIGCONT,
-// so that SIGTERM or ^C ends a stopped command.
+// so that SIGTERM or ^C ends a stopped command. (dlock does not stop itself
+// to hand the stop to a job-control shell: the shell would then continue
+// dlock and the command in a race over the terminal.)
 func (a *app) commandChanged(pid int, tty *terminal, key string) {
 	for range 16 { // signals coalesce: report every change so far, boundedly
 		switch nextChildEvent(pid) {
 		case childNone:
 			return
 		case childStopped:
-			if tty == nil || !jobControl() {
-				if tty != nil {
-					_ = tty.reclaim()
-				}
-				a.logf("the command (pid %d) was stopped; lock %q stays held until it exits: send it SIGCONT to resume it, "+
-					"or SIGTERM or SIGINT to dlock (pid %d) to end it", pid, key, os.Getpid())
-				continue
+			if tty != nil {
+				_ = tty.reclaim()
 			}
-			a.log.Debug("the command was stopped; suspending dlock", "pid", pid)
-			if err := tty.reclaim(); err != nil {
-				a.log.Debug("cannot take the terminal back", "err", err)
-			}
-			if err := suspend(); err != nil {
-				a.logf("cannot suspend: %v", err)
-			}
-			// Continued: resume the command, in the foreground if
-			// dlock is.
-			a.log.Debug("continued; resuming the command", "pid", pid, "foreground", tty.ours())
-			if tty.ours() {
-				if err := tty.give(pid); err != nil {
-					a.log.Debug("cannot give the terminal to the command", "err", err)
-				}
-			}
-			if err := signalGroup(pid, sigCont); err != nil {
-				a.logf("cannot continue the command: %v", err)
-			}
+			a.logf("the command (pid %d) was stopped; lock %q stays held until it exits: send it SIGCONT to resume it, "+
+				"or SIGTERM or SIGINT to dlock (pid %d) to end it", pid, key, os.Getpid())
 		case childContinued:
 			// Resumed by someone else: give it back the terminal
 			// dlock took when it stopped.
