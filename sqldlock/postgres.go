@@ -43,7 +43,12 @@ import (
 // -1: the stale holder rows are deleted), deletes the caller's queue entry
 // when it waited (p_queued), and reports whether a failure met a marker
 // (o_marked), in which case, as when the caller waits in the queue, the
-// driver runs the holds-table transaction (see multiSQL).
+// driver runs the holds-table step (see multiSQL), which on PostgreSQL is
+// one statement too: NAME_acq_multi_v1 (schema version 5) does in one
+// function call what multiSQL.acquireMulti does in a transaction, and
+// NAME_ref_multi_v1 and NAME_rel_multi_v1 do multiSQL.refreshMulti and
+// releaseMulti. So no step keeps a key's rows locked across a client's
+// round trips, and a slow client cannot hold up another owner's renewal.
 //
 // NAME_acquire_v3 is v2 with one more parameter, p_fair (WithFair): a fair
 // driver takes an expired row over only if no other owner's queue entry is
@@ -279,7 +284,10 @@ func rebind(q string) string {
 // pgLeft is the time left on expires_at, in microseconds.
 const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
 
-// multi returns the statements of the holds-table protocol (see multiSQL).
+// multi returns the statements of the holds-table protocol (see multiSQL):
+// the reference for the functions NAME_acq_multi_v1, NAME_ref_multi_v1 and
+// NAME_rel_multi_v1, which run the same steps on the server; the driver
+// itself no longer runs them (tests do).
 // lockKey locks the key's lock-table row, inserting an expired marker if
 // there is none, so that every contender for the key, on the fast path or
 // not, waits for the transaction.
