@@ -162,6 +162,14 @@
 //     entry (with Request.Queue) and sets the marker to cover the key's live
 //     rows.
 //
+// On PostgreSQL this transaction is one statement, a call of the function
+// NAME_acq_multi_v1 (and the holds-table Refresh and Release below are
+// NAME_ref_multi_v1 and NAME_rel_multi_v1): the key's rows are locked only
+// while the function runs on the server, never across a client's round
+// trips, so that a slow client cannot hold up the renewal of a live
+// holder until its lease runs out. (On MySQL and SQLite it is a
+// transaction of several statements.)
+//
 // A queue entry whose lease has ended (its owner stopped asking: it crashed,
 // paused or lost its connection for longer than the lease) no longer holds
 // anyone up, but its row is kept as the record of a lost place: the owner's
@@ -242,9 +250,13 @@
 // below. The schema is versioned additively: version 2 adds the holds table
 // (and, on PostgreSQL, the function NAME_acquire_v2) to the v1 objects, and
 // version 3 (fairness) adds, on PostgreSQL only, the functions
-// NAME_acquire_v3 and NAME_release_v1, and version 4 adds, on PostgreSQL
+// NAME_acquire_v3 and NAME_release_v1, version 4 adds, on PostgreSQL
 // only, the function NAME_wait_v1 (a waiter queues behind an Exclusive hold
-// in one statement); each version leaves the objects
+// in one statement), and version 5 adds, on PostgreSQL only, the functions
+// NAME_acq_multi_v1, NAME_ref_multi_v1 and NAME_rel_multi_v1 (the
+// holds-table steps of Shared and Semaphore holds and of waiters, each in
+// one statement, so that no client keeps a key's rows locked across its
+// round trips); each version leaves the objects
 // before it as they are, so older clients keep working against a newer
 // schema and a client upgrades an older schema itself on first use (it
 // checks for every object, and creates what is missing).
@@ -433,6 +445,256 @@
 //				lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
 //		END IF;
 //		o_state := 1;
+//	END
+//	$$
+//
+//	CREATE OR REPLACE FUNCTION "dlock_locks_acq_multi_v1"(
+//		p_key text, p_owner text, p_info text, p_ttl_us bigint, p_mode smallint, p_lim integer,
+//		p_queue boolean, p_fair boolean,
+//		OUT o_state smallint, OUT o_token bigint, OUT o_retry_us bigint, OUT o_mode smallint, OUT o_lim integer)
+//	LANGUAGE plpgsql AS $$
+//	DECLARE
+//		v_now timestamptz;
+//		v_main_found boolean;
+//		v_main_owner text;
+//		v_main_token bigint;
+//		v_main_live boolean;
+//		v_main_left bigint;
+//		v_own_found boolean;
+//		v_own_waiting boolean;
+//		v_own_mode smallint;
+//		v_own_lim integer;
+//		v_own_token bigint;
+//		v_own_live boolean := false;
+//		v_gone boolean := false;
+//		v_first_found boolean;
+//		v_first_mode smallint;
+//		v_first_lim integer;
+//		v_holders integer;
+//		v_holders_excl boolean;
+//		v_holders_left bigint;
+//		v_ahead integer;
+//		v_ahead_excl boolean;
+//		v_admit boolean;
+//		v_tok bigint;
+//	BEGIN
+//		o_state := 0;
+//		INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at) VALUES (p_key, '', 0, '', 'epoch')
+//		ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner;
+//		DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND expires_at <= clock_timestamp()
+//			AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '60 seconds');
+//		v_now := clock_timestamp();
+//		SELECT owner, token, expires_at > v_now, (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+//			INTO v_main_owner, v_main_token, v_main_live, v_main_left FROM "dlock_locks" WHERE lock_key = p_key;
+//		v_main_found := FOUND;
+//		IF v_main_found AND NOT v_main_live THEN
+//			DELETE FROM "dlock_locks" WHERE lock_key = p_key;
+//			DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND waiting = 0;
+//			v_main_found := false;
+//		END IF;
+//		SELECT waiting = 1, mode, lim, token, expires_at > v_now
+//			INTO v_own_waiting, v_own_mode, v_own_lim, v_own_token, v_own_live
+//			FROM "dlock_locks_holds" WHERE lock_key = p_key AND owner = p_owner;
+//		v_own_found := FOUND;
+//		IF v_own_found THEN
+//			v_gone := NOT v_own_live AND v_own_waiting;
+//		ELSE
+//			v_own_live := false;
+//		END IF;
+//
+//		IF v_main_found AND v_main_owner <> '' THEN
+//			IF v_main_owner = p_owner THEN
+//				IF p_mode = 1 THEN
+//					UPDATE "dlock_locks" SET owner = '', token = 0, info = '', expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond' WHERE lock_key = p_key;
+//					INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//						VALUES (p_key, p_owner, 0, 1, 0, v_main_token, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//						ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//						lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//					INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//						SELECT p_key, '', 0, '', x.m FROM (SELECT max(expires_at) AS m FROM "dlock_locks_holds"
+//						WHERE lock_key = p_key AND expires_at > clock_timestamp()) AS x
+//						WHERE x.m IS NOT NULL
+//						ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+//						WHERE l.owner = '' OR l.expires_at <= clock_timestamp();
+//					PERFORM pg_notify('dlock_locks', p_key);
+//					o_state := 1;
+//					o_token := v_main_token;
+//					RETURN;
+//				ELSIF p_mode = 2 THEN
+//					o_state := 3;
+//					RETURN;
+//				END IF;
+//				INSERT INTO "dlock_locks" (lock_key, owner, token, info, expires_at)
+//					VALUES (p_key, p_owner, v_main_token, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//					ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+//					info = excluded.info, expires_at = excluded.expires_at;
+//				o_state := 1;
+//				o_token := v_main_token;
+//				RETURN;
+//			END IF;
+//			IF p_mode = 2 THEN
+//				o_state := 4;
+//				RETURN;
+//			END IF;
+//			IF v_gone AND p_queue THEN
+//				o_state := 2;
+//				RETURN;
+//			END IF;
+//			IF p_queue THEN
+//				IF v_own_live THEN
+//					UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond' WHERE lock_key = p_key AND owner = p_owner;
+//				ELSE
+//					INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//						VALUES (p_key, p_owner, 1, p_mode, p_lim, nextval('"dlock_locks_token_seq"'), '', clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//						ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//						lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//				END IF;
+//			END IF;
+//			o_retry_us := greatest(v_main_left, 0);
+//			RETURN;
+//		END IF;
+//
+//		IF v_own_live AND NOT v_own_waiting THEN
+//			IF v_own_mode <> p_mode OR p_mode = 2 AND v_own_lim <> p_lim THEN
+//				o_state := 5;
+//				o_mode := v_own_mode;
+//				o_lim := v_own_lim;
+//				RETURN;
+//			END IF;
+//			UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond' WHERE lock_key = p_key AND owner = p_owner;
+//			INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//				VALUES (p_key, '', 0, '', clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//				ON CONFLICT (lock_key) DO UPDATE SET expires_at = greatest(l.expires_at, excluded.expires_at)
+//				WHERE l.owner = '';
+//			o_state := 1;
+//			o_token := v_own_token;
+//			RETURN;
+//		END IF;
+//		SELECT count(*), coalesce(bool_or(mode = 0), false), min((extract(epoch FROM expires_at - v_now) * 1000000)::bigint)
+//			INTO v_holders, v_holders_excl, v_holders_left FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND owner <> p_owner AND waiting = 0 AND expires_at > v_now;
+//		SELECT mode, lim INTO v_first_mode, v_first_lim FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND owner <> p_owner AND waiting = 0 AND expires_at > v_now
+//			ORDER BY token LIMIT 1;
+//		v_first_found := FOUND;
+//		IF NOT v_first_found THEN
+//			SELECT mode, lim INTO v_first_mode, v_first_lim FROM "dlock_locks_holds"
+//				WHERE lock_key = p_key AND waiting = 1 AND expires_at > v_now
+//				AND (owner <> p_owner OR v_own_live)
+//				ORDER BY token LIMIT 1;
+//			v_first_found := FOUND;
+//		END IF;
+//		IF v_first_found AND ((p_mode = 2) <> (v_first_mode = 2) OR v_first_mode = 2 AND v_first_lim <> p_lim) THEN
+//			o_state := 6;
+//			o_mode := v_first_mode;
+//			o_lim := v_first_lim;
+//			RETURN;
+//		END IF;
+//		IF v_gone AND p_queue THEN
+//			o_state := 2;
+//			RETURN;
+//		END IF;
+//		SELECT count(*), coalesce(bool_or(mode = 0), false) INTO v_ahead, v_ahead_excl FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND owner <> p_owner AND waiting = 1 AND expires_at > v_now
+//			AND (NOT v_own_live OR token < v_own_token);
+//		IF p_mode = 0 THEN
+//			v_admit := v_holders = 0 AND (NOT p_fair OR v_ahead = 0);
+//		ELSIF p_mode = 1 THEN
+//			v_admit := NOT v_holders_excl AND NOT v_ahead_excl;
+//		ELSIF p_fair THEN
+//			v_admit := v_holders + v_ahead < p_lim;
+//		ELSE
+//			v_admit := v_holders < p_lim;
+//		END IF;
+//		IF NOT v_admit THEN
+//			IF p_queue THEN
+//				IF v_own_live THEN
+//					UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond' WHERE lock_key = p_key AND owner = p_owner;
+//				ELSE
+//					INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//						VALUES (p_key, p_owner, 1, p_mode, p_lim, nextval('"dlock_locks_token_seq"'), '', clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//						ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//						lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//				END IF;
+//			END IF;
+//			INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//				SELECT p_key, '', 0, '', x.m FROM (SELECT max(expires_at) AS m FROM "dlock_locks_holds"
+//				WHERE lock_key = p_key AND expires_at > clock_timestamp()) AS x
+//				WHERE x.m IS NOT NULL
+//				ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+//				WHERE l.owner = '' OR l.expires_at <= clock_timestamp();
+//			o_retry_us := greatest(coalesce(v_holders_left, 0), 0);
+//			RETURN;
+//		END IF;
+//		v_tok := nextval('"dlock_locks_token_seq"');
+//		IF p_mode = 0 THEN
+//			IF v_own_live OR v_gone THEN
+//				DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND owner = p_owner;
+//			END IF;
+//			INSERT INTO "dlock_locks" (lock_key, owner, token, info, expires_at)
+//				VALUES (p_key, p_owner, v_tok, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//				ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+//				info = excluded.info, expires_at = excluded.expires_at;
+//			o_state := 1;
+//			o_token := v_tok;
+//			RETURN;
+//		END IF;
+//		INSERT INTO "dlock_locks_holds" (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+//			VALUES (p_key, p_owner, 0, p_mode, p_lim, v_tok, p_info, clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//			ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+//			lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;
+//		INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//			SELECT p_key, '', 0, '', x.m FROM (SELECT max(expires_at) AS m FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND expires_at > clock_timestamp()) AS x
+//			WHERE x.m IS NOT NULL
+//			ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+//			WHERE l.owner = '' OR l.expires_at <= clock_timestamp();
+//		IF v_own_live THEN
+//			PERFORM pg_notify('dlock_locks', p_key);
+//		END IF;
+//		o_state := 1;
+//		o_token := v_tok;
+//	END
+//	$$
+//
+//	CREATE OR REPLACE FUNCTION "dlock_locks_ref_multi_v1"(p_key text, p_owner text, p_ttl_us bigint, OUT o_ok boolean)
+//	LANGUAGE plpgsql AS $$
+//	BEGIN
+//		PERFORM 1 FROM "dlock_locks" WHERE lock_key = p_key FOR UPDATE;
+//		UPDATE "dlock_locks_holds" SET expires_at = clock_timestamp() + p_ttl_us * interval '1 microsecond'
+//			WHERE lock_key = p_key AND owner = p_owner AND waiting = 0 AND expires_at > clock_timestamp();
+//		o_ok := FOUND;
+//		IF o_ok THEN
+//			INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//				VALUES (p_key, '', 0, '', clock_timestamp() + p_ttl_us * interval '1 microsecond')
+//				ON CONFLICT (lock_key) DO UPDATE SET expires_at = greatest(l.expires_at, excluded.expires_at)
+//				WHERE l.owner = '';
+//		END IF;
+//	END
+//	$$
+//
+//	CREATE OR REPLACE FUNCTION "dlock_locks_rel_multi_v1"(p_key text, p_owner text, OUT o_found boolean, OUT o_live boolean)
+//	LANGUAGE plpgsql AS $$
+//	BEGIN
+//		PERFORM 1 FROM "dlock_locks" WHERE lock_key = p_key FOR UPDATE;
+//		DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND owner = p_owner
+//			RETURNING expires_at > clock_timestamp() INTO o_live;
+//		o_found := FOUND;
+//		IF NOT o_found THEN
+//			o_live := false;
+//			RETURN;
+//		END IF;
+//		INSERT INTO "dlock_locks" AS l (lock_key, owner, token, info, expires_at)
+//			SELECT p_key, '', 0, '', x.m FROM (SELECT max(expires_at) AS m FROM "dlock_locks_holds"
+//			WHERE lock_key = p_key AND expires_at > clock_timestamp()) AS x
+//			WHERE x.m IS NOT NULL
+//			ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+//			WHERE l.owner = '' OR l.expires_at <= clock_timestamp();
+//		DELETE FROM "dlock_locks" WHERE lock_key = p_key AND (owner = '' OR expires_at <= clock_timestamp())
+//			AND NOT EXISTS (SELECT 1 FROM "dlock_locks_holds" WHERE lock_key = p_key AND expires_at > clock_timestamp());
+//		DELETE FROM "dlock_locks_holds" WHERE lock_key = p_key AND waiting = 0 AND expires_at <= clock_timestamp()
+//			AND NOT EXISTS (SELECT 1 FROM "dlock_locks" WHERE lock_key = p_key);
+//		PERFORM pg_notify('dlock_locks', p_key);
 //	END
 //	$$
 //

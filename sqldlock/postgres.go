@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -42,7 +43,12 @@ import (
 // -1: the stale holder rows are deleted), deletes the caller's queue entry
 // when it waited (p_queued), and reports whether a failure met a marker
 // (o_marked), in which case, as when the caller waits in the queue, the
-// driver runs the holds-table transaction (see multiSQL).
+// driver runs the holds-table step (see multiSQL), which on PostgreSQL is
+// one statement too: NAME_acq_multi_v1 (schema version 5) does in one
+// function call what multiSQL.acquireMulti does in a transaction, and
+// NAME_ref_multi_v1 and NAME_rel_multi_v1 do multiSQL.refreshMulti and
+// releaseMulti. So no step keeps a key's rows locked across a client's
+// round trips, and a slow client cannot hold up another owner's renewal.
 //
 // NAME_acquire_v3 is v2 with one more parameter, p_fair (WithFair): a fair
 // driver takes an expired row over only if no other owner's queue entry is
@@ -250,6 +256,9 @@ BEGIN
 	o_state := 1;
 END
 $$`,
+		o.acquireMultiFunc(),
+		o.refreshMultiFunc(),
+		o.releaseMultiFunc(),
 	}
 }
 
@@ -275,7 +284,10 @@ func rebind(q string) string {
 // pgLeft is the time left on expires_at, in microseconds.
 const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
 
-// multi returns the statements of the holds-table protocol (see multiSQL).
+// multi returns the statements of the holds-table protocol (see multiSQL):
+// the reference for the functions NAME_acq_multi_v1, NAME_ref_multi_v1 and
+// NAME_rel_multi_v1, which run the same steps on the server; the driver
+// itself no longer runs them (tests do).
 // lockKey locks the key's lock-table row, inserting an expired marker if
 // there is none, so that every contender for the key, on the fast path or
 // not, waits for the transaction.
@@ -327,11 +339,14 @@ func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regprocedure($3) IS NOT NULL
 	AND to_regclass($4) IS NOT NULL AND to_regprocedure($5) IS NOT NULL
 	AND to_regprocedure($6) IS NOT NULL AND to_regprocedure($7) IS NOT NULL
-	AND to_regprocedure($8) IS NOT NULL`,
+	AND to_regprocedure($8) IS NOT NULL AND to_regprocedure($9) IS NOT NULL
+	AND to_regprocedure($10) IS NOT NULL AND to_regprocedure($11) IS NOT NULL`,
 		o.n.table, o.n.seq, o.n.acquire+"(text,text,text,bigint)",
 		o.n.holds, o.n.acq2+"(text,text,text,bigint,boolean)",
 		o.n.acq3+"(text,text,text,bigint,boolean,boolean)", o.n.rel1+"(text,text)",
-		o.n.wait1+"(text,text,smallint,integer,bigint)").Scan(&ok)
+		o.n.wait1+"(text,text,smallint,integer,bigint)",
+		o.acqMulti()+"(text,text,text,bigint,smallint,integer,boolean,boolean)",
+		o.refMulti()+"(text,text,bigint)", o.relMulti()+"(text,text)").Scan(&ok)
 	return ok, err
 }
 
@@ -406,34 +421,49 @@ func (o pgOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 	return driver.Result{}, false, nil
 }
 
-// acquireMulti runs the holds-table protocol in one transaction.
+// acquireMulti runs the holds-table protocol (multiSQL.acquireMulti) in
+// one statement, a call of NAME_acq_multi_v1, which locks the key's rows
+// only while it runs: a slow client never keeps them locked across its
+// round trips, so other owners' renewals never wait for one.
 func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
-	q := o.multi()
-	res, err := withTx(ctx, db, func(tx *sql.Tx) (driver.Result, error) {
-		if _, err := tx.ExecContext(ctx, q.lockKey, req.Key, req.Key); err != nil {
-			return driver.Result{}, err
-		}
-		return q.acquireMulti(ctx, tx, req, ttl)
-	})
-	if err != nil && pgContention(err) && ctx.Err() == nil {
+	var (
+		state int
+		token sql.NullInt64
+		retry sql.NullInt64
+		mode  sql.NullInt16
+		limit sql.NullInt32
+	)
+	err := db.QueryRowContext(ctx, `SELECT o_state, o_token, o_retry_us, o_mode, o_lim FROM `+o.acqMulti()+
+		`($1, $2, $3, $4, $5, $6, $7, $8)`,
+		req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
+		Scan(&state, &token, &retry, &mode, &limit)
+	switch {
+	case err != nil && pgContention(err) && ctx.Err() == nil:
 		return driver.Result{}, nil
+	case err != nil:
+		return driver.Result{}, err
 	}
-	return res, err
-}
-
-// withTx runs f in a transaction and commits it unless f fails.
-func withTx[T any](ctx context.Context, db *sql.DB, f func(*sql.Tx) (T, error)) (T, error) {
-	var zero T
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return zero, err
+	switch state {
+	case pgMultiWait:
+		return driver.Result{RetryAfter: micros(retry.Int64)}, nil
+	case pgMultiAcquired:
+		if !token.Valid || token.Int64 <= 0 {
+			return driver.Result{}, errors.New("acquire function returned no token")
+		}
+		return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
+	case pgMultiPlaceLost:
+		return driver.Result{}, placeLost(req.Key)
+	case pgMultiOwnExcl:
+		return driver.Result{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
+	case pgMultiInUseExcl:
+		return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+	case pgMultiOwnMode:
+		return driver.Result{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", driver.Mode(mode.Int16), req.Mode)
+	case pgMultiInUseMode:
+		return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)",
+			driver.Mode(mode.Int16), limit.Int32, req.Mode, req.Limit)
 	}
-	defer rollback(tx)
-	v, err := f(tx)
-	if err != nil {
-		return zero, err
-	}
-	return v, tx.Commit()
+	return driver.Result{}, fmt.Errorf("acquire function returned state %d", state)
 }
 
 func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
@@ -448,9 +478,10 @@ WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
-	return withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
-		return o.multi().refreshMulti(ctx, tx, req, ttl)
-	})
+	// A Shared or Semaphore hold: one statement (see acquireMulti).
+	var ok bool
+	err = db.QueryRowContext(ctx, `SELECT o_ok FROM `+o.refMulti()+`($1, $2, $3)`, req.Key, req.Owner, ttl).Scan(&ok)
+	return ok, err
 }
 
 // release deletes the row and notifies the key's channel in the same
@@ -484,12 +515,11 @@ RETURNING h.expires_at > clock_timestamp()`, req.Key, req.Owner).Scan(&live)
 	if err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return err == nil, live, err
 	}
-	type fl struct{ found, live bool }
-	r, err := withTx(ctx, db, func(tx *sql.Tx) (fl, error) {
-		found, live, err := o.multi().releaseMulti(ctx, tx, req)
-		return fl{found, live}, err
-	})
-	return r.found, r.live, err
+	// A Shared or Semaphore hold, or a queue entry: one statement (see
+	// acquireMulti).
+	err = db.QueryRowContext(ctx, `SELECT o_found, o_live FROM `+o.relMulti()+`($1, $2)`,
+		req.Key, req.Owner).Scan(&found, &live)
+	return found, live, err
 }
 
 func (o pgOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
@@ -612,4 +642,289 @@ func micros(n int64) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Microsecond
+}
+
+// The results (o_state) of NAME_acq_multi_v1.
+const (
+	pgMultiWait      = 0 // not acquired; o_retry_us is the time left on the holds
+	pgMultiAcquired  = 1 // acquired; o_token is the hold's token
+	pgMultiPlaceLost = 2 // the owner's queue entry's lease ended (placeLost)
+	pgMultiOwnExcl   = 3 // held Exclusive by this owner, asked for a semaphore
+	pgMultiInUseExcl = 4 // held Exclusive by another owner, asked for a semaphore
+	pgMultiOwnMode   = 5 // held by this owner in mode o_mode, asked for another
+	pgMultiInUseMode = 6 // in use in mode o_mode (limit o_lim), asked for another
+)
+
+// Names of the functions of schema version 5: the holds-table steps, each
+// one statement.
+func (o pgOps) acqMulti() string { return Postgres.quote(o.n.raw + "_acq_multi_v1") }
+func (o pgOps) refMulti() string { return Postgres.quote(o.n.raw + "_ref_multi_v1") }
+func (o pgOps) relMulti() string { return Postgres.quote(o.n.raw + "_rel_multi_v1") }
+
+// indent indents every line of s but the first by tabs tabs, for a
+// statement spliced into a function's body.
+func indent(tabs int, s string) string {
+	return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat("\t", tabs))
+}
+
+// pgExp is the expiry of a lease of p_ttl_us from now, in the functions.
+const pgExp = `clock_timestamp() + p_ttl_us * interval '1 microsecond'`
+
+// markRowFunc is multiSQL.markRow in the functions.
+func (o pgOps) markRowFunc() string {
+	t, h := o.n.table, o.n.holds
+	return `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
+	SELECT p_key, '', 0, '', x.m FROM (SELECT max(expires_at) AS m FROM ` + h + `
+	WHERE lock_key = p_key AND expires_at > clock_timestamp()) AS x
+	WHERE x.m IS NOT NULL
+	ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
+	WHERE l.owner = '' OR l.expires_at <= clock_timestamp();`
+}
+
+// upsertHoldFunc is multiSQL.upsertHold in the functions, with the given
+// expressions of waiting, mode, lim, token and info.
+func (o pgOps) upsertHoldFunc(waiting, mode, lim, token, info string) string {
+	return `INSERT INTO ` + o.n.holds + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+	VALUES (p_key, p_owner, ` + waiting + `, ` + mode + `, ` + lim + `, ` + token + `, ` + info + `, ` + pgExp + `)
+	ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
+	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at;`
+}
+
+// setMainFunc is multiSQL.setMain in the functions, with token tok.
+func (o pgOps) setMainFunc(tok string) string {
+	return `INSERT INTO ` + o.n.table + ` (lock_key, owner, token, info, expires_at)
+	VALUES (p_key, p_owner, ` + tok + `, p_info, ` + pgExp + `)
+	ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+	info = excluded.info, expires_at = excluded.expires_at;`
+}
+
+// upsertMarkerFunc is multiSQL.upsertMarker in the functions.
+func (o pgOps) upsertMarkerFunc() string {
+	return `INSERT INTO ` + o.n.table + ` AS l (lock_key, owner, token, info, expires_at)
+	VALUES (p_key, '', 0, '', ` + pgExp + `)
+	ON CONFLICT (lock_key) DO UPDATE SET expires_at = greatest(l.expires_at, excluded.expires_at)
+	WHERE l.owner = '';`
+}
+
+// acquireMultiFunc is NAME_acq_multi_v1: multiSQL.acquireMulti (with
+// lockKey first) as one statement, so that the key's rows stay locked only
+// while it runs. p_mode and p_lim are the request's mode (0 Exclusive, 1
+// Shared, 2 Semaphore) and limit; o_state is one of the pgMulti results.
+func (o pgOps) acquireMultiFunc() string {
+	t, h, seq := o.n.table, o.n.holds, o.n.seq
+	left := func(now string) string {
+		return `(extract(epoch FROM expires_at - ` + now + `) * 1000000)::bigint`
+	}
+	touch := `UPDATE ` + h + ` SET expires_at = ` + pgExp + ` WHERE lock_key = p_key AND owner = p_owner;`
+	queue := `IF p_queue THEN
+	IF v_own_live THEN
+		` + indent(2, touch) + `
+	ELSE
+		` + indent(2, o.upsertHoldFunc("1", "p_mode", "p_lim", "nextval('"+seq+"')", "''")) + `
+	END IF;
+END IF;`
+	return `CREATE OR REPLACE FUNCTION ` + o.acqMulti() + `(
+	p_key text, p_owner text, p_info text, p_ttl_us bigint, p_mode smallint, p_lim integer,
+	p_queue boolean, p_fair boolean,
+	OUT o_state smallint, OUT o_token bigint, OUT o_retry_us bigint, OUT o_mode smallint, OUT o_lim integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+	v_now timestamptz;
+	v_main_found boolean;
+	v_main_owner text;
+	v_main_token bigint;
+	v_main_live boolean;
+	v_main_left bigint;
+	v_own_found boolean;
+	v_own_waiting boolean;
+	v_own_mode smallint;
+	v_own_lim integer;
+	v_own_token bigint;
+	v_own_live boolean := false;
+	v_gone boolean := false;
+	v_first_found boolean;
+	v_first_mode smallint;
+	v_first_lim integer;
+	v_holders integer;
+	v_holders_excl boolean;
+	v_holders_left bigint;
+	v_ahead integer;
+	v_ahead_excl boolean;
+	v_admit boolean;
+	v_tok bigint;
+BEGIN
+	o_state := 0;
+	INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at) VALUES (p_key, '', 0, '', 'epoch')
+	ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner;
+	DELETE FROM ` + h + ` WHERE lock_key = p_key AND expires_at <= clock_timestamp()
+		AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '` + strconv.FormatInt(int64(goneFor/time.Second), 10) + ` seconds');
+	v_now := clock_timestamp();
+	SELECT owner, token, expires_at > v_now, ` + left("clock_timestamp()") + `
+		INTO v_main_owner, v_main_token, v_main_live, v_main_left FROM ` + t + ` WHERE lock_key = p_key;
+	v_main_found := FOUND;
+	IF v_main_found AND NOT v_main_live THEN
+		DELETE FROM ` + t + ` WHERE lock_key = p_key;
+		DELETE FROM ` + h + ` WHERE lock_key = p_key AND waiting = 0;
+		v_main_found := false;
+	END IF;
+	SELECT waiting = 1, mode, lim, token, expires_at > v_now
+		INTO v_own_waiting, v_own_mode, v_own_lim, v_own_token, v_own_live
+		FROM ` + h + ` WHERE lock_key = p_key AND owner = p_owner;
+	v_own_found := FOUND;
+	IF v_own_found THEN
+		v_gone := NOT v_own_live AND v_own_waiting;
+	ELSE
+		v_own_live := false;
+	END IF;
+
+	IF v_main_found AND v_main_owner <> '' THEN
+		IF v_main_owner = p_owner THEN
+			IF p_mode = 1 THEN
+				UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + pgExp + ` WHERE lock_key = p_key;
+				` + indent(4, o.upsertHoldFunc("0", "1", "0", "v_main_token", "p_info")) + `
+				` + indent(4, o.markRowFunc()) + `
+				PERFORM pg_notify('` + o.n.raw + `', p_key);
+				o_state := 1;
+				o_token := v_main_token;
+				RETURN;
+			ELSIF p_mode = 2 THEN
+				o_state := 3;
+				RETURN;
+			END IF;
+			` + indent(3, o.setMainFunc("v_main_token")) + `
+			o_state := 1;
+			o_token := v_main_token;
+			RETURN;
+		END IF;
+		IF p_mode = 2 THEN
+			o_state := 4;
+			RETURN;
+		END IF;
+		IF v_gone AND p_queue THEN
+			o_state := 2;
+			RETURN;
+		END IF;
+		` + indent(2, queue) + `
+		o_retry_us := greatest(v_main_left, 0);
+		RETURN;
+	END IF;
+
+	IF v_own_live AND NOT v_own_waiting THEN
+		IF v_own_mode <> p_mode OR p_mode = 2 AND v_own_lim <> p_lim THEN
+			o_state := 5;
+			o_mode := v_own_mode;
+			o_lim := v_own_lim;
+			RETURN;
+		END IF;
+		` + indent(2, touch) + `
+		` + indent(2, o.upsertMarkerFunc()) + `
+		o_state := 1;
+		o_token := v_own_token;
+		RETURN;
+	END IF;
+	SELECT count(*), coalesce(bool_or(mode = 0), false), min(` + left("v_now") + `)
+		INTO v_holders, v_holders_excl, v_holders_left FROM ` + h + `
+		WHERE lock_key = p_key AND owner <> p_owner AND waiting = 0 AND expires_at > v_now;
+	SELECT mode, lim INTO v_first_mode, v_first_lim FROM ` + h + `
+		WHERE lock_key = p_key AND owner <> p_owner AND waiting = 0 AND expires_at > v_now
+		ORDER BY token LIMIT 1;
+	v_first_found := FOUND;
+	IF NOT v_first_found THEN
+		SELECT mode, lim INTO v_first_mode, v_first_lim FROM ` + h + `
+			WHERE lock_key = p_key AND waiting = 1 AND expires_at > v_now
+			AND (owner <> p_owner OR v_own_live)
+			ORDER BY token LIMIT 1;
+		v_first_found := FOUND;
+	END IF;
+	IF v_first_found AND ((p_mode = 2) <> (v_first_mode = 2) OR v_first_mode = 2 AND v_first_lim <> p_lim) THEN
+		o_state := 6;
+		o_mode := v_first_mode;
+		o_lim := v_first_lim;
+		RETURN;
+	END IF;
+	IF v_gone AND p_queue THEN
+		o_state := 2;
+		RETURN;
+	END IF;
+	SELECT count(*), coalesce(bool_or(mode = 0), false) INTO v_ahead, v_ahead_excl FROM ` + h + `
+		WHERE lock_key = p_key AND owner <> p_owner AND waiting = 1 AND expires_at > v_now
+		AND (NOT v_own_live OR token < v_own_token);
+	IF p_mode = 0 THEN
+		v_admit := v_holders = 0 AND (NOT p_fair OR v_ahead = 0);
+	ELSIF p_mode = 1 THEN
+		v_admit := NOT v_holders_excl AND NOT v_ahead_excl;
+	ELSIF p_fair THEN
+		v_admit := v_holders + v_ahead < p_lim;
+	ELSE
+		v_admit := v_holders < p_lim;
+	END IF;
+	IF NOT v_admit THEN
+		` + indent(2, queue) + `
+		` + indent(2, o.markRowFunc()) + `
+		o_retry_us := greatest(coalesce(v_holders_left, 0), 0);
+		RETURN;
+	END IF;
+	v_tok := nextval('` + seq + `');
+	IF p_mode = 0 THEN
+		IF v_own_live OR v_gone THEN
+			DELETE FROM ` + h + ` WHERE lock_key = p_key AND owner = p_owner;
+		END IF;
+		` + indent(2, o.setMainFunc("v_tok")) + `
+		o_state := 1;
+		o_token := v_tok;
+		RETURN;
+	END IF;
+	` + indent(1, o.upsertHoldFunc("0", "p_mode", "p_lim", "v_tok", "p_info")) + `
+	` + indent(1, o.markRowFunc()) + `
+	IF v_own_live THEN
+		PERFORM pg_notify('` + o.n.raw + `', p_key);
+	END IF;
+	o_state := 1;
+	o_token := v_tok;
+END
+$$`
+}
+
+// refreshMultiFunc is NAME_ref_multi_v1: multiSQL.refreshMulti as one
+// statement. o_ok reports whether the owner's live hold was extended.
+func (o pgOps) refreshMultiFunc() string {
+	t, h := o.n.table, o.n.holds
+	return `CREATE OR REPLACE FUNCTION ` + o.refMulti() + `(p_key text, p_owner text, p_ttl_us bigint, OUT o_ok boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM 1 FROM ` + t + ` WHERE lock_key = p_key FOR UPDATE;
+	UPDATE ` + h + ` SET expires_at = ` + pgExp + `
+		WHERE lock_key = p_key AND owner = p_owner AND waiting = 0 AND expires_at > clock_timestamp();
+	o_ok := FOUND;
+	IF o_ok THEN
+		` + indent(2, o.upsertMarkerFunc()) + `
+	END IF;
+END
+$$`
+}
+
+// releaseMultiFunc is NAME_rel_multi_v1: multiSQL.releaseMulti as one
+// statement. o_found reports whether the owner had a row in the holds
+// table, o_live whether it was live.
+func (o pgOps) releaseMultiFunc() string {
+	t, h := o.n.table, o.n.holds
+	return `CREATE OR REPLACE FUNCTION ` + o.relMulti() + `(p_key text, p_owner text, OUT o_found boolean, OUT o_live boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM 1 FROM ` + t + ` WHERE lock_key = p_key FOR UPDATE;
+	DELETE FROM ` + h + ` WHERE lock_key = p_key AND owner = p_owner
+		RETURNING expires_at > clock_timestamp() INTO o_live;
+	o_found := FOUND;
+	IF NOT o_found THEN
+		o_live := false;
+		RETURN;
+	END IF;
+	` + indent(1, o.markRowFunc()) + `
+	DELETE FROM ` + t + ` WHERE lock_key = p_key AND (owner = '' OR expires_at <= clock_timestamp())
+		AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = p_key AND expires_at > clock_timestamp());
+	DELETE FROM ` + h + ` WHERE lock_key = p_key AND waiting = 0 AND expires_at <= clock_timestamp()
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = p_key);
+	PERFORM pg_notify('` + o.n.raw + `', p_key);
+END
+$$`
 }
