@@ -13,8 +13,8 @@ import (
 const maxIdentLen = 63
 
 // maxTableLen is the longest lock table name: the names derived from it
-// (NAME_token_seq, NAME_acquire_v1, NAME_acquire_v2, NAME_holds, NAME_seq)
-// must still fit in 63 bytes.
+// (NAME_token_seq, NAME_acquire_v1, NAME_holds, NAME_seq, NAME_acq_multi_v1
+// and the rest, see WithTable) must still fit in 63 bytes.
 const maxTableLen = 48
 
 // checkIdent reports whether s is a plain SQL identifier: an ASCII letter or

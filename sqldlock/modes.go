@@ -35,7 +35,10 @@ import (
 //
 // Every step on a key in the holds table runs in one transaction that first
 // locks the key (see multiSQL.lockKey), so that contenders for one key,
-// including Exclusive ones, are serialized.
+// including Exclusive ones, are serialized. On PostgreSQL each step is one
+// call of a server-side function (NAME_acq_multi_v1 and its siblings) doing
+// what multiSQL does, so that no client round trip happens while the key is
+// locked; multiSQL is their reference.
 
 // markerOwner is the owner column of a lock-table row that marks a key held
 // or awaited in the holds table. Real owners are never empty.

@@ -84,7 +84,8 @@ type config struct {
 // WithTable sets the name of the lock table (default DefaultTable). The
 // names of the other schema objects are derived from it: NAME_holds, NAME_seq
 // (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1, NAME_acquire_v2,
-// NAME_acquire_v3, NAME_release_v1 and NAME_wait_v1 (PostgreSQL), and the PostgreSQL
+// NAME_acquire_v3, NAME_release_v1, NAME_wait_v1, NAME_acq_multi_v1,
+// NAME_ref_multi_v1 and NAME_rel_multi_v1 (PostgreSQL), and the PostgreSQL
 // notification channel NAME. The name must be a plain identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
 // unqualified name (search_path on PostgreSQL, the connection's database on
