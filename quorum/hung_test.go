@@ -139,16 +139,7 @@ func TestOneHungRedisNode(t *testing.T) {
 func TestCloseHungNodes(t *testing.T) {
 	q, hang := newHungQuorum(t, 3)
 	hang()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { q.Acquire(ctx(t), req(key(t))) })
-	closed := make(chan error, 1)
-	go func() { closed <- q.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(hungReadTimeout + hungMargin):
-		t.Fatalf("Close still running after %v with every node hung", hungReadTimeout+hungMargin)
-	}
+	dlocktest.CloseWhileHung(t, q, req(key(t)), hungReadTimeout+hungMargin)
 }
 
 // TestRacingReleasesRedis checks over Redis nodes in every mode that a

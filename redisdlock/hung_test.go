@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -180,16 +179,7 @@ func TestCloseHungServer(t *testing.T) {
 			}
 			defer sub.Close()
 			hang()
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			wg.Go(func() { d.Acquire(testCtx(t), req) })
-			closed := make(chan error, 1)
-			go func() { closed <- d.Close() }()
-			select {
-			case <-closed:
-			case <-time.After(hungReadTimeout + hungMargin):
-				t.Fatalf("Close still running after %v on a hung server", hungReadTimeout+hungMargin)
-			}
+			dlocktest.CloseWhileHung(t, d, req, hungReadTimeout+hungMargin)
 		})
 	}
 }

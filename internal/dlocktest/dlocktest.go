@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,21 @@ func AbandonedAcquire(t *testing.T, d driver.Driver, delay time.Duration, k stri
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no Release after the abandoned Acquire within 30s")
+	}
+}
+
+// CloseWhileHung checks that d.Close returns within bound while d's store
+// hangs (the caller has hung it) and an Acquire of req is in flight.
+func CloseWhileHung(t *testing.T, d driver.Driver, req driver.Request, bound time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { d.Acquire(Ctx(t), req) })
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(bound):
+		t.Fatalf("Close still running after %v on a hung store", bound)
 	}
 }
