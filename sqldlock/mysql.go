@@ -14,20 +14,24 @@ import (
 
 // myOps implements the MySQL/MariaDB dialect.
 //
-// Acquire is one short READ COMMITTED transaction (READ COMMITTED, so that a
-// locking read of a missing key takes no gap lock, which would make
-// concurrent inserts of neighbouring keys deadlock):
+// Acquire first reads the key's row with a plain, non-locking read (see
+// acquire): a contender for a key that another owner holds Exclusive, live,
+// is turned away, or queued behind the hold, with statements that each
+// lock rows only while they run. Only for a key that is free, expired, its
+// own or a marker does it open a short READ COMMITTED transaction (READ
+// COMMITTED, so that no gap lock is taken, and so that its first locking
+// statement leaves a row that does not match unlocked):
 //
-//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE      -- lock the key's row, if any
-//	-- no row:        INSERT the row with token 0        -- a concurrent insert of the
-//	--                                                      same key makes one of them fail
-//	--                                                      with a duplicate key: not acquired
+//	-- no row: INSERT an expired marker first, in a statement of its own
+//	UPDATE t SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
+//		WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= now)
+//	-- no match: another owner's live hold came in between: start over
+//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE   -- already locked
 //	-- expired row:   take it over (below)
 //	-- own live row:  UPDATE its lease, keep the token
-//	-- foreign live:  ROLLBACK, not acquired (a marker, or a queued waiter:
-//	--                the holds-table protocol, see multiSQL)
+//	-- live marker:   the holds-table protocol, see multiSQL
 //	UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1   -- draw the token
-//	UPDATE t SET token = ?, ... WHERE lock_key = ?
+//	UPDATE t SET owner = ?, token = ?, ... WHERE lock_key = ?
 //	COMMIT
 //
 // The token is drawn only once the transaction holds the key's row, for the
@@ -40,7 +44,8 @@ import (
 // A fair driver (WithFair) takes an expired row over only if no other
 // owner's queue entry is live (a plain read in the same READ COMMITTED
 // transaction, after the row lock: every waiter that queued on the key has
-// committed by then, since queueing locks the row too). Its waiter that is
+// committed by then, since queueing locks the row too, in share mode while
+// its statement runs). Its waiter that is
 // queued behind a live Exclusive hold renews its entry with one UPDATE (it
 // cannot be admitted, and the hold's row stands for the queue); other
 // waiters run the holds-table transaction. It releases an Exclusive hold
@@ -57,12 +62,20 @@ import (
 // NO_SEMIJOIN, so that MySQL does not turn it into a join that reads the
 // holds table first (MariaDB reads it as a comment).
 //
-// Known limit: every transaction above is sent statement by statement, so
-// a client whose round trips are slow keeps the key's row locked across
-// them, and a holder's renewal (an UPDATE of that row) waits behind it; with
-// round trips longer than a fraction of the lease the holder can lose its
-// lock. PostgreSQL avoids this for contenders (one statement per step); on
-// MySQL/MariaDB keep clients close to the server or leases long.
+// A client whose round trips are slow therefore never keeps another
+// owner's live Exclusive hold locked across them (a waiter leaves the queue
+// behind such a hold in one statement too, and a Refresh that finds no hold
+// of its owner runs no transaction), so the holder's renewal never waits
+// for it. Known limits: the transactions still run statement by statement,
+// so a slow client keeps the rows it works on locked across its round
+// trips: an expired key's row while it takes it over (no live holder needs
+// it), the counter row from drawing a token to COMMIT (other acquisitions
+// wait, renewals do not), and a marker's row in the holds-table protocol,
+// which Shared and Semaphore holders lock to renew: there a slow
+// contender can still delay their renewal. Clients of earlier versions
+// still lock a held key's row across their round trips (SELECT ... FOR
+// UPDATE first); they exclude correctly alongside this one, but a slow one
+// can still make a holder lose its lock.
 type myOps struct {
 	n    names
 	fair bool
@@ -372,16 +385,18 @@ func (o myOps) acquireLocked(ctx context.Context, db *sql.DB, req driver.Request
 		return driver.Result{}, false, err
 	}
 	defer rollback(tx)
+	if ok, err := o.lockUnlessHeld(ctx, tx, req); !ok || err != nil {
+		if err != nil && myContention(err) && ctx.Err() == nil {
+			return driver.Result{}, true, nil
+		}
+		// Another owner's live hold (or, rarely, the row was swept
+		// meanwhile): start over.
+		return driver.Result{}, err != nil, err
+	}
 	var row myRow
 	err = tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
 	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
-FROM `+o.n.table+` WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= `+myNow+`) FOR UPDATE`,
-		req.Key, req.Owner).Scan(&row.owner, &row.token, &row.live, &row.left)
-	if errors.Is(err, sql.ErrNoRows) {
-		// Another owner's live hold (or, rarely, the row was swept
-		// meanwhile): start over.
-		return driver.Result{}, false, nil
-	}
+FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&row.owner, &row.token, &row.live, &row.left)
 	var (
 		res    driver.Result
 		commit bool
@@ -407,6 +422,26 @@ FROM `+o.n.table+` WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at
 		return driver.Result{}, true, err
 	}
 	return res, true, nil
+}
+
+// lockUnlessHeld locks the key's lock-table row in tx unless it is
+// another owner's live Exclusive hold, and reports whether it did.
+//
+// It is an UPDATE that changes nothing, so that the row is locked only if
+// it matches: under READ COMMITTED an UPDATE skips (and leaves unlocked) a
+// row that does not match its WHERE, even one that another transaction has
+// locked, whereas a locking SELECT keeps it locked (MariaDB).
+// LAST_INSERT_ID(token + 1), evaluated only on a matching row, tells the
+// two apart: the statement's result carries 0 unless it was evaluated
+// (rows affected counts changed rows only).
+func (o myOps) lockUnlessHeld(ctx context.Context, tx *sql.Tx, req driver.Request) (bool, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
+WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= `+myNow+`)`, req.Key, req.Owner)
+	if err != nil {
+		return false, err
+	}
+	id, err := res.LastInsertId()
+	return id > 0, err
 }
 
 // myRow is the lock-table row acquireLocked has locked.
@@ -743,22 +778,13 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock
 	if err := rows.Err(); err != nil || len(keys) == 0 {
 		return 0, err
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return 0, err
-	}
-	defer rollback(tx)
+	// One statement, outside a transaction: go-sql-driver's Commit does
+	// not watch the context, so a COMMIT on a hung server would keep
+	// Close waiting for the sweep.
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
-	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
 AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live, append(keys, grace.Microseconds())...)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	return int(n), tx.Commit()
+	return int(n), err
 }
 
 func execCount(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
