@@ -338,20 +338,18 @@ func TestErrorsHidePasswords(t *testing.T) {
 }
 
 // TestSlowContenderCannotStealRenewal checks that a client whose every
-// round trip is slow (a second each way, through a delaying proxy) cannot
+// round trip is slow (400ms each way, through a delaying proxy, against a
+// lease of 600ms) cannot
 // make a healthy holder lose its lock by trying to acquire the same key: no
 // acquire keeps a row or lock of the key across its round trips, so the
 // holder's renewal never waits behind it.
 func TestSlowContenderCannotStealRenewal(t *testing.T) {
 	const (
-		ttl   = 1500 * time.Millisecond
-		delay = time.Second
+		ttl   = 600 * time.Millisecond
+		delay = 400 * time.Millisecond
 		span  = 5 * ttl
 	)
-	// MySQL is left out: its Exclusive acquire is still a transaction of
-	// several round trips (SELECT ... FOR UPDATE first), and a slow
-	// contender still makes the holder lose there (see myOps).
-	for _, d := range []Dialect{Postgres} {
+	for _, d := range []Dialect{Postgres, MySQL} {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t, d)

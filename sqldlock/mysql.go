@@ -14,20 +14,24 @@ import (
 
 // myOps implements the MySQL/MariaDB dialect.
 //
-// Acquire is one short READ COMMITTED transaction (READ COMMITTED, so that a
-// locking read of a missing key takes no gap lock, which would make
-// concurrent inserts of neighbouring keys deadlock):
+// Acquire first reads the key's row with a plain, non-locking read (see
+// acquire): a contender for a key that another owner holds Exclusive, live,
+// is turned away, or queued behind the hold, with statements that each
+// lock rows only while they run. Only for a key that is free, expired, its
+// own or a marker does it open a short READ COMMITTED transaction (READ
+// COMMITTED, so that no gap lock is taken, and so that its first locking
+// statement leaves a row that does not match unlocked):
 //
-//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE      -- lock the key's row, if any
-//	-- no row:        INSERT the row with token 0        -- a concurrent insert of the
-//	--                                                      same key makes one of them fail
-//	--                                                      with a duplicate key: not acquired
+//	-- no row: INSERT an expired marker first, in a statement of its own
+//	UPDATE t SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
+//		WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= now)
+//	-- no match: another owner's live hold came in between: start over
+//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE   -- already locked
 //	-- expired row:   take it over (below)
 //	-- own live row:  UPDATE its lease, keep the token
-//	-- foreign live:  ROLLBACK, not acquired (a marker, or a queued waiter:
-//	--                the holds-table protocol, see multiSQL)
+//	-- live marker:   the holds-table protocol, see multiSQL
 //	UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1   -- draw the token
-//	UPDATE t SET token = ?, ... WHERE lock_key = ?
+//	UPDATE t SET owner = ?, token = ?, ... WHERE lock_key = ?
 //	COMMIT
 //
 // The token is drawn only once the transaction holds the key's row, for the
@@ -40,7 +44,8 @@ import (
 // A fair driver (WithFair) takes an expired row over only if no other
 // owner's queue entry is live (a plain read in the same READ COMMITTED
 // transaction, after the row lock: every waiter that queued on the key has
-// committed by then, since queueing locks the row too). Its waiter that is
+// committed by then, since queueing locks the row too, in share mode while
+// its statement runs). Its waiter that is
 // queued behind a live Exclusive hold renews its entry with one UPDATE (it
 // cannot be admitted, and the hold's row stands for the queue); other
 // waiters run the holds-table transaction. It releases an Exclusive hold
@@ -57,12 +62,20 @@ import (
 // NO_SEMIJOIN, so that MySQL does not turn it into a join that reads the
 // holds table first (MariaDB reads it as a comment).
 //
-// Known limit: every transaction above is sent statement by statement, so
-// a client whose round trips are slow keeps the key's row locked across
-// them, and a holder's renewal (an UPDATE of that row) waits behind it; with
-// round trips longer than a fraction of the lease the holder can lose its
-// lock. PostgreSQL avoids this for contenders (one statement per step); on
-// MySQL/MariaDB keep clients close to the server or leases long.
+// A client whose round trips are slow therefore never keeps another
+// owner's live Exclusive hold locked across them (a waiter leaves the queue
+// behind such a hold in one statement too, and a Refresh that finds no hold
+// of its owner runs no transaction), so the holder's renewal never waits
+// for it. Known limits: the transactions still run statement by statement,
+// so a slow client keeps the rows it works on locked across its round
+// trips: an expired key's row while it takes it over (no live holder needs
+// it), the counter row from drawing a token to COMMIT (other acquisitions
+// wait, renewals do not), and a marker's row in the holds-table protocol,
+// which Shared and Semaphore holders lock to renew: there a slow
+// contender can still delay their renewal. Clients of earlier versions
+// still lock a held key's row across their round trips (SELECT ... FOR
+// UPDATE first); they exclude correctly alongside this one, but a slow one
+// can still make a holder lose its lock.
 type myOps struct {
 	n    names
 	fair bool
@@ -216,95 +229,245 @@ func counterExists(ctx context.Context, db *sql.DB, n names) (bool, error) {
 	return rows == 1, nil
 }
 
+// myPeek is what acquire learns about a key from its plain read.
+type myPeek struct {
+	exists bool   // the key has a lock-table row
+	owner  string // its owner (markerOwner for a marker)
+	live   bool   // its lease has not ended
+	left   int64  // microseconds left on it
+	// The requesting owner's holds-table row, if it has one.
+	entry   bool
+	waiting bool // it is a queue entry
+	eLive   bool // its lease has not ended
+	recent  bool // it ended less than goneFor ago
+}
+
+// foreign reports that another owner holds the key Exclusive, live.
+func (p myPeek) foreign(owner string) bool {
+	return p.exists && p.live && p.owner != markerOwner && p.owner != owner
+}
+
+// peek reads the key's lock-table row and req.Owner's holds-table row with
+// a plain (consistent, non-locking) read, which waits for no lock and
+// takes none.
+func (o myOps) peek(ctx context.Context, db *sql.DB, req driver.Request) (myPeek, error) {
+	var (
+		p             myPeek
+		waiting       sql.NullInt64
+		eLive, recent sql.NullBool
+	)
+	err := db.QueryRowContext(ctx, `SELECT l.owner, l.expires_at > `+myNow+`, TIMESTAMPDIFF(MICROSECOND, `+myNow+`, l.expires_at),
+	w.waiting, w.expires_at > `+myNow+`, w.expires_at > `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND
+FROM `+o.n.table+` AS l LEFT JOIN `+o.n.holds+` AS w ON w.lock_key = l.lock_key AND w.owner = ?
+WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &waiting, &eLive, &recent)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return p, nil
+	case err != nil:
+		return p, err
+	}
+	p.exists = true
+	p.entry, p.waiting, p.eLive, p.recent = waiting.Valid, waiting.Int64 == 1, eLive.Bool, recent.Bool
+	return p, nil
+}
+
+// acquire never keeps a row of a key that another owner holds Exclusive,
+// live, locked across round trips to the client, so that however slow the
+// client, the holder's renewal (an UPDATE of that row) never waits for it:
+//
+//   - a plain read (peek) turns a contender away from such a key, or has it
+//     queue behind the hold or renew its queue entry with single
+//     statements (waitBehind);
+//   - only for a key that is free, expired, the caller's own or a marker
+//     does it open a transaction, whose first statement locks the row only
+//     if it is still not such a hold (a locking read whose WHERE excludes
+//     it: under READ COMMITTED the lock of a row that does not match is
+//     released at once); a key that has no row gets an expired marker
+//     first, in a statement of its own, so that the transaction never
+//     inserts the key's row (a duplicate key error would leave a shared
+//     lock on the winner's row until the rollback).
+//
+// If the key changes between the read and the transaction, acquire starts
+// over, three times at most; then it reports "not acquired".
 func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
-	if o.fair && queued && req.Mode != driver.Semaphore {
-		// A waiter behind an Exclusive hold, the common case, only
-		// renews its entry: one statement instead of a transaction.
-		n, err := execCount(ctx, db, `UPDATE `+o.n.holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
-WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ? AND owner <> '' AND owner <> ? AND expires_at > `+myNow+`)`,
-			ttl, req.Key, req.Owner, req.Key, req.Owner)
-		switch {
-		case err == nil && n == 1:
-			return driver.Result{}, nil
-		case err != nil && !(myContention(err) && ctx.Err() == nil):
+	for range 3 {
+		p, err := o.peek(ctx, db, req)
+		if err != nil {
 			return driver.Result{}, err
 		}
+		if p.foreign(req.Owner) {
+			switch {
+			case req.Mode == driver.Semaphore:
+				return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+			case !req.Queue:
+				return driver.Result{RetryAfter: micros(p.left)}, nil
+			}
+			res, done, err := o.waitBehind(ctx, db, req, ttl, p)
+			if done || err != nil {
+				return res, err
+			}
+			continue
+		}
+		if !p.exists {
+			if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
+VALUES (?, '', 0, '', '1970-01-01') ON DUPLICATE KEY UPDATE owner = owner`, req.Key); err != nil {
+				return driver.Result{}, err
+			}
+		}
+		res, done, err := o.acquireLocked(ctx, db, req, ttl, queued)
+		if done || err != nil {
+			return res, err
+		}
 	}
+	return driver.Result{}, nil
+}
+
+// myHeld is true of the lock-table row of a key that another owner holds
+// Exclusive, live. Args: key, owner.
+const myHeld = `lock_key = ? AND owner <> '' AND owner <> ? AND expires_at > ` + myNow
+
+// waitBehind queues req.Owner behind another owner's live Exclusive hold,
+// or renews its queue entry there, with statements that each lock rows
+// only while they run. done is false if the hold was gone by then.
+func (o myOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, p myPeek) (_ driver.Result, done bool, _ error) {
+	wait := driver.Result{RetryAfter: micros(p.left)}
+	switch {
+	case p.entry && p.waiting && p.eLive:
+		n, err := execCount(ctx, db, `UPDATE `+o.n.holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
+WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
+AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE `+myHeld+`)`,
+			ttl, req.Key, req.Owner, req.Key, req.Owner)
+		if err != nil && !(myContention(err) && ctx.Err() == nil) {
+			return driver.Result{}, false, err
+		}
+		return wait, n == 1, nil
+	case p.entry && p.waiting && p.recent:
+		return driver.Result{}, false, placeLost(req.Key)
+	case p.entry:
+		// A stale row of req.Owner (an expired hold, a queue entry
+		// long gone) goes first.
+		if _, err := db.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ? AND expires_at <= `+myNow+`
+AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND)`, req.Key, req.Owner); err != nil {
+			return driver.Result{}, false, err
+		}
+	}
+	// The place in line is drawn before the entry is inserted (each
+	// statement commits on its own): waiters are ordered by when they
+	// asked, and a number drawn but not used is a gap, as elsewhere.
+	seq, err := o.drawToken(ctx, db)
+	if err != nil {
+		return driver.Result{}, false, err
+	}
+	// LOCK IN SHARE MODE: a fair driver's takeover of the expired key
+	// locks the row first, and so sees every entry queued while the key
+	// was held.
+	n, err := execCount(ctx, db, `INSERT INTO `+o.n.holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+SELECT ?, ?, 1, ?, ?, ?, '', `+myNow+` + INTERVAL ? MICROSECOND FROM `+o.n.table+` WHERE `+myHeld+` LOCK IN SHARE MODE`,
+		req.Key, req.Owner, int(req.Mode), req.Limit, seq, ttl, req.Key, req.Owner)
+	if err != nil && !(myContention(err) && ctx.Err() == nil) {
+		return driver.Result{}, false, err
+	}
+	return wait, n == 1, nil
+}
+
+// drawToken draws a number from the token counter in a statement of its
+// own, which keeps the counter row locked only while it runs.
+func (o myOps) drawToken(ctx context.Context, db *sql.DB) (int64, error) {
+	return o.drawFrom(ctx, db)
+}
+
+// acquireLocked runs acquire's transaction on a key that peek found free,
+// expired, the caller's own or a marker. done is false if the key had
+// meanwhile become another owner's live Exclusive hold: nothing was done.
+func (o myOps) acquireLocked(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (_ driver.Result, done bool, _ error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return driver.Result{}, err
+		return driver.Result{}, false, err
 	}
 	defer rollback(tx)
+	if ok, err := o.lockUnlessHeld(ctx, tx, req); !ok || err != nil {
+		if err != nil && myContention(err) && ctx.Err() == nil {
+			return driver.Result{}, true, nil
+		}
+		// Another owner's live hold (or, rarely, the row was swept
+		// meanwhile): start over.
+		return driver.Result{}, err != nil, err
+	}
+	var row myRow
+	err = tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
+	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
+FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&row.owner, &row.token, &row.live, &row.left)
 	var (
 		res    driver.Result
 		commit bool
 	)
-	if req.Mode != driver.Exclusive || o.fair && queued {
-		// A queued owner of a fair driver finds a marker anyway.
-		res, err = o.acquireMulti(ctx, tx, req, ttl)
-		commit = err == nil
-	} else {
-		res, commit, err = o.acquireTx(ctx, tx, req, ttl, queued)
+	if err == nil {
+		if req.Mode != driver.Exclusive || o.fair && queued {
+			// A queued owner of a fair driver finds a marker anyway.
+			res, err = o.acquireMulti(ctx, tx, req, ttl)
+			commit = err == nil
+		} else {
+			res, commit, err = o.acquireTx(ctx, tx, req, ttl, queued, row)
+		}
 	}
 	if err == nil && (res.Acquired || commit) {
 		err = tx.Commit()
 	}
 	if err != nil {
 		if myContention(err) && ctx.Err() == nil {
-			// A concurrent insert of the same key won, or the
-			// transaction was chosen as a deadlock victim: it was
-			// rolled back, nothing is held.
-			return driver.Result{}, nil
+			// The transaction was chosen as a deadlock victim: it
+			// was rolled back, nothing is held.
+			return driver.Result{}, true, nil
 		}
-		return driver.Result{}, err
+		return driver.Result{}, true, err
 	}
-	return res, nil
+	return res, true, nil
 }
 
-func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool) (_ driver.Result, commit bool, err error) {
-	var (
-		owner string
-		token int64
-		live  bool
-		left  int64
-	)
-	err = tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
-	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
-FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&owner, &token, &live, &left)
+// lockUnlessHeld locks the key's lock-table row in tx unless it is
+// another owner's live Exclusive hold, and reports whether it did.
+//
+// It is an UPDATE that changes nothing, so that the row is locked only if
+// it matches: under READ COMMITTED an UPDATE skips (and leaves unlocked) a
+// row that does not match its WHERE, even one that another transaction has
+// locked, whereas a locking SELECT keeps it locked (MariaDB).
+// LAST_INSERT_ID(token + 1), evaluated only on a matching row, tells the
+// two apart: the statement's result carries 0 unless it was evaluated
+// (rows affected counts changed rows only).
+func (o myOps) lockUnlessHeld(ctx context.Context, tx *sql.Tx, req driver.Request) (bool, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
+WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= `+myNow+`)`, req.Key, req.Owner)
+	if err != nil {
+		return false, err
+	}
+	id, err := res.LastInsertId()
+	return id > 0, err
+}
+
+// myRow is the lock-table row acquireLocked has locked.
+type myRow struct {
+	owner string
+	token int64
+	live  bool
+	left  int64
+}
+
+// acquireTx is acquireLocked's Exclusive request on row, which tx has
+// locked and which is not another owner's live Exclusive hold.
+func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool, row myRow) (_ driver.Result, commit bool, err error) {
+	owner, token, live := row.owner, row.token, row.live
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
-VALUES (?, ?, 0, ?, `+myNow+` + INTERVAL ? MICROSECOND)`, req.Key, req.Owner, req.Info, ttl); err != nil {
-			return driver.Result{}, false, err
-		}
-		if err := o.dropEntry(ctx, tx, req, queued); err != nil {
-			return driver.Result{}, false, err
-		}
-		// The row is ours (inserted, uncommitted): draw the token.
-		tok, err := o.nextToken(ctx, tx)
-		if err != nil {
-			return driver.Result{}, false, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, tok, req.Key); err != nil {
-			return driver.Result{}, false, err
-		}
-		return driver.Result{Acquired: true, Token: uint64(tok)}, true, nil
-	case err != nil:
-		return driver.Result{}, false, err
 	case live && owner == req.Owner:
 		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
 SET info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`, req.Info, ttl, req.Key); err != nil {
 			return driver.Result{}, false, err
 		}
 		return driver.Result{Acquired: true, Token: uint64(token)}, true, nil
-	case live && (owner == markerOwner || req.Queue):
-		// Readers or permits hold the key (a mode mismatch or an upgrade
-		// is possible), or the owner waits in the queue.
+	case live:
+		// Readers or permits hold the key, or waiters wait for it (a
+		// mode mismatch or an upgrade is possible).
 		res, err := o.acquireMulti(ctx, tx, req, ttl)
 		return res, err == nil, err
-	case live:
-		return driver.Result{RetryAfter: micros(left)}, false, nil
 	}
 	if o.fair {
 		// An expired row: waiters queued behind it come first.
@@ -354,7 +517,12 @@ func (o myOps) dropEntry(ctx context.Context, tx *sql.Tx, req driver.Request, qu
 // transaction ends, and returns the new value (LAST_INSERT_ID(expr) passes
 // it back in the statement's result, without another round trip).
 func (o myOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE `+o.n.seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
+	return o.drawFrom(ctx, tx)
+}
+
+// drawFrom is nextToken on any connection, transaction or pool.
+func (o myOps) drawFrom(ctx context.Context, db Execer) (int64, error) {
+	res, err := db.ExecContext(ctx, `UPDATE `+o.n.seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
 	if err != nil {
 		return 0, err
 	}
@@ -386,6 +554,14 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Own
 WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
 	if n == 1 || err != nil {
 		return n == 1, err
+	}
+	// The transaction locks the key's row, which may be another owner's
+	// live Exclusive hold: only an owner that holds the key in the holds
+	// table, so that no such hold exists, runs it.
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.holds+`
+WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
+	if n == 0 || err != nil {
+		return false, err
 	}
 	return o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
 		return o.multi().refreshMulti(ctx, tx, req, ttl)
@@ -443,6 +619,9 @@ func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 	if err != nil || n == 1 {
 		return n == 1, false, err
 	}
+	if found, live, done, err := o.leaveQueue(ctx, db, req); done || err != nil {
+		return found, live, err
+	}
 	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
 		f, l, err := o.multi().releaseMulti(ctx, tx, req)
 		live = l
@@ -461,6 +640,9 @@ AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.holds+` AS w
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
 	}
+	if found, live, done, err := o.leaveQueue(ctx, db, req); done || err != nil {
+		return found, live, err
+	}
 	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
 		q := o.multi()
 		f, l, err := q.releaseMain(ctx, tx, req)
@@ -471,6 +653,38 @@ AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.holds+` AS w
 		return f, err
 	})
 	return found, live && found, err
+}
+
+// leaveQueue is the part of release that needs no transaction, so that a
+// slow client never keeps another owner's live hold locked across round
+// trips: req.Owner holds nothing on the key (done, not found), or it
+// leaves the queue behind another owner's live Exclusive hold, whose row
+// stands for the queue, in one statement (done, found). Otherwise done is
+// false, and the caller runs the transaction.
+func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (found, live, done bool, err error) {
+	var (
+		mine    int
+		waiting sql.NullInt64
+		eLive   sql.NullBool
+	)
+	err = db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?),
+	(SELECT waiting FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?),
+	(SELECT expires_at > `+myNow+` FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?)`,
+		req.Key, req.Owner, req.Key, req.Owner, req.Key, req.Owner).Scan(&mine, &waiting, &eLive)
+	switch {
+	case err != nil:
+		return false, false, true, err
+	case mine > 0 || waiting.Valid && waiting.Int64 != 1:
+		return false, false, false, nil
+	case !waiting.Valid:
+		return false, false, true, nil
+	}
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ? AND waiting = 1
+AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE `+myHeld+`)`, req.Key, req.Owner, req.Key, req.Owner)
+	if err != nil || n == 1 {
+		return n == 1, eLive.Bool, true, err
+	}
+	return false, false, false, nil
 }
 
 func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
@@ -564,22 +778,13 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock
 	if err := rows.Err(); err != nil || len(keys) == 0 {
 		return 0, err
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return 0, err
-	}
-	defer rollback(tx)
+	// One statement, outside a transaction: go-sql-driver's Commit does
+	// not watch the context, so a COMMIT on a hung server would keep
+	// Close waiting for the sweep.
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
-	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
 AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live, append(keys, grace.Microseconds())...)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	return int(n), tx.Commit()
+	return int(n), err
 }
 
 func execCount(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
