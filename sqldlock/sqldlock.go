@@ -504,11 +504,12 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 		MinTTL:        minTTL,
 		MaxTTL:        maxTTL,
 		MaxLimit:      maxLimit,
-		// PostgreSQL's and MySQL's client libraries abandon a request
-		// when its context ends (pgx by a socket deadline, go-sql-driver
-		// by closing the connection). SQLite's busy waits are left to
+		// pgx abandons a request when its context ends (by a socket
+		// deadline), and every PostgreSQL step is one statement.
+		// go-sql-driver/mysql cannot abandon a COMMIT, and SQLite's busy
+		// waits do not watch the context: those requests are left to
 		// package dlock's goroutines.
-		CancelsPromptly: d.Dialect() != SQLite,
+		CancelsPromptly: d.Dialect() == Postgres,
 	}
 }
 
