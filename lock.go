@@ -380,17 +380,18 @@ func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}
 		_, err := op(rctx)
 		return err, false
 	}
+	// Whether the caller still waits is decided before the request
+	// starts: a ctx that ends once it is on its way ends the wait.
+	wctx, wcancel := context.WithTimeout(ctx, ReleaseTimeout)
+	defer wcancel()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	if ctx.Err() != nil {
+		wctx = rctx
+	}
 	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
 		defer cancel()
 		return op(ctx)
 	})
-	wctx := rctx
-	if ctx.Err() == nil {
-		var wcancel context.CancelFunc
-		wctx, wcancel = context.WithTimeout(ctx, ReleaseTimeout)
-		defer wcancel()
-	}
 	_, err, ok := cl.wait(wctx)
 	return err, !ok
 }
