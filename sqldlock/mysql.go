@@ -290,6 +290,17 @@ WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &wai
 // If the key changes between the read and the transaction, acquire starts
 // over, three times at most; then it reports "not acquired".
 func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
+	res, err := o.acquireOnce(ctx, db, req, ttl, queued)
+	if err != nil && myContention(err) && ctx.Err() == nil {
+		// A statement lost to a concurrent one on the same rows (a
+		// deadlock victim, a duplicate key) and was rolled back:
+		// nothing is held, and the key is contended.
+		return driver.Result{}, nil
+	}
+	return res, err
+}
+
+func (o myOps) acquireOnce(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
 	for range 3 {
 		p, err := o.peek(ctx, db, req)
 		if err != nil {
