@@ -162,3 +162,22 @@ func CloseWhileHung(t *testing.T, d driver.Driver, req driver.Request, bound tim
 		t.Fatalf("Close still running after %v on a hung store", bound)
 	}
 }
+
+// OpenHidesSecret checks that dlock.Open of each URL, which names servers
+// that do not listen, fails with an error that does not show secret.
+func OpenHidesSecret(t *testing.T, secret string, urls ...string) {
+	t.Helper()
+	for _, raw := range urls {
+		c, err := dlock.Open(Ctx(t), raw)
+		if err == nil {
+			c.Close()
+			t.Errorf("Open(%s) succeeded with nothing listening", redactAll(raw, secret))
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Open error shows the secret: %s", redactAll(err.Error(), secret))
+		}
+	}
+}
+
+func redactAll(s, secret string) string { return strings.ReplaceAll(s, secret, "***") }
