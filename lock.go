@@ -372,6 +372,11 @@ func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}
 		// ctx bounds the request while it is live, a context of its own
 		// once it has ended.
 		if ctx.Err() == nil {
+			if _, ok := ctx.Deadline(); !ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
+				defer cancel()
+			}
 			_, err := op(ctx)
 			return err, false
 		}
