@@ -618,7 +618,20 @@ func (o myOps) inTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, e
 // release deletes the owner's live row; failing that, its expired remains
 // (each statement is atomic, and a live row of the owner is always taken by
 // the first).
+//
+// Each step either changes nothing or ends the release, so a step that the
+// server rolled back as a deadlock victim is retried by running the release
+// again, three times at most.
 func (o myOps) release(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
+	for attempt := 1; ; attempt++ {
+		found, live, err = o.releaseOnce(ctx, db, req)
+		if err == nil || attempt == 3 || ctx.Err() != nil || !myRolledBack(err) {
+			return found, live, err
+		}
+	}
+}
+
+func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
 	if o.fair {
 		return o.releaseFair(ctx, db, req)
 	}
