@@ -225,13 +225,21 @@ func (p txProto) heldGeneral(ctx context.Context, tx *redis.Tx, k layout, owner 
 
 func isMark(owner string) bool { return owner == markRW || owner == markSem }
 
+// heldBy reads the key's owner field inside a WATCH: owner itself, or a
+// mark of readers or permits, among which owner may hold. Anything else
+// (no lock, another owner's) is ErrNotHeld.
+func heldBy(ctx context.Context, tx *redis.Tx, k layout, owner string) (string, error) {
+	got, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
+	if errors.Is(err, redis.Nil) || err == nil && got != owner && !isMark(got) {
+		return "", driver.ErrNotHeld
+	}
+	return got, err
+}
+
 func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
 	return rerun(func() error {
 		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-			owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-			if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
-				return driver.ErrNotHeld
-			}
+			owner, err := heldBy(ctx, tx, k, req.Owner)
 			if err != nil {
 				return err
 			}
@@ -257,10 +265,7 @@ func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl 
 func (p txProto) release(ctx context.Context, k layout, req driver.Request) error {
 	return rerun(func() error {
 		return p.d.client.Watch(ctx, func(tx *redis.Tx) error {
-			owner, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
-			if errors.Is(err, redis.Nil) || err == nil && owner != req.Owner && !isMark(owner) {
-				return driver.ErrNotHeld
-			}
+			owner, err := heldBy(ctx, tx, k, req.Owner)
 			if err != nil {
 				return err
 			}
