@@ -94,9 +94,20 @@ func Run(t *testing.T, cfg Config) {
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},
 		{"HungStore", s.testHungStore},
+	}
+	// These run one after another, before the parallel ones: each is
+	// quick, but together they would crowd a store with one writer at a
+	// time (SQLite) while the timing-sensitive cases run.
+	serial := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
 		{"CloseEndsWaits", s.testCloseEndsWaits},
 		{"ReleaseEndedContext", s.testReleaseEndedContext},
 		{"RacingReleases", s.testRacingReleases},
+	}
+	for _, tc := range serial {
+		t.Run(tc.name, tc.fn)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
