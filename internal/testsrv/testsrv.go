@@ -129,8 +129,12 @@ type Server struct {
 	stopSig  syscall.Signal
 	stopOnce sync.Once
 	stopErr  error
-	newDB    func(ctx context.Context, db string) error
-	dbURL    func(db string) (url, dsn string)
+	// start and ready relaunch the process on its port (Restart).
+	start   func(port int, log *os.File) (*exec.Cmd, error)
+	ready   func(ctx context.Context, port int) error
+	faultMu sync.Mutex // guards cmd against Kill, Restart and Stop
+	newDB   func(ctx context.Context, db string) error
+	dbURL   func(db string) (url, dsn string)
 }
 
 // Stop shuts the server down (SIGTERM for MariaDB, Redis and etcd, SIGINT —
@@ -161,7 +165,10 @@ func (s *Server) stop() error {
 		}()
 	}
 	wg.Wait()
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
 	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot stop
 		if err := stopProcess(s.cmd, s.stopSig, stopTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("testsrv: stopping %s: %w%s", s.Name, err, s.logTail()))
 		}
@@ -360,7 +367,7 @@ func (s *Server) launch(ctx context.Context, start func(port int, log *os.File) 
 		if err != nil {
 			return err
 		}
-		s.cmd, s.port = cmd, port
+		s.cmd, s.port, s.start, s.ready = cmd, port, start, ready
 		err = waitReady(ctx, cmd, func(ctx context.Context) error { return ready(ctx, port) })
 		if err == nil {
 			return nil
