@@ -1,6 +1,6 @@
 // Package cli implements the dlock command-line tool: `dlock run` (a
-// distributed flock), `dlock ls`, `dlock release --force`, `dlock schema` and
-// `dlock version`. The binary in cmd/dlock only calls Main.
+// distributed flock), `dlock ls`, `dlock release --force`, `dlock schema`,
+// `dlock check` (the safety checker) and `dlock version`. The binary in cmd/dlock only calls Main.
 package cli
 
 import (
@@ -181,7 +181,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "store URL (default: $DLOCK_URL, else the SQLite file in the user's state directory)")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log lock events to stderr")
-	root.AddCommand(a.runCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.versionCommand())
+	root.AddCommand(a.runCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
 	return root
 }
 

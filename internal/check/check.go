@@ -1,0 +1,655 @@
+// Package check runs `dlock check`: a lost-update workload against a lock
+// store, with the faults a client can cause, and a report of what held.
+//
+// Worker processes (re-executions of the dlock binary, see Worker) loop:
+// acquire one key, read a counter, write it plus one (a deliberately
+// non-atomic read-modify-write: two holders at once lose an update), write
+// the lock's fencing token to a register that rejects a token lower than
+// the highest it accepted, release. They report each step with a
+// CLOCK_MONOTONIC timestamp, so that the parent can tell whether holds
+// overlapped. Meanwhile the parent pauses the holder past its lease
+// (SIGSTOP, SIGCONT), cuts a holder off from the store with a TCP proxy,
+// delays a worker's traffic, and kills a holder (SIGKILL), and then judges
+// the run against what the backend promises.
+package check
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/etcddlock"
+	"github.com/dlockhq/dlock/internal/redact"
+	"github.com/dlockhq/dlock/internal/tcpproxy"
+	"github.com/dlockhq/dlock/zkdlock"
+)
+
+// Faults the checker can inject, as named by Config.Faults.
+const (
+	// FaultLatency delays one worker's traffic to the store (through its
+	// proxy) for a while.
+	FaultLatency = "latency"
+	// FaultPause stops the worker that holds the lock (SIGSTOP) for one
+	// and a half leases, then continues it (SIGCONT). On etcd and
+	// ZooKeeper the lease of a stopped process is its session.
+	FaultPause = "pause"
+	// FaultCut blackholes the holder's connections to the store (through
+	// its proxy) for one and a half leases.
+	FaultCut = "cut"
+	// FaultKill kills the holder (SIGKILL) and times the takeover.
+	FaultKill = "kill"
+)
+
+// AllFaults lists every fault, in the order a run injects them.
+var AllFaults = []string{FaultLatency, FaultPause, FaultCut, FaultKill}
+
+// The lock key and the guard key the check uses in the store.
+const (
+	lockKey  = "dlock-check"
+	guardKey = "dlock-check-running"
+)
+
+// injectedLatency is the delay FaultLatency adds in each direction.
+const injectedLatency = 50 * time.Millisecond
+
+// Config describes a check.
+type Config struct {
+	// URL is the lock store.
+	URL string
+	// Resource, if not empty, is the URL of the store that keeps the
+	// protected counter and register; by default the lock store does.
+	Resource string
+	// Workers is the number of worker processes (at least 2).
+	Workers int
+	// Duration is how long the workload runs; a run goes on until its
+	// faults are over.
+	Duration time.Duration
+	// TTL is the lease of every lock.
+	TTL time.Duration
+	// Faults are the faults to inject (see AllFaults).
+	Faults []string
+	// Keep leaves the counter and the register in the store.
+	Keep bool
+	// Worker returns the command of a worker process, which must call
+	// Worker with its standard input and output.
+	Worker func() *exec.Cmd
+	// Progress, if not nil, receives a status line while the check runs
+	// (a terminal: the line is redrawn).
+	Progress io.Writer
+}
+
+// UsageError reports a bad Config: a flag's value, or a store the check
+// cannot run on.
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &UsageError{fmt.Sprintf(format, args...)}
+}
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.Workers < 2:
+		return usagef("invalid --workers %d: must be at least 2 (one to take over from another)", cfg.Workers)
+	case cfg.Duration <= 0:
+		return usagef("invalid --duration %v: must be positive", cfg.Duration)
+	case cfg.TTL <= 0:
+		return usagef("invalid --ttl %v: must be positive", cfg.TTL)
+	}
+	for _, f := range cfg.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return usagef("unknown fault %q (known: %s)", f, strings.Join(AllFaults, ", "))
+		}
+	}
+	for _, raw := range []string{cfg.URL, cfg.Resource} {
+		if u, err := url.Parse(raw); err == nil && u.Scheme == "mem" {
+			return usagef("%s: an in-process store cannot be shared by worker processes", redact.String(raw))
+		}
+	}
+	return nil
+}
+
+// worker is one worker process, as the parent sees it.
+type worker struct {
+	id      int
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	stderr  bytes.Buffer // guarded by run.mu through tailWriter
+	proxies []*tcpproxy.Proxy
+	done    chan struct{} // closed when the process has been waited for
+
+	// guarded by run.mu
+	events  []event
+	holding int // the hold in progress, 0 if none
+	ready   bool
+	killed  int64 // when it was killed, 0 if it was not
+	exited  int64
+	paused  bool
+}
+
+// run is one check in progress.
+type run struct {
+	cfg     Config
+	workers []*worker
+
+	stopOnce sync.Once
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every event that changes a worker's state
+	acquired int
+	last     *worker // the worker of the latest acquisition
+	faults   []Fault
+	current  string // the fault in progress, for the progress line
+}
+
+// Run runs a check and returns its report. Errors are a *UsageError for a
+// bad configuration, or the store's error when it cannot be used.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, err := dlock.Open(ctx, cfg.URL)
+	if err != nil {
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			return nil, &UsageError{err.Error()}
+		}
+		return nil, err
+	}
+	defer c.Close()
+	caps := c.Capabilities()
+	if cfg.TTL < caps.MinTTL || cfg.TTL > caps.MaxTTL {
+		return nil, usagef("invalid --ttl %v: this store takes leases from %v to %v", cfg.TTL, caps.MinTTL, caps.MaxTTL)
+	}
+	guard, err := c.TryLock(ctx, guardKey, dlock.WithTTL(max(cfg.TTL, 10*time.Second)))
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		return nil, fmt.Errorf("another dlock check is running on this store (it holds %q)", guardKey)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer guard.Release(context.Background())
+
+	res, closeRes, err := openResourceAt(ctx, cfg.URL, cfg.Resource, c)
+	if err != nil {
+		return nil, err
+	}
+	defer closeRes()
+	if err := res.reset(ctx); err != nil {
+		return nil, fmt.Errorf("cannot set up the protected resource: %w", err)
+	}
+
+	r := &run{cfg: cfg, changed: make(chan struct{})}
+	defer r.stopWorkers()
+	if err := r.startWorkers(); err != nil {
+		return nil, err
+	}
+	if err := r.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	start := monoNow()
+	stopProgress := r.progress(start)
+	r.injectFaults(ctx, start)
+	stopProgress()
+	r.stopWorkers()
+	end := monoNow()
+
+	// Leave nothing behind: the holds of killed workers, the resource.
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	counter, register, stateErr := res.state(cctx)
+	if _, err := c.ForceRelease(cctx, lockKey); err != nil && !errors.Is(err, dlock.ErrUnsupported) {
+		return nil, fmt.Errorf("cannot remove the holds of killed workers: %w", err)
+	}
+	if !cfg.Keep {
+		if err := res.remove(cctx); err != nil {
+			return nil, fmt.Errorf("cannot remove the protected resource: %w", err)
+		}
+	}
+	if stateErr != nil {
+		return nil, fmt.Errorf("cannot read the protected resource: %w", stateErr)
+	}
+	rep := r.analyse(start, end, counter, register, caps)
+	rep.Store = redact.String(cfg.URL)
+	if cfg.Resource != "" {
+		rep.Resource = redact.String(cfg.Resource)
+	}
+	return rep, nil
+}
+
+// proxied returns, for a store URL of host:port lists that a plain TCP
+// proxy can stand between, the URL with each address replaced by a new
+// proxy's, and the proxies. It returns "" for other stores (files,
+// TLS, stores whose clients learn other addresses from the server).
+func proxied(raw string) (string, []*tcpproxy.Proxy, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", nil, err
+	}
+	switch u.Scheme {
+	case "redis", "redlock", "etcd", "zk", "memcached":
+	case "postgres", "postgresql":
+		if m := u.Query().Get("sslmode"); m == "verify-full" || m == "verify-ca" {
+			return "", nil, nil
+		}
+	case "mysql":
+		if t := u.Query().Get("tls"); t != "" && t != "false" {
+			return "", nil, nil
+		}
+	default:
+		return "", nil, nil
+	}
+	var addrs []string
+	var proxies []*tcpproxy.Proxy
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		if !strings.Contains(h, ":") || strings.HasSuffix(h, "]") {
+			return "", nil, nil // a default port: leave the URL alone
+		}
+		p, err := tcpproxy.Start(h)
+		if err != nil {
+			closeProxies(proxies)
+			return "", nil, err
+		}
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	if len(proxies) == 0 {
+		return "", nil, nil
+	}
+	u.Host = strings.Join(addrs, ",")
+	return u.String(), proxies, nil
+}
+
+func closeProxies(ps []*tcpproxy.Proxy) {
+	for _, p := range ps {
+		p.Close()
+	}
+}
+
+func (r *run) startWorkers() error {
+	for i := range r.cfg.Workers {
+		w := &worker{id: i + 1, done: make(chan struct{})}
+		r.workers = append(r.workers, w)
+		wurl, proxies, err := proxied(r.cfg.URL)
+		if err != nil {
+			return fmt.Errorf("cannot start a proxy: %w", err)
+		}
+		w.proxies = proxies
+		if wurl == "" {
+			wurl = r.cfg.URL
+		}
+		w.cmd = r.cfg.Worker()
+		workerAttr(w.cmd)
+		w.cmd.Stderr = tailWriter{&r.mu, &w.stderr}
+		if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+			return err
+		}
+		out, err := w.cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := w.cmd.Start(); err != nil {
+			return fmt.Errorf("cannot start a worker: %w", err)
+		}
+		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL})
+		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("cannot configure a worker: %w", err)
+		}
+		go r.read(w, out)
+	}
+	return nil
+}
+
+// tailWriter keeps what a worker writes on stderr, for error messages.
+type tailWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (t tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.b.Len() < 64<<10 {
+		t.b.Write(p)
+	}
+	return len(p), nil
+}
+
+// read collects a worker's events until its output ends, then waits for
+// the process.
+func (r *run) read(w *worker, out io.Reader) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e event
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		r.mu.Lock()
+		w.events = append(w.events, e)
+		switch e.Kind {
+		case evReady:
+			w.ready = true
+		case evAcquired:
+			w.holding = e.Hold
+			r.acquired++
+			r.last = w
+		case evReleased:
+			if w.holding == e.Hold {
+				w.holding = 0
+			}
+		}
+		r.notify()
+		r.mu.Unlock()
+	}
+	_ = w.cmd.Wait()
+	r.mu.Lock()
+	w.exited = monoNow()
+	w.holding = 0
+	r.notify()
+	r.mu.Unlock()
+	close(w.done)
+}
+
+// notify wakes the waiters of waitFor; r.mu is held.
+func (r *run) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// waitFor waits until cond (called with r.mu held) is true, ctx ends or
+// timeout passes, and reports whether cond became true.
+func (r *run) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		ok, ch := cond(), r.changed
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// readyTimeout bounds the start of the workers (connecting to the store).
+const readyTimeout = 60 * time.Second
+
+func (r *run) waitReady(ctx context.Context) error {
+	var failed *worker
+	ok := r.waitFor(ctx, readyTimeout, func() bool {
+		all := true
+		for _, w := range r.workers {
+			if w.exited != 0 && !w.ready {
+				failed = w
+				return true
+			}
+			all = all && w.ready
+		}
+		return all
+	})
+	switch {
+	case failed != nil:
+		r.mu.Lock()
+		msg := strings.TrimSpace(failed.stderr.String())
+		r.mu.Unlock()
+		return fmt.Errorf("worker %d could not start: %s", failed.id, msg)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case !ok:
+		return fmt.Errorf("the workers did not connect to the store within %v", readyTimeout)
+	}
+	return nil
+}
+
+// stopWorkers ends the workers: it undoes the faults, closes their input,
+// waits for them to release their locks and exit, and kills those that do
+// not. It is idempotent.
+func (r *run) stopWorkers() { r.stopOnce.Do(r.stop) }
+
+func (r *run) stop() {
+	for _, w := range r.workers {
+		for _, p := range w.proxies {
+			p.SetDelay(0)
+			p.Unblock()
+		}
+	}
+	for _, w := range r.workers {
+		if w.cmd.Process == nil {
+			close(w.done)
+			continue
+		}
+		_ = signal(w.cmd.Process, sigCont)
+		w.stdin.Close()
+	}
+	deadline := time.After(r.cfg.TTL + dlock.ReleaseTimeout + 5*time.Second)
+	for _, w := range r.workers {
+		select {
+		case <-w.done:
+		case <-deadline:
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+		closeProxies(w.proxies)
+	}
+}
+
+// holder waits for the next acquisition and returns the worker that made
+// it, with its hold, so that a fault strikes early in a hold.
+func (r *run) holder(ctx context.Context) (*worker, int) {
+	var got *worker
+	var hold int
+	r.mu.Lock()
+	n := r.acquired
+	r.mu.Unlock()
+	r.waitFor(ctx, 5*r.cfg.TTL, func() bool {
+		if w := r.last; r.acquired > n && w.holding != 0 && w.killed == 0 && !w.paused && w.exited == 0 {
+			got, hold = w, w.holding
+			return true
+		}
+		return false
+	})
+	return got, hold
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// wants reports whether the run injects fault f.
+func (r *run) wants(f string) bool { return slices.Contains(r.cfg.Faults, f) }
+
+// setFault records the fault in progress for the progress line.
+func (r *run) setFault(s string) {
+	r.mu.Lock()
+	r.current = s
+	r.mu.Unlock()
+}
+
+// storeLease returns how long the store keeps the lock of a holder that
+// stopped or was cut off: the TTL, or on etcd and ZooKeeper the client's
+// session (the URL's session=, 15s by default) if longer.
+func storeLease(raw string, ttl time.Duration) time.Duration {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ttl
+	}
+	var session time.Duration
+	switch u.Scheme {
+	case "etcd":
+		session = etcddlock.DefaultSessionTTL
+	case "zk":
+		session = zkdlock.DefaultSessionTTL
+	default:
+		return ttl
+	}
+	if d, err := time.ParseDuration(u.Query().Get("session")); err == nil && d > 0 {
+		session = d
+	}
+	return max(ttl, session)
+}
+
+// injectFaults runs the workload for the configured duration, injecting the
+// faults one after another, and returns when both are over.
+func (r *run) injectFaults(ctx context.Context, start int64) {
+	d, ttl := r.cfg.Duration, r.cfg.TTL
+	// A pause or a cut lasts past the lease as the store sees it.
+	long := storeLease(r.cfg.URL, ttl) * 3 / 2
+	at := func(frac float64) { sleep(ctx, time.Duration(float64(d)*frac)-time.Duration(monoNow()-start)) }
+	proxiedRun := len(r.workers[0].proxies) > 0
+	var bg sync.WaitGroup
+	defer bg.Wait()
+
+	if r.wants(FaultLatency) && proxiedRun {
+		at(0.05)
+		w := r.workers[len(r.workers)-1]
+		f := Fault{Kind: FaultLatency, Worker: w.id, Start: monoNow()}
+		for _, p := range w.proxies {
+			p.SetDelay(injectedLatency)
+		}
+		bg.Go(func() {
+			sleep(ctx, min(d/4, 4*ttl))
+			for _, p := range w.proxies {
+				p.SetDelay(0)
+			}
+			f.End = monoNow()
+			r.addFault(f)
+		})
+	}
+	if r.wants(FaultPause) && ctx.Err() == nil {
+		at(0.15)
+		if w, hold := r.holder(ctx); w != nil {
+			r.setFault(fmt.Sprintf("pausing worker %d", w.id))
+			f := Fault{Kind: FaultPause, Worker: w.id, Hold: hold, Start: monoNow()}
+			if signal(w.cmd.Process, sigStop) == nil {
+				r.mu.Lock()
+				w.paused = true
+				r.mu.Unlock()
+				sleep(ctx, long)
+				_ = signal(w.cmd.Process, sigCont)
+				r.mu.Lock()
+				w.paused = false
+				r.mu.Unlock()
+				f.End = monoNow()
+				r.addFault(f)
+			}
+			r.setFault("")
+		}
+	}
+	if r.wants(FaultCut) && proxiedRun && ctx.Err() == nil {
+		if w, hold := r.holder(ctx); w != nil {
+			r.setFault(fmt.Sprintf("cutting worker %d off", w.id))
+			f := Fault{Kind: FaultCut, Worker: w.id, Hold: hold, Start: monoNow()}
+			for _, p := range w.proxies {
+				p.Block()
+			}
+			sleep(ctx, long)
+			for _, p := range w.proxies {
+				p.Unblock()
+			}
+			f.End = monoNow()
+			r.addFault(f)
+			r.setFault("")
+		}
+	}
+	if r.wants(FaultKill) && ctx.Err() == nil {
+		at(0.5)
+		if w, hold := r.holder(ctx); w != nil {
+			r.setFault(fmt.Sprintf("killed worker %d; waiting for a takeover", w.id))
+			f := Fault{Kind: FaultKill, Worker: w.id, Hold: hold, Start: monoNow()}
+			if w.cmd.Process.Kill() == nil {
+				r.mu.Lock()
+				w.killed = f.Start
+				r.mu.Unlock()
+				// The takeover: another worker's acquisition. A
+				// session-based store frees the hold when the
+				// session ends, which may be well after the TTL.
+				r.waitFor(ctx, max(3*ttl, 30*time.Second), func() bool {
+					for _, o := range r.workers {
+						if o != w && len(o.events) > 0 {
+							if e := o.events[len(o.events)-1]; e.Kind == evAcquired && e.At > f.Start {
+								return true
+							}
+						}
+					}
+					return false
+				})
+				f.End = monoNow()
+				r.addFault(f)
+			}
+			r.setFault("")
+		}
+	}
+	at(1)
+}
+
+func (r *run) addFault(f Fault) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, f)
+}
+
+// progress draws a status line on the Progress writer every half second
+// until the returned function is called, which clears it.
+func (r *run) progress(start int64) (stop func()) {
+	if r.cfg.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(r.cfg.Progress, "\r\033[K")
+				return
+			case <-t.C:
+			}
+			r.mu.Lock()
+			n, cur := r.acquired, r.current
+			r.mu.Unlock()
+			line := fmt.Sprintf("dlock check: %4.1fs of %v, %d acquisitions", time.Duration(monoNow()-start).Seconds(), r.cfg.Duration, n)
+			if cur != "" {
+				line += ", " + cur
+			}
+			fmt.Fprint(r.cfg.Progress, "\r\033[K"+line)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// IsTerminal reports whether f is a terminal, for the progress line.
+func IsTerminal(f *os.File) bool { return isTerminal(f) }

@@ -1,0 +1,534 @@
+package check
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlockhq/dlock"
+)
+
+// Report is what a check found. Times are durations from the start of the
+// workload.
+type Report struct {
+	Store    string `json:"store"`              // the lock store's URL, secrets redacted
+	Resource string `json:"resource,omitempty"` // the resource store's URL, if separate
+
+	// Promises are what the backend's capability flags say.
+	Promises Promises `json:"promises"`
+
+	Workers      int           `json:"workers"`
+	TTL          time.Duration `json:"ttl_ns"`
+	Duration     time.Duration `json:"duration_ns"`
+	Acquisitions int           `json:"acquisitions"`
+	Errors       int           `json:"errors"` // failed acquisitions and resource requests
+	// ErrorSamples are the first few distinct errors.
+	ErrorSamples []string `json:"error_samples,omitempty"`
+
+	// Overlaps counts the holds during which another worker acquired the
+	// lock (a hold lasts from its acquisition returning to its release
+	// being called, on the host's monotonic clock). Violations are those
+	// where that happened while the holder's lock was still valid by its
+	// own deadline, or whose release then succeeded: mutual exclusion
+	// broken by the store. The others are holders that went on working
+	// after their lock had expired (paused or cut off), which fencing is
+	// for.
+	Overlaps   int `json:"overlapping_holds"`
+	Violations int `json:"overlaps_while_valid"`
+
+	// Counter: increments acknowledged by the store, increments whose
+	// outcome is unknown (the request failed), the final value, and the
+	// updates lost (acknowledged minus final, if positive).
+	Acknowledged int64 `json:"increments_acknowledged"`
+	Unknown      int64 `json:"increments_unknown"`
+	Final        int64 `json:"counter_final"`
+	LostUpdates  int64 `json:"lost_updates"`
+
+	// Fenced register: writes accepted, stale writes rejected, and stale
+	// writes accepted (a token not higher than one accepted before the
+	// write was sent: the register or the tokens went back).
+	FencedAccepted      int    `json:"fenced_accepted"`
+	FencedRejected      int    `json:"fenced_rejected"`
+	StaleAccepted       int    `json:"stale_fenced_writes_accepted"`
+	TokenRegressions    int    `json:"token_regressions"` // tokens not above a token whose hold had ended
+	Register            uint64 `json:"register_final"`
+	HighestToken        uint64 `json:"highest_token"`
+	LostSignalBefore    int    `json:"lost_signal_before_takeover"` // holders taken over that knew first
+	TakenOver           int    `json:"holders_taken_over"`          // holders still working when another acquired
+	TakenOverUninformed int    `json:"holders_taken_over_uninformed"`
+
+	Faults []Fault `json:"faults"`
+	Checks []Check `json:"checks"`
+	OK     bool    `json:"ok"`
+}
+
+// Promises are a backend's capability flags, as they bear on safety.
+type Promises struct {
+	DurableTokens bool `json:"durable_tokens"`
+	ServerClock   bool `json:"server_clock"`
+	Consensus     bool `json:"consensus"`
+	FIFO          bool `json:"fifo"`
+}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   string `json:"kind"`
+	Worker int    `json:"worker"`
+	Hold   int    `json:"-"`
+	Start  int64  `json:"-"`
+	End    int64  `json:"-"`
+
+	At  time.Duration `json:"at_ns"`  // from the start of the run
+	For time.Duration `json:"for_ns"` // how long it lasted (kill: until the takeover)
+	// Token is the fencing token of the hold the fault hit, 0 if the
+	// worker held nothing when it struck.
+	Token uint64 `json:"token,omitempty"`
+	// TakenOver is the time from the fault to the next acquisition by
+	// another worker; zero if there was none.
+	TakenOver time.Duration `json:"takeover_ns,omitempty"`
+	// LostSignal is the time from the fault to the holder's lost signal;
+	// zero if it had none.
+	LostSignal time.Duration `json:"lost_signal_ns,omitempty"`
+	// Learned reports whether the holder had its lost signal before the
+	// takeover (pause, cut, when there was a takeover).
+	Learned *bool `json:"lost_signal_before_takeover,omitempty"`
+	// Overlapped reports that the holder was still working when another
+	// worker acquired the lock.
+	Overlapped bool `json:"overlapped"`
+}
+
+// Check is one verdict of a report.
+type Check struct {
+	Name     string `json:"name"`
+	Promised bool   `json:"promised"` // false: reported, not judged
+	OK       bool   `json:"ok"`
+	Detail   string `json:"detail"`
+}
+
+// hold is one acquisition, rebuilt from a worker's events.
+type hold struct {
+	worker, id   int
+	token        uint64
+	acq, end     int64
+	valid        int64 // the latest deadline the worker reported
+	lost         int64 // when the lost signal came; 0 if it did not
+	released     bool
+	releaseErr   string
+	fenceStart   int64
+	fenceAt      int64
+	fenceOK      bool
+	fenced       bool
+	overlapped   bool // another worker acquired during this hold
+	takenOver    bool // ... after this hold's lock had expired
+	takeoverTime int64
+}
+
+// analyse rebuilds the holds from the workers' events and judges them.
+func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlock.Capabilities) *Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := &Report{
+		Workers:  len(r.workers),
+		TTL:      r.cfg.TTL,
+		Duration: time.Duration(end - start),
+		Final:    counter,
+		Register: register,
+		Promises: Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO},
+	}
+	var holds []*hold
+	for _, w := range r.workers {
+		byID := map[int]*hold{}
+		for _, e := range w.events {
+			h := byID[e.Hold]
+			switch e.Kind {
+			case evAcquired:
+				h = &hold{worker: w.id, id: e.Hold, token: e.Token, acq: e.At, valid: e.Valid}
+				byID[e.Hold] = h
+				holds = append(holds, h)
+				rep.Acquisitions++
+				rep.HighestToken = max(rep.HighestToken, e.Token)
+			case evError:
+				rep.Errors++
+				rep.sample(e.Err)
+			}
+			if h == nil {
+				continue
+			}
+			switch e.Kind {
+			case evWrote:
+				if e.OK {
+					rep.Acknowledged++
+				} else {
+					rep.Unknown++
+				}
+			case evFenced:
+				h.fenced, h.fenceOK, h.fenceStart, h.fenceAt = true, e.OK, e.Start, e.At
+				switch {
+				case e.OK:
+					rep.FencedAccepted++
+				case e.Err == "":
+					rep.FencedRejected++
+				default:
+					rep.Errors++
+					rep.sample("fenced write: " + e.Err)
+				}
+			case evLost:
+				h.lost = e.At
+				h.valid = max(h.valid, e.Valid)
+			case evReleased:
+				h.released, h.releaseErr, h.end = true, e.Err, e.At
+				h.valid = max(h.valid, e.Valid)
+			}
+		}
+		// A hold that was never released ended with its worker.
+		for _, h := range byID {
+			if !h.released {
+				h.end = w.exited
+				if w.killed != 0 {
+					h.end = w.killed
+				}
+			}
+		}
+	}
+	rep.LostUpdates = max(0, rep.Acknowledged-counter)
+
+	// Overlaps: sweep the holds in the order they were acquired.
+	slices.SortFunc(holds, func(a, b *hold) int { return cmpInt(a.acq, b.acq) })
+	var active []*hold
+	excused := 0
+	for _, b := range holds {
+		active = slices.DeleteFunc(active, func(a *hold) bool { return a.end <= b.acq })
+		for _, a := range active {
+			if a.worker == b.worker || a.overlapped {
+				continue
+			}
+			a.overlapped = true
+			rep.Overlaps++
+			if b.acq < a.valid || (a.released && a.releaseErr == "") {
+				rep.Violations++
+				continue
+			}
+			excused++
+			a.takenOver, a.takeoverTime = true, b.acq
+		}
+		active = append(active, b)
+	}
+	for _, h := range holds {
+		if !h.takenOver || r.killedBefore(h, h.takeoverTime) {
+			continue
+		}
+		rep.TakenOver++
+		if h.lost != 0 && h.lost <= h.takeoverTime {
+			rep.LostSignalBefore++
+		}
+		if h.lost == 0 && h.releaseErr != "lost" {
+			rep.TakenOverUninformed++
+		}
+	}
+
+	// Stale fenced writes accepted: an accepted token not above one
+	// accepted before the write was sent.
+	var acc []*hold
+	for _, h := range holds {
+		if h.fenced && h.fenceOK {
+			acc = append(acc, h)
+		}
+	}
+	byDone := slices.Clone(acc)
+	slices.SortFunc(byDone, func(a, b *hold) int { return cmpInt(a.fenceAt, b.fenceAt) })
+	slices.SortFunc(acc, func(a, b *hold) int { return cmpInt(a.fenceStart, b.fenceStart) })
+	var top uint64
+	i := 0
+	for _, h := range acc {
+		for ; i < len(byDone) && byDone[i].fenceAt < h.fenceStart; i++ {
+			top = max(top, byDone[i].token)
+		}
+		if h.token <= top {
+			rep.StaleAccepted++
+		}
+	}
+	// Token regressions: a token not above that of a hold that had ended
+	// before it was acquired.
+	byEnd := slices.Clone(holds)
+	slices.SortFunc(byEnd, func(a, b *hold) int { return cmpInt(a.end, b.end) })
+	top, i = 0, 0
+	for _, h := range holds {
+		for ; i < len(byEnd) && byEnd[i].end < h.acq; i++ {
+			top = max(top, byEnd[i].token)
+		}
+		if h.token <= top {
+			rep.TokenRegressions++
+		}
+	}
+
+	// Faults.
+	for _, f := range r.faults {
+		f.At, f.For = time.Duration(f.Start-start), time.Duration(f.End-f.Start)
+		if t := r.firstAcquisitionAfter(holds, f.Worker, f.Start); t != 0 {
+			f.TakenOver = time.Duration(t - f.Start)
+		}
+		for _, h := range holds {
+			if h.worker != f.Worker || h.id != f.Hold || h.end < f.Start {
+				continue
+			}
+			f.Token = h.token
+			f.Overlapped = h.overlapped
+			if h.lost != 0 {
+				f.LostSignal = max(0, time.Duration(h.lost-f.Start))
+			}
+			if f.Kind != FaultKill && f.TakenOver > 0 {
+				learned := h.lost != 0 && time.Duration(h.lost-f.Start) <= f.TakenOver
+				f.Learned = &learned
+			}
+		}
+		rep.Faults = append(rep.Faults, f)
+	}
+	slices.SortFunc(rep.Faults, func(a, b Fault) int { return cmpInt(a.Start, b.Start) })
+
+	rep.Checks = rep.judge(excused)
+	rep.OK = true
+	for _, c := range rep.Checks {
+		if c.Promised && !c.OK {
+			rep.OK = false
+		}
+	}
+	return rep
+}
+
+// maxSamples bounds Report.ErrorSamples.
+const maxSamples = 5
+
+// sample keeps err as an example, if it is new and there is room. (The
+// library's errors never show a URL's secrets.)
+func (rep *Report) sample(err string) {
+	if len(rep.ErrorSamples) < maxSamples && !slices.Contains(rep.ErrorSamples, err) {
+		rep.ErrorSamples = append(rep.ErrorSamples, err)
+	}
+}
+
+// killedBefore reports whether h's worker was killed during h, before t.
+func (r *run) killedBefore(h *hold, t int64) bool {
+	for _, w := range r.workers {
+		if w.id == h.worker {
+			return w.killed != 0 && !h.released && w.killed < t
+		}
+	}
+	return false
+}
+
+func (r *run) firstAcquisitionAfter(holds []*hold, worker int, t int64) int64 {
+	for _, h := range holds { // sorted by acquisition
+		if h.worker != worker && h.acq > t {
+			return h.acq
+		}
+	}
+	return 0
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// judge returns the verdicts. excused is the number of overlaps whose first
+// holder had outlived its lock.
+func (rep *Report) judge(excused int) []Check {
+	var cs []Check
+	c := Check{Name: "mutual exclusion", Promised: true, OK: rep.Violations == 0}
+	if c.OK {
+		c.Detail = "no worker acquired the lock while another's was still valid"
+	} else {
+		c.Detail = fmt.Sprintf("%d times a worker acquired the lock while another held it and its lock was valid", rep.Violations)
+	}
+	cs = append(cs, c)
+
+	c = Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || excused > 0}
+	switch {
+	case rep.LostUpdates == 0:
+		c.Detail = "the counter has every acknowledged increment"
+	case excused > 0:
+		c.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off): what fencing is for", rep.LostUpdates)
+	default:
+		c.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
+	}
+	cs = append(cs, c)
+
+	c = Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0}
+	c.Detail = fmt.Sprintf("%d stale writes rejected, %d accepted; %d tokens went back", rep.FencedRejected, rep.StaleAccepted, rep.TokenRegressions)
+	if !c.Promised {
+		c.Detail += " (tokens are not durable on this backend: not promised)"
+	}
+	cs = append(cs, c)
+
+	c = Check{Name: "lost signal", Promised: true, OK: rep.TakenOverUninformed == 0}
+	switch {
+	case rep.TakenOver == 0:
+		c.Detail = "no holder was taken over while it worked"
+	default:
+		c.Detail = fmt.Sprintf("%d of %d holders taken over while they worked were told they lost the lock (%d before the takeover)",
+			rep.TakenOver-rep.TakenOverUninformed, rep.TakenOver, rep.LostSignalBefore)
+	}
+	cs = append(cs, c)
+	return cs
+}
+
+// WriteJSON writes the report as one JSON object.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteText writes the report for people.
+func (rep *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "store     %s\n", rep.Store)
+	if rep.Resource != "" {
+		fmt.Fprintf(&b, "resource  %s\n", rep.Resource)
+	}
+	fmt.Fprintf(&b, "promises  %s\n", rep.Promises)
+	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %d acquisitions, %d errors\n",
+		rep.Workers, rep.TTL, rep.Duration.Seconds(), rep.Acquisitions, rep.Errors)
+	for _, e := range rep.ErrorSamples {
+		fmt.Fprintf(&b, "          error: %s\n", e)
+	}
+	fmt.Fprintln(&b)
+
+	if len(rep.Faults) > 0 {
+		fmt.Fprintln(&b, "faults")
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		for _, f := range rep.Faults {
+			fmt.Fprintf(tw, "  %s\tworker %d\tat %.1fs\t%s\n", f.Kind, f.Worker, f.At.Seconds(), f.describe())
+		}
+		tw.Flush()
+		fmt.Fprintln(&b)
+	}
+
+	fmt.Fprintln(&b, "results")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  overlapping holds\t%d (%d while the holder's lock was valid)\n", rep.Overlaps, rep.Violations)
+	unknown := ""
+	if rep.Unknown > 0 {
+		unknown = fmt.Sprintf(" (and %d unknown)", rep.Unknown)
+	}
+	fmt.Fprintf(tw, "  counter\t%d increments acknowledged%s, final %d: %d lost updates\n", rep.Acknowledged, unknown, rep.Final, rep.LostUpdates)
+	fmt.Fprintf(tw, "  fenced register\t%d writes accepted, %d stale rejected, %d stale accepted\n", rep.FencedAccepted, rep.FencedRejected, rep.StaleAccepted)
+	fmt.Fprintf(tw, "  fencing tokens\thighest %d, %d went back\n", rep.HighestToken, rep.TokenRegressions)
+	for _, kind := range []string{FaultPause, FaultCut} {
+		n, learned := 0, 0
+		for _, f := range rep.Faults {
+			if f.Kind == kind && f.Learned != nil {
+				n++
+				if *f.Learned {
+					learned++
+				}
+			}
+		}
+		if n > 0 {
+			fmt.Fprintf(tw, "  lost signal before takeover\t%d of %d %s holders\n", learned, n, map[string]string{FaultPause: "paused", FaultCut: "cut-off"}[kind])
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Kind == FaultKill && f.Token != 0 {
+			if f.TakenOver > 0 {
+				fmt.Fprintf(tw, "  takeover after kill -9\t%v\n", seconds(f.TakenOver))
+			} else {
+				fmt.Fprintf(tw, "  takeover after kill -9\tnone before the run ended\n")
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(&b)
+
+	fmt.Fprintln(&b, "checks")
+	for _, c := range rep.Checks {
+		mark := "ok  "
+		switch {
+		case !c.OK && c.Promised:
+			mark = "FAIL"
+		case !c.OK:
+			mark = "seen"
+		}
+		fmt.Fprintf(&b, "  %s  %s: %s\n", mark, c.Name, c.Detail)
+	}
+	if rep.OK {
+		fmt.Fprintln(&b, "\nPASS: everything this backend promises held")
+	} else {
+		fmt.Fprintln(&b, "\nFAIL: the store broke a promise of its backend")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// String describes the promises in words.
+func (p Promises) String() string {
+	var s []string
+	if p.ServerClock {
+		s = append(s, "leases on the store's clock")
+	} else {
+		s = append(s, "leases on client clocks")
+	}
+	if p.DurableTokens {
+		s = append(s, "durable fencing tokens")
+	} else {
+		s = append(s, "fencing tokens not durable (efficiency locks)")
+	}
+	if p.Consensus {
+		s = append(s, "consensus replication")
+	}
+	if p.FIFO {
+		s = append(s, "FIFO waiters")
+	}
+	return strings.Join(s, ", ")
+}
+
+func (f Fault) describe() string {
+	var s string
+	switch f.Kind {
+	case FaultLatency:
+		return fmt.Sprintf("+%v each way for %.1fs", injectedLatency, f.For.Seconds())
+	case FaultPause:
+		s = fmt.Sprintf("SIGSTOP for %.1fs", f.For.Seconds())
+	case FaultCut:
+		s = fmt.Sprintf("blackholed for %.1fs", f.For.Seconds())
+	case FaultKill:
+		s = "SIGKILL"
+	}
+	if f.Token == 0 {
+		return s + ", holding nothing by then"
+	}
+	s += fmt.Sprintf(" holding token %d:", f.Token)
+	if f.Kind != FaultKill {
+		if f.LostSignal > 0 {
+			s += fmt.Sprintf(" lost signal after %v,", seconds(f.LostSignal))
+		} else {
+			s += " no lost signal,"
+		}
+	}
+	if f.TakenOver > 0 {
+		s += fmt.Sprintf(" taken over after %v", seconds(f.TakenOver))
+	} else {
+		s += " no takeover before the run ended"
+	}
+	if f.Overlapped && f.Kind != FaultKill {
+		s += " while it still worked"
+	}
+	return s
+}
+
+// seconds rounds d for the report.
+func seconds(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Millisecond)
+}
