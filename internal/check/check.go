@@ -78,6 +78,10 @@ type Config struct {
 	Duration time.Duration
 	// TTL is the lease of every lock.
 	TTL time.Duration
+	// Hold is the time a worker spends in each hold between reading and
+	// writing the counter: it widens the window in which a second holder
+	// loses an update.
+	Hold time.Duration
 	// Faults are the faults to inject (see AllFaults).
 	Faults []string
 	// Keep leaves the counter and the register in the store.
@@ -108,6 +112,8 @@ func (cfg *Config) validate() error {
 		return usagef("invalid --duration %v: must be positive", cfg.Duration)
 	case cfg.TTL <= 0:
 		return usagef("invalid --ttl %v: must be positive", cfg.TTL)
+	case cfg.Hold < 0:
+		return usagef("invalid --hold %v: must not be negative", cfg.Hold)
 	}
 	for _, f := range cfg.Faults {
 		if !slices.Contains(AllFaults, f) {
@@ -285,17 +291,20 @@ func (r *run) startWorkers() error {
 	for i := range r.cfg.Workers {
 		w := &worker{id: i + 1, done: make(chan struct{})}
 		r.workers = append(r.workers, w)
-		wurl, proxies, err := proxied(r.cfg.URL)
-		if err != nil {
-			return fmt.Errorf("cannot start a proxy: %w", err)
+		var wurl string
+		if r.wants(FaultCut) || r.wants(FaultLatency) {
+			var err error
+			if wurl, w.proxies, err = proxied(r.cfg.URL); err != nil {
+				return fmt.Errorf("cannot start a proxy: %w", err)
+			}
 		}
-		w.proxies = proxies
 		if wurl == "" {
 			wurl = r.cfg.URL
 		}
 		w.cmd = r.cfg.Worker()
 		workerAttr(w.cmd)
 		w.cmd.Stderr = tailWriter{&r.mu, &w.stderr}
+		var err error
 		if w.stdin, err = w.cmd.StdinPipe(); err != nil {
 			return err
 		}
@@ -306,7 +315,7 @@ func (r *run) startWorkers() error {
 		if err := w.cmd.Start(); err != nil {
 			return fmt.Errorf("cannot start a worker: %w", err)
 		}
-		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL})
+		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL, Hold: r.cfg.Hold})
 		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
 			return fmt.Errorf("cannot configure a worker: %w", err)
 		}

@@ -351,12 +351,14 @@ func (rep *Report) judge(excused int) []Check {
 	}
 	cs = append(cs, c)
 
-	c = Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || excused > 0}
+	c = Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || (rep.Violations == 0 && excused > 0)}
 	switch {
 	case rep.LostUpdates == 0:
 		c.Detail = "the counter has every acknowledged increment"
-	case excused > 0:
+	case c.OK:
 		c.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off): what fencing is for", rep.LostUpdates)
+	case rep.Violations > 0:
+		c.Detail = fmt.Sprintf("%d lost while mutual exclusion was broken", rep.LostUpdates)
 	default:
 		c.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
 	}

@@ -131,7 +131,11 @@ func (r *redisResource) reset(ctx context.Context) error {
 }
 
 func (r *redisResource) read(ctx context.Context) (int64, error) {
-	return r.c.HGet(ctx, r.key, "counter").Int64()
+	v, err := r.c.HGet(ctx, r.key, "counter").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil // the store lost it: start again from zero
+	}
+	return v, err
 }
 
 func (r *redisResource) write(ctx context.Context, v int64) error {
@@ -391,6 +395,9 @@ func (r *memcachedResource) get(ctx context.Context, name string) (*memcache.Ite
 
 func (r *memcachedResource) read(ctx context.Context) (int64, error) {
 	it, err := r.get(ctx, "counter")
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return 0, nil // evicted or lost: start again from zero
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -408,6 +415,16 @@ func (r *memcachedResource) write(ctx context.Context, v int64) error {
 func (r *memcachedResource) fence(ctx context.Context, token uint64) (bool, error) {
 	for {
 		it, err := r.get(ctx, "fence")
+		if errors.Is(err, memcache.ErrCacheMiss) {
+			// Evicted or lost: the register starts again.
+			_, err = callCtx(ctx, func() (struct{}, error) {
+				return struct{}{}, r.c.Add(&memcache.Item{Key: r.key + ":fence", Value: []byte(padded(token))})
+			})
+			if !errors.Is(err, memcache.ErrNotStored) {
+				return err == nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return false, err
 		}
@@ -417,7 +434,7 @@ func (r *memcachedResource) fence(ctx context.Context, token uint64) (bool, erro
 		}
 		it.Value = []byte(padded(token))
 		_, err = callCtx(ctx, func() (struct{}, error) { return struct{}{}, r.c.CompareAndSwap(it) })
-		if !errors.Is(err, memcache.ErrCASConflict) {
+		if !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) {
 			return err == nil, err
 		}
 	}

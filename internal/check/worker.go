@@ -22,6 +22,7 @@ type workerConfig struct {
 	Resource string        `json:"resource,omitempty"` // the --resource URL; empty: the lock store
 	Key      string        `json:"key"`
 	TTL      time.Duration `json:"ttl"`
+	Hold     time.Duration `json:"hold,omitempty"`
 }
 
 // Kinds of the events a worker reports.
@@ -120,7 +121,7 @@ func Worker(in io.Reader, out io.Writer) error {
 			}
 		})
 		octx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		work(octx, res, hold, l.Token(), emit)
+		work(octx, res, hold, l.Token(), cfg.Hold, emit)
 		cancel()
 		at := monoNow()
 		rctx, cancel := context.WithTimeout(context.Background(), cfg.TTL+dlock.ReleaseTimeout)
@@ -140,14 +141,18 @@ func Worker(in io.Reader, out io.Writer) error {
 }
 
 // work is one critical section: read the counter, write it plus one, and
-// write the token to the fenced register.
-func work(ctx context.Context, res resource, hold int, token uint64, emit func(event)) {
+// write the token to the fenced register. It spends think between the read
+// and the write, as a holder doing work does.
+func work(ctx context.Context, res resource, hold int, token uint64, think time.Duration, emit func(event)) {
 	v, err := res.read(ctx)
 	if err != nil {
 		emit(event{Kind: evError, Hold: hold, Err: "read: " + err.Error()})
 		return
 	}
 	emit(event{Kind: evRead, Hold: hold, N: v})
+	if think > 0 {
+		time.Sleep(think)
+	}
 	err = res.write(ctx, v+1)
 	emit(event{Kind: evWrote, Hold: hold, N: v + 1, OK: err == nil})
 	if err != nil {

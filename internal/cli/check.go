@@ -89,6 +89,7 @@ func (a *app) checkCommand() *cobra.Command {
 	f.IntVar(&cfg.Workers, "workers", DefaultCheckWorkers, "number of worker processes")
 	f.DurationVar(&cfg.Duration, "duration", DefaultCheckDuration, "how long the workload runs (longer if the faults need it)")
 	f.DurationVar(&cfg.TTL, "ttl", DefaultCheckTTL, "lease of the workers' locks")
+	f.DurationVar(&cfg.Hold, "hold", 0, "time each worker spends holding the lock between reading and writing the counter")
 	f.StringVar(&cfg.Resource, "resource", "", "URL of a store for the protected counter and register (default: the lock store)")
 	f.StringVar(&faults, "faults", strings.Join(check.AllFaults, ","), `faults to inject, comma-separated, or "none"`)
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the counter and the register in the store")
