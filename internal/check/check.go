@@ -164,6 +164,9 @@ type run struct {
 // Run runs a check and returns its report. Errors are a *UsageError for a
 // bad configuration, or the store's error when it cannot be used.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -450,7 +453,7 @@ func (r *run) stop() {
 			close(w.done)
 			continue
 		}
-		_ = signal(w.cmd.Process, sigCont)
+		_ = w.cmd.Process.Signal(sigCont)
 		w.stdin.Close()
 	}
 	deadline := time.After(r.cfg.TTL + dlock.ReleaseTimeout + 5*time.Second)
@@ -558,12 +561,12 @@ func (r *run) injectFaults(ctx context.Context, start int64) {
 		if w, hold := r.holder(ctx); w != nil {
 			r.setFault(fmt.Sprintf("pausing worker %d", w.id))
 			f := Fault{Kind: FaultPause, Worker: w.id, Hold: hold, Start: monoNow()}
-			if signal(w.cmd.Process, sigStop) == nil {
+			if w.cmd.Process.Signal(sigStop) == nil {
 				r.mu.Lock()
 				w.paused = true
 				r.mu.Unlock()
 				sleep(ctx, long)
-				_ = signal(w.cmd.Process, sigCont)
+				_ = w.cmd.Process.Signal(sigCont)
 				r.mu.Lock()
 				w.paused = false
 				r.mu.Unlock()
@@ -647,7 +650,7 @@ func (r *run) progress(start int64) (stop func()) {
 			r.mu.Lock()
 			n, cur := r.acquired, r.current
 			r.mu.Unlock()
-			line := fmt.Sprintf("dlock check: %4.1fs of %v, %d acquisitions", time.Duration(monoNow()-start).Seconds(), r.cfg.Duration, n)
+			line := fmt.Sprintf("dlock check: %4.1fs, %d acquisitions", time.Duration(monoNow()-start).Seconds(), n)
 			if cur != "" {
 				line += ", " + cur
 			}

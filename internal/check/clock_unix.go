@@ -38,12 +38,12 @@ func mono(t time.Time) int64 { return monoBase.mono + int64(t.Sub(monoBase.t)) }
 
 // Signals the faults send.
 var (
-	sigStop = syscall.SIGSTOP
-	sigCont = syscall.SIGCONT
+	sigStop os.Signal = syscall.SIGSTOP
+	sigCont os.Signal = syscall.SIGCONT
 )
 
-// signal sends sig to p.
-func signal(p *os.Process, sig syscall.Signal) error { return p.Signal(sig) }
+// supported reports whether the check can run here.
+func supported() error { return nil }
 
 // isTerminal reports whether f is a terminal.
 func isTerminal(f *os.File) bool {

@@ -347,7 +347,7 @@ func (rep *Report) judge(excused int) []Check {
 	if c.OK {
 		c.Detail = "no worker acquired the lock while another's was still valid"
 	} else {
-		c.Detail = fmt.Sprintf("%d times a worker acquired the lock while another held it and its lock was valid", rep.Violations)
+		c.Detail = fmt.Sprintf("%s acquired the lock while another held it and its lock was valid", plural(rep.Violations, "time a worker", "times a worker"))
 	}
 	cs = append(cs, c)
 
@@ -365,7 +365,7 @@ func (rep *Report) judge(excused int) []Check {
 	cs = append(cs, c)
 
 	c = Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0}
-	c.Detail = fmt.Sprintf("%d stale writes rejected, %d accepted; %d tokens went back", rep.FencedRejected, rep.StaleAccepted, rep.TokenRegressions)
+	c.Detail = fmt.Sprintf("%s rejected, %d accepted; %s back", plural(rep.FencedRejected, "stale write", "stale writes"), rep.StaleAccepted, plural(rep.TokenRegressions, "token went", "tokens went"))
 	if !c.Promised {
 		c.Detail += " (tokens are not durable on this backend: not promised)"
 	}
@@ -376,8 +376,8 @@ func (rep *Report) judge(excused int) []Check {
 	case rep.TakenOver == 0:
 		c.Detail = "no holder was taken over while it worked"
 	default:
-		c.Detail = fmt.Sprintf("%d of %d holders taken over while they worked were told they lost the lock (%d before the takeover)",
-			rep.TakenOver-rep.TakenOverUninformed, rep.TakenOver, rep.LostSignalBefore)
+		c.Detail = fmt.Sprintf("%d of %s taken over while working had the lost signal (%d before the takeover)",
+			rep.TakenOver-rep.TakenOverUninformed, plural(rep.TakenOver, "holder", "holders"), rep.LostSignalBefore)
 	}
 	cs = append(cs, c)
 	return cs
@@ -398,8 +398,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "resource  %s\n", rep.Resource)
 	}
 	fmt.Fprintf(&b, "promises  %s\n", rep.Promises)
-	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %d acquisitions, %d errors\n",
-		rep.Workers, rep.TTL, rep.Duration.Seconds(), rep.Acquisitions, rep.Errors)
+	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
+		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
 	for _, e := range rep.ErrorSamples {
 		fmt.Fprintf(&b, "          error: %s\n", e)
 	}
@@ -422,8 +422,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Unknown > 0 {
 		unknown = fmt.Sprintf(" (and %d unknown)", rep.Unknown)
 	}
-	fmt.Fprintf(tw, "  counter\t%d increments acknowledged%s, final %d: %d lost updates\n", rep.Acknowledged, unknown, rep.Final, rep.LostUpdates)
-	fmt.Fprintf(tw, "  fenced register\t%d writes accepted, %d stale rejected, %d stale accepted\n", rep.FencedAccepted, rep.FencedRejected, rep.StaleAccepted)
+	fmt.Fprintf(tw, "  counter\t%s acknowledged%s, final %d: %s\n", plural(int(rep.Acknowledged), "increment", "increments"), unknown, rep.Final, plural(int(rep.LostUpdates), "lost update", "lost updates"))
+	fmt.Fprintf(tw, "  fenced register\t%s accepted, %d stale rejected, %d stale accepted\n", plural(rep.FencedAccepted, "write", "writes"), rep.FencedRejected, rep.StaleAccepted)
 	fmt.Fprintf(tw, "  fencing tokens\thighest %d, %d went back\n", rep.HighestToken, rep.TokenRegressions)
 	for _, kind := range []string{FaultPause, FaultCut} {
 		n, learned := 0, 0
@@ -436,7 +436,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 		}
 		if n > 0 {
-			fmt.Fprintf(tw, "  lost signal before takeover\t%d of %d %s holders\n", learned, n, map[string]string{FaultPause: "paused", FaultCut: "cut-off"}[kind])
+			fmt.Fprintf(tw, "  lost signal before takeover\t%d of %d %s\n", learned, n, map[string]string{FaultPause: "paused holders", FaultCut: "cut-off holders"}[kind])
 		}
 	}
 	for _, f := range rep.Faults {
@@ -533,4 +533,12 @@ func seconds(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d.Round(10 * time.Millisecond)
+}
+
+// plural writes n and the noun in the number n needs.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

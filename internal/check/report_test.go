@@ -1,0 +1,139 @@
+package check
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
+)
+
+const ms = int64(time.Millisecond)
+
+// holdEvents are the events of one complete hold: acquired at acq with the
+// lock valid until valid, released at end, the counter read as n-1 and
+// written as n, the token fenced (accepted or not).
+func holdEvents(id int, token uint64, acq, valid, end int64, n int64, accepted bool) []event {
+	return []event{
+		{Kind: evAcquired, Hold: id, At: acq, Token: token, Valid: valid},
+		{Kind: evRead, Hold: id, At: acq + ms, N: n - 1},
+		{Kind: evWrote, Hold: id, At: acq + 2*ms, N: n, OK: true},
+		{Kind: evFenced, Hold: id, Start: acq + 2*ms, At: acq + 3*ms, Token: token, OK: accepted},
+		{Kind: evReleased, Hold: id, At: end, Valid: valid},
+	}
+}
+
+func analyseEvents(counter int64, caps dlock.Capabilities, events ...[]event) *Report {
+	r := &run{cfg: Config{TTL: time.Second}}
+	for i, evs := range events {
+		r.workers = append(r.workers, &worker{id: i + 1, events: evs, exited: 1000 * ms})
+	}
+	return r.analyse(0, 1000*ms, counter, 0, caps)
+}
+
+func checkNamed(t *testing.T, rep *Report, name string) Check {
+	t.Helper()
+	for _, c := range rep.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %+v", name, rep.Checks)
+	return Check{}
+}
+
+func TestAnalyseCleanRun(t *testing.T) {
+	rep := analyseEvents(2, dlock.Capabilities{DurableTokens: true},
+		holdEvents(1, 1, 10*ms, 110*ms, 20*ms, 1, true),
+		holdEvents(1, 2, 30*ms, 130*ms, 40*ms, 2, true))
+	if !rep.OK || rep.Acquisitions != 2 || rep.Overlaps != 0 || rep.LostUpdates != 0 || rep.FencedAccepted != 2 {
+		t.Errorf("clean run: %+v", rep)
+	}
+}
+
+// A second holder acquiring while the first's lock is valid breaks mutual
+// exclusion, whatever the counter says.
+func TestAnalyseOverlapWhileValid(t *testing.T) {
+	rep := analyseEvents(1, dlock.Capabilities{DurableTokens: true},
+		holdEvents(1, 1, 10*ms, 110*ms, 50*ms, 1, true),
+		holdEvents(1, 2, 30*ms, 130*ms, 60*ms, 1, true))
+	if rep.OK || rep.Overlaps != 1 || rep.Violations != 1 || rep.LostUpdates != 1 {
+		t.Errorf("overlap while valid: OK %v, %d overlaps, %d violations, %d lost", rep.OK, rep.Overlaps, rep.Violations, rep.LostUpdates)
+	}
+	if c := checkNamed(t, rep, "no unexplained lost update"); c.OK {
+		t.Errorf("lost update while mutual exclusion was broken judged OK: %s", c.Detail)
+	}
+}
+
+// A holder that went on past its lock's validity (paused) and was told it
+// lost the lock is fencing's case: its lost update is explained, its stale
+// write is rejected, the run passes.
+func TestAnalyseHolderPastValidity(t *testing.T) {
+	paused := holdEvents(1, 1, 10*ms, 110*ms, 400*ms, 1, false)
+	paused = append(paused[:4:4], event{Kind: evLost, Hold: 1, At: 390 * ms, Valid: 110 * ms}, paused[4])
+	paused[4+1].Err = "lost"
+	rep := analyseEvents(1, dlock.Capabilities{DurableTokens: true},
+		paused,
+		holdEvents(1, 2, 200*ms, 300*ms, 210*ms, 1, true))
+	if !rep.OK || rep.Overlaps != 1 || rep.Violations != 0 || rep.LostUpdates != 1 || rep.FencedRejected != 1 || rep.TakenOver != 1 || rep.LostSignalBefore != 0 {
+		t.Errorf("holder past validity: %+v", rep)
+	}
+	// Had it not been told (no lost signal, a release that failed for
+	// another reason), the lost signal check fails; had its release
+	// succeeded, mutual exclusion would have.
+	paused[4] = event{Kind: evError, Hold: 1, At: 390 * ms, Err: "x"}
+	paused[5].Err = "connection refused"
+	rep = analyseEvents(1, dlock.Capabilities{DurableTokens: true}, paused, holdEvents(1, 2, 200*ms, 300*ms, 210*ms, 1, true))
+	if c := checkNamed(t, rep, "lost signal"); c.OK || rep.OK {
+		t.Errorf("an uninformed holder taken over judged OK: %s", c.Detail)
+	}
+	paused[5].Err = ""
+	rep = analyseEvents(1, dlock.Capabilities{DurableTokens: true}, paused, holdEvents(1, 2, 200*ms, 300*ms, 210*ms, 1, true))
+	if c := checkNamed(t, rep, "mutual exclusion"); c.OK || rep.OK {
+		t.Errorf("a release that succeeded after a takeover judged OK: %s", c.Detail)
+	}
+}
+
+// Tokens that go back, and a register that accepts a lower token than one
+// it accepted before, fail where tokens are durable and are only reported
+// elsewhere.
+func TestAnalyseFencing(t *testing.T) {
+	for _, durable := range []bool{true, false} {
+		rep := analyseEvents(2, dlock.Capabilities{DurableTokens: durable},
+			holdEvents(1, 5, 10*ms, 110*ms, 20*ms, 1, true),
+			holdEvents(1, 3, 30*ms, 130*ms, 40*ms, 2, true))
+		if rep.StaleAccepted != 1 || rep.TokenRegressions != 1 {
+			t.Errorf("durable %v: %d stale accepted, %d regressions; want 1 and 1", durable, rep.StaleAccepted, rep.TokenRegressions)
+		}
+		if c := checkNamed(t, rep, "fencing"); c.OK || c.Promised != durable || rep.OK == durable {
+			t.Errorf("durable %v: fencing check %+v, report OK %v", durable, c, rep.OK)
+		}
+	}
+}
+
+// Lost updates with no overlapping hold mean the store lost writes.
+func TestAnalyseLostWrites(t *testing.T) {
+	rep := analyseEvents(1, dlock.Capabilities{DurableTokens: true},
+		holdEvents(1, 1, 10*ms, 110*ms, 20*ms, 1, true),
+		holdEvents(1, 2, 30*ms, 130*ms, 40*ms, 2, true))
+	if rep.OK || rep.LostUpdates != 1 {
+		t.Errorf("lost write with no overlap: OK %v, %d lost", rep.OK, rep.LostUpdates)
+	}
+}
+
+func TestReportText(t *testing.T) {
+	rep := analyseEvents(1, dlock.Capabilities{DurableTokens: true},
+		holdEvents(1, 1, 10*ms, 110*ms, 50*ms, 1, true),
+		holdEvents(1, 2, 30*ms, 130*ms, 60*ms, 1, true))
+	rep.Store = "redis://127.0.0.1:6379"
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"FAIL  mutual exclusion", "1 lost update\n", "\nFAIL: "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
