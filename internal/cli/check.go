@@ -19,6 +19,9 @@ const (
 	DefaultCheckWorkers  = 4
 	DefaultCheckDuration = 10 * time.Second
 	DefaultCheckTTL      = 2 * time.Second
+	// DefaultCheckHold is the work a holder does between reading and
+	// writing the counter, so that a pause strikes inside a hold.
+	DefaultCheckHold = 10 * time.Millisecond
 )
 
 // ExitCheckFailed is the status of a `dlock check` that saw the store break
@@ -33,19 +36,23 @@ const checkLong = `Prove what a lock store guarantees: run a lost-update workloa
 inject the faults a client can cause, and report what held.
 
 WORKERS processes (dlock itself) loop for DURATION: acquire the key
-dlock-check, read a counter, write it plus one (a deliberately non-atomic
-read-modify-write, so that two holders at once lose an update), write the
-lock's fencing token to a register that rejects a token lower than the
-highest it accepted, release. The counter and the register live in the lock
-store under a key of their own (a Redis hash with a Lua script, an SQL row
-with a conditional UPDATE in the table dlock_check, etcd keys with a Txn,
-znodes with their version, memcached items with cas), or in the store given
-by --resource. They are removed at the end unless --keep is given.
+dlock-check with a lease of TTL, read a counter, work for HOLD, write it plus
+one (a deliberately non-atomic read-modify-write, so that two holders at once
+lose an update), write the lock's fencing token to a register that rejects a
+token lower than the highest it accepted, release. The counter and the
+register live in the lock store under a key of their own (a Redis hash with a
+Lua script, an SQL row with a conditional UPDATE in the table dlock_check,
+etcd keys with a Txn, znodes with their version, memcached items with cas),
+or in the store given by --resource. They are removed at the end unless
+--keep is given.
 
 Meanwhile dlock pauses the holder past its lease (SIGSTOP, then SIGCONT),
 cuts a holder off from the store through a local TCP proxy, adds 50ms of
 latency to a worker's traffic, and kills a holder with SIGKILL, timing the
-takeover. (The proxy faults need a store named by host:port addresses.)
+takeover. (The proxy faults need a store named by host:port addresses. On
+etcd and ZooKeeper a stopped or cut-off client keeps its locks until its
+session ends: the pause and the cut last one and a half sessions, so give
+the URL a short session=, such as ?session=5s, for a quick check.)
 
 The report counts acquisitions, holds that overlapped (timed on the host's
 monotonic clock), lost updates, stale writes the register accepted, holders
@@ -63,7 +70,7 @@ Exit status:
   130  interrupted (the report covers the run so far)`
 
 func (a *app) checkCommand() *cobra.Command {
-	cfg := check.Config{Workers: DefaultCheckWorkers, Duration: DefaultCheckDuration, TTL: DefaultCheckTTL}
+	cfg := check.Config{Workers: DefaultCheckWorkers, Duration: DefaultCheckDuration, TTL: DefaultCheckTTL, Hold: DefaultCheckHold}
 	var asJSON bool
 	var faults string
 	cmd := &cobra.Command{
@@ -89,7 +96,7 @@ func (a *app) checkCommand() *cobra.Command {
 	f.IntVar(&cfg.Workers, "workers", DefaultCheckWorkers, "number of worker processes")
 	f.DurationVar(&cfg.Duration, "duration", DefaultCheckDuration, "how long the workload runs (longer if the faults need it)")
 	f.DurationVar(&cfg.TTL, "ttl", DefaultCheckTTL, "lease of the workers' locks")
-	f.DurationVar(&cfg.Hold, "hold", 0, "time each worker spends holding the lock between reading and writing the counter")
+	f.DurationVar(&cfg.Hold, "hold", DefaultCheckHold, "time each worker spends holding the lock between reading and writing the counter")
 	f.StringVar(&cfg.Resource, "resource", "", "URL of a store for the protected counter and register (default: the lock store)")
 	f.StringVar(&faults, "faults", strings.Join(check.AllFaults, ","), `faults to inject, comma-separated, or "none"`)
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the counter and the register in the store")
