@@ -26,9 +26,9 @@ import (
 )
 
 // checkArgs are the arguments of a brief check with every fault: holds of
-// 20ms, so that a fault strikes inside one.
+// 100ms, so that a fault strikes inside one however slow the host.
 func checkArgs(ttl string) []string {
-	return []string{"check", "--json", "--workers", "3", "--duration", "2s", "--ttl", ttl, "--hold", "20ms"}
+	return []string{"check", "--json", "--workers", "3", "--duration", "2s", "--ttl", ttl, "--hold", "100ms"}
 }
 
 // parseReport parses the JSON report of dlock check.
@@ -54,7 +54,11 @@ func TestCheckEveryStore(t *testing.T) {
 			}
 			rep := parseReport(t, r.stdout)
 			checkSaneReport(t, rep)
-			if s.name != "default" {
+			if s.name == "default" {
+				if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], check.FaultCut) {
+					t.Errorf("skipped faults %q, want cut and latency named", rep.Skipped)
+				}
+			} else {
 				// A store named by host:port: the proxy faults ran.
 				if f := fault(rep, check.FaultCut); f == nil || f.Token == 0 {
 					t.Errorf("cut fault %+v, want one that struck a holder", f)
@@ -104,8 +108,8 @@ func checkSaneReport(t *testing.T, rep *check.Report) {
 	if rep.Violations != 0 || rep.StaleAccepted != 0 || rep.TokenRegressions != 0 {
 		t.Errorf("%d overlaps while valid, %d stale writes accepted, %d tokens went back", rep.Violations, rep.StaleAccepted, rep.TokenRegressions)
 	}
-	if rep.LostUpdates > 0 && rep.Overlaps == 0 {
-		t.Errorf("%d lost updates with no overlapping hold", rep.LostUpdates)
+	if rep.LostUpdates > 0 && rep.Overlaps == 0 && rep.Unknown == 0 {
+		t.Errorf("%d lost updates with no overlapping hold and no write of unknown outcome", rep.LostUpdates)
 	}
 	for _, kind := range []string{check.FaultPause, check.FaultKill} {
 		f := fault(rep, kind)

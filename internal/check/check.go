@@ -158,6 +158,7 @@ type run struct {
 	acquired int
 	last     *worker // the worker of the latest acquisition
 	faults   []Fault
+	skipped  []string
 	current  string // the fault in progress, for the progress line
 }
 
@@ -318,11 +319,11 @@ func (r *run) startWorkers() error {
 		if err := w.cmd.Start(); err != nil {
 			return fmt.Errorf("cannot start a worker: %w", err)
 		}
+		go r.read(w, out)
 		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL, Hold: r.cfg.Hold})
 		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
 			return fmt.Errorf("cannot configure a worker: %w", err)
 		}
-		go r.read(w, out)
 	}
 	return nil
 }
@@ -537,6 +538,19 @@ func (r *run) injectFaults(ctx context.Context, start int64) {
 	long := storeLease(r.cfg.URL, ttl) * 3 / 2
 	at := func(frac float64) { sleep(ctx, time.Duration(float64(d)*frac)-time.Duration(monoNow()-start)) }
 	proxiedRun := len(r.workers[0].proxies) > 0
+	if !proxiedRun {
+		var names []string
+		for _, f := range []string{FaultLatency, FaultCut} {
+			if r.wants(f) {
+				names = append(names, f)
+			}
+		}
+		if len(names) > 0 {
+			r.mu.Lock()
+			r.skipped = append(r.skipped, strings.Join(names, ", ")+": the store is not named by host:port addresses that a TCP proxy can stand for (a file, TLS, Sentinel or Cluster)")
+			r.mu.Unlock()
+		}
+	}
 	var bg sync.WaitGroup
 	defer bg.Wait()
 

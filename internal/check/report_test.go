@@ -120,6 +120,16 @@ func TestAnalyseLostWrites(t *testing.T) {
 	if rep.OK || rep.LostUpdates != 1 {
 		t.Errorf("lost write with no overlap: OK %v, %d lost", rep.OK, rep.LostUpdates)
 	}
+	// Unless a write's outcome is unknown: it may have landed late, over
+	// newer values.
+	late := holdEvents(3, 3, 50*ms, 150*ms, 60*ms, 1, false)
+	late[2].OK = false
+	rep = analyseEvents(1, dlock.Capabilities{DurableTokens: true},
+		holdEvents(1, 1, 10*ms, 110*ms, 20*ms, 1, true),
+		holdEvents(1, 2, 30*ms, 130*ms, 40*ms, 2, true), late)
+	if !rep.OK || rep.LostUpdates != 1 || rep.Unknown != 1 {
+		t.Errorf("lost update after a write of unknown outcome: OK %v, %d lost, %d unknown", rep.OK, rep.LostUpdates, rep.Unknown)
+	}
 }
 
 func TestReportText(t *testing.T) {
