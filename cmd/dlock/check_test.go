@@ -206,7 +206,7 @@ func noResourceLeft(t *testing.T, name, url string) {
 			t.Fatal(err)
 		}
 		for _, kv := range keys.Kvs {
-			if strings.Contains(string(kv.Key), "dlock-check-resource") {
+			if strings.Contains(string(kv.Key), "-check-resource/") {
 				n++
 			}
 		}

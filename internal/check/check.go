@@ -197,12 +197,34 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer closeRes()
+	// Leave nothing behind, however the run ends: the holds of killed
+	// workers, the resource.
+	cleaned := false
+	cleanup := func() error {
+		cleaned = true
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := c.ForceRelease(ctx, lockKey); err != nil && !errors.Is(err, dlock.ErrUnsupported) {
+			return fmt.Errorf("cannot remove the holds of killed workers: %w", err)
+		}
+		if !cfg.Keep {
+			if err := res.remove(ctx); err != nil {
+				return fmt.Errorf("cannot remove the protected resource: %w", err)
+			}
+		}
+		return nil
+	}
+	defer func() {
+		if !cleaned {
+			_ = cleanup()
+		}
+	}()
 	if err := res.reset(ctx); err != nil {
 		return nil, fmt.Errorf("cannot set up the protected resource: %w", err)
 	}
 
 	r := &run{cfg: cfg, changed: make(chan struct{})}
-	defer r.stopWorkers()
+	defer r.stopWorkers() // before the cleanup
 	if err := r.startWorkers(); err != nil {
 		return nil, err
 	}
@@ -216,20 +238,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.stopWorkers()
 	end := monoNow()
 
-	// Leave nothing behind: the holds of killed workers, the resource.
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	counter, register, stateErr := res.state(cctx)
-	if _, err := c.ForceRelease(cctx, lockKey); err != nil && !errors.Is(err, dlock.ErrUnsupported) {
-		return nil, fmt.Errorf("cannot remove the holds of killed workers: %w", err)
+	counter, register, err := res.state(sctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the protected resource: %w", err)
 	}
-	if !cfg.Keep {
-		if err := res.remove(cctx); err != nil {
-			return nil, fmt.Errorf("cannot remove the protected resource: %w", err)
-		}
-	}
-	if stateErr != nil {
-		return nil, fmt.Errorf("cannot read the protected resource: %w", stateErr)
+	if err := cleanup(); err != nil {
+		return nil, err
 	}
 	rep := r.analyse(start, end, counter, register, caps)
 	rep.Store = redact.String(cfg.URL)

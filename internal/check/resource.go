@@ -28,9 +28,10 @@ import (
 	"github.com/dlockhq/dlock/zkdlock"
 )
 
-// resourceName names the protected data in the store: a Redis hash, etcd
-// keys, znodes, memcached items (after the URL's prefix) or a row of the
-// table resourceTable.
+// resourceName names the protected data in the store: a Redis hash and
+// memcached items (after the URL's prefix), a row of the table
+// resourceTable. On etcd and ZooKeeper the data sits beside the driver's
+// prefix, as PREFIX-check-resource.
 const (
 	resourceName  = "dlock-check-resource"
 	resourceTable = "dlock_check"
@@ -79,9 +80,11 @@ func openResource(ctx context.Context, rawURL string, drv driver.Driver) (resour
 		// the first server.
 		return openRedlockResource(u, prefix(redisdlock.DefaultPrefix)+resourceName)
 	case *etcddlock.Driver:
-		return &etcdResource{c: d.Client(), key: prefix(etcddlock.DefaultPrefix) + resourceName + "/"}, nil
+		// Beside the driver's prefix, not under it: /dlock-check-resource/.
+		return &etcdResource{c: d.Client(), key: strings.TrimSuffix(prefix(etcddlock.DefaultPrefix), "/") + "-check-resource/"}, nil
 	case *zkdlock.Driver:
-		return &zkResource{c: d.Conn(), path: strings.TrimSuffix(u.Path, "/") + "/" + resourceName}, nil
+		// Beside the driver's znode: /dlock-check-resource.
+		return &zkResource{c: d.Conn(), path: strings.TrimSuffix(u.Path, "/") + prefix(zkdlock.DefaultPrefix) + "-check-resource"}, nil
 	case *memcachedlock.Driver:
 		return &memcachedResource{c: d.Client(), key: prefix(memcachedlock.DefaultPrefix) + resourceName}, nil
 	case sqldlock.Driver:
