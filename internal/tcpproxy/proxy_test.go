@@ -1,4 +1,4 @@
-package testsrv
+package tcpproxy
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestProxyBlock(t *testing.T) {
-	p, err := StartProxy(echoServer(t))
+	p, err := Start(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestProxyBlock(t *testing.T) {
 
 func TestDelayedProxy(t *testing.T) {
 	const delay = 2 * time.Millisecond
-	p, err := StartDelayedProxy(echoServer(t), delay)
+	p, err := StartDelayed(echoServer(t), delay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +100,32 @@ func echoServer(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+func TestSetDelay(t *testing.T) {
+	p, err := Start(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip := func() time.Duration {
+		start := time.Now()
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	const delay = 50 * time.Millisecond
+	p.SetDelay(delay)
+	if rtt := roundTrip(); rtt < 2*delay {
+		t.Errorf("round trip %v after SetDelay(%v), want at least %v", rtt, delay, 2*delay)
+	}
 }
