@@ -139,7 +139,8 @@ type worker struct {
 
 	// guarded by run.mu
 	events  []event
-	holding int // the hold in progress, 0 if none
+	holding int   // the hold in progress, 0 if none
+	lastAcq int64 // when it last acquired the lock
 	ready   bool
 	killed  int64 // when it was killed, 0 if it was not
 	exited  int64
@@ -375,7 +376,7 @@ func (r *run) read(w *worker, out io.Reader) {
 		case evReady:
 			w.ready = true
 		case evAcquired:
-			w.holding = e.Hold
+			w.holding, w.lastAcq = e.Hold, e.At
 			r.acquired++
 			r.last = w
 		case evReleased:
@@ -636,10 +637,8 @@ func (r *run) injectFaults(ctx context.Context, start int64) {
 				// session ends, which may be well after the TTL.
 				r.waitFor(ctx, max(3*ttl, 30*time.Second), func() bool {
 					for _, o := range r.workers {
-						if o != w && len(o.events) > 0 {
-							if e := o.events[len(o.events)-1]; e.Kind == evAcquired && e.At > f.Start {
-								return true
-							}
+						if o != w && o.lastAcq > f.Start {
+							return true
 						}
 					}
 					return false
