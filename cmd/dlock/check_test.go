@@ -324,3 +324,47 @@ func readAll(p *proc) (string, error) {
 	b, err := io.ReadAll(p.stdout)
 	return string(b), err
 }
+
+func TestCheckSecretsNotShown(t *testing.T) {
+	const secret = "s3cret"
+	e := newEnv(t, defaultStore)
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"check", "--url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5"}, cli.ExitUnavailable},
+		{[]string{"check", "--url", "nosuch://u:" + secret + "@127.0.0.1:1/x"}, cli.ExitUsage},
+		{[]string{"check", "--resource", "mysql://u:" + secret + "@127.0.0.1:1/x"}, cli.ExitUnavailable},
+		{[]string{"check", "--resource", "nosuch://u:" + secret + "@127.0.0.1:1/x"}, cli.ExitUsage},
+		{[]string{"check", "--resource", "postgres://u:" + secret + "@[::1/x"}, cli.ExitUsage},
+	} {
+		r := e.run(tt.args...)
+		if r.code != tt.want {
+			t.Errorf("dlock %q: exit status %d, want %d", tt.args, r.code, tt.want)
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("dlock %q shows the secret:\nstdout: %s\nstderr: %s", tt.args, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestCheckSeparateResource keeps the counter and the register in another
+// store than the locks: a holder cut off from the lock store still reaches
+// the resource, and the register turns its late writes away.
+func TestCheckSeparateResource(t *testing.T) {
+	e := newEnv(t, keyValueStore(testsrv.Redis, 0))
+	resource, _ := serverStore(testsrv.Postgres)(t)
+	r := e.run("check", "--json", "--workers", "3", "--duration", "2s", "--ttl", "1s", "--hold", "100ms",
+		"--faults", "cut,kill", "--resource", resource)
+	if r.code != 0 {
+		t.Fatalf("exit status %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+	rep := parseReport(t, r.stdout)
+	if rep.Resource == "" || !rep.OK || rep.FencedAccepted == 0 {
+		t.Errorf("report: resource %q, OK %v, %d fenced writes accepted", rep.Resource, rep.OK, rep.FencedAccepted)
+	}
+	if f := fault(rep, check.FaultCut); f == nil || f.Token == 0 || fault(rep, check.FaultPause) != nil {
+		t.Errorf("faults %+v, want a cut that struck a holder and no pause", rep.Faults)
+	}
+	noWorkersLeft(t)
+}

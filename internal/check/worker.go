@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -179,13 +180,16 @@ func openResourceAt(ctx context.Context, lockURL, rawURL string, c *dlock.Client
 		return r, func() { r.close() }, nil
 	}
 	rc, err := dlock.Open(ctx, rawURL)
+	if errors.Is(err, dlock.ErrInvalidArgument) {
+		return nil, nil, usagef("invalid --resource: %s", strings.TrimPrefix(err.Error(), "dlock: "))
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("resource store: %w", err)
+		return nil, nil, fmt.Errorf("the resource store: %s", strings.TrimPrefix(err.Error(), "dlock: "))
 	}
 	r, err := openResource(ctx, rawURL, rc.Driver())
 	if err != nil {
 		rc.Close()
-		return nil, nil, fmt.Errorf("resource store: %w", err)
+		return nil, nil, fmt.Errorf("the resource store: %w", err)
 	}
 	return r, func() { r.close(); rc.Close() }, nil
 }
