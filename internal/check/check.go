@@ -98,6 +98,7 @@ type Config struct {
 // cannot run on.
 type UsageError struct{ msg string }
 
+// Error returns the message, which names the flag.
 func (e *UsageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
@@ -351,6 +352,7 @@ type tailWriter struct {
 	b  *bytes.Buffer
 }
 
+// Write keeps the first 64KiB written.
 func (t tailWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -467,21 +469,33 @@ func (r *run) stop() {
 		}
 	}
 	for _, w := range r.workers {
-		if w.cmd.Process == nil {
+		if w.cmd == nil || w.cmd.Process == nil {
 			close(w.done)
 			continue
 		}
 		_ = w.cmd.Process.Signal(sigCont)
 		w.stdin.Close()
 	}
-	deadline := time.After(r.cfg.TTL + dlock.ReleaseTimeout + 5*time.Second)
+	timer := time.NewTimer(r.cfg.TTL + dlock.ReleaseTimeout + 5*time.Second)
+	defer timer.Stop()
+	late := false
 	for _, w := range r.workers {
+		if !late {
+			select {
+			case <-w.done:
+				continue
+			case <-timer.C:
+				late = true
+			}
+		}
 		select {
 		case <-w.done:
-		case <-deadline:
+		default:
 			_ = w.cmd.Process.Kill()
 			<-w.done
 		}
+	}
+	for _, w := range r.workers {
 		closeProxies(w.proxies)
 	}
 }
