@@ -49,8 +49,8 @@ func TestCheckEveryStore(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			e := newEnv(t, s.setup)
 			r := e.run(checkArgs(s.shortTTL)...)
-			if r.code != 0 {
-				t.Fatalf("exit status %d, want 0; stderr: %s", r.code, r.stderr)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("exit status %d, stderr %q; want 0 and nothing (no progress line when stderr is not a terminal)", r.code, r.stderr)
 			}
 			rep := parseReport(t, r.stdout)
 			checkSaneReport(t, rep)
