@@ -121,6 +121,7 @@ type hold struct {
 	lost         int64 // when the lost signal came; 0 if it did not
 	released     bool
 	releaseErr   string
+	read, wrote  bool // the counter was read, a write was reported
 	fenceStart   int64
 	fenceAt      int64
 	fenceOK      bool
@@ -164,7 +165,10 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 				continue
 			}
 			switch e.Kind {
+			case evRead:
+				h.read = true
 			case evWrote:
+				h.wrote = true
 				if e.OK {
 					rep.Acknowledged++
 				} else {
@@ -189,12 +193,16 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 				h.valid = max(h.valid, e.Valid)
 			}
 		}
-		// A hold that was never released ended with its worker.
+		// A hold that was never released ended with its worker; a write
+		// it may have sent before it died has an unknown outcome.
 		for _, h := range byID {
 			if !h.released {
 				h.end = w.exited
 				if w.killed != 0 {
 					h.end = w.killed
+				}
+				if h.read && !h.wrote {
+					rep.Unknown++
 				}
 			}
 		}
