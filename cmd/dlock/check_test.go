@@ -47,7 +47,9 @@ func TestCheckEveryStore(t *testing.T) {
 	all = slices.DeleteFunc(all, func(s store) bool { return s.name == "sqlite" })
 	for _, s := range all {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, s.setup)
+			marker := e.markWorkers()
 			r := e.run(checkArgs(s.shortTTL)...)
 			if r.code != 0 || r.stderr != "" {
 				t.Fatalf("exit status %d, stderr %q; want 0 and nothing (no progress line when stderr is not a terminal)", r.code, r.stderr)
@@ -67,7 +69,7 @@ func TestCheckEveryStore(t *testing.T) {
 					t.Errorf("no latency fault")
 				}
 			}
-			noWorkersLeft(t)
+			noWorkersLeft(t, marker)
 			url := e.url
 			if url == "" {
 				url = cli.SQLiteURL(filepath.Join(strings.TrimPrefix(e.env[0], "XDG_STATE_HOME="), "dlock", "dlock.db"))
@@ -132,16 +134,30 @@ func fault(rep *check.Report, kind string) *check.Fault {
 	return nil
 }
 
-// noWorkersLeft checks that no worker process of dlock check is running.
-func noWorkersLeft(t *testing.T) {
+// markWorkers adds a variable to the environment of the dlock processes
+// the test starts, which their workers inherit, and returns it.
+func (e *env) markWorkers() string {
+	marker := "DLOCK_CHECK_TEST=" + e.t.Name()
+	e.env = append(e.env, marker)
+	return marker
+}
+
+// noWorkersLeft checks that no worker process of dlock check started with
+// the environment variable marker is running.
+func noWorkersLeft(t *testing.T, marker string) {
 	t.Helper()
-	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
-		b, err := os.ReadFile(d)
+		cmdline, err := os.ReadFile(d + "/cmdline")
 		if err != nil {
 			continue
 		}
-		if args := strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00"); len(args) == 2 && args[0] == dlockBin && args[1] == "check-worker" {
+		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
+		if len(args) != 2 || args[0] != dlockBin || args[1] != "check-worker" {
+			continue
+		}
+		environ, err := os.ReadFile(d + "/environ")
+		if err == nil && slices.Contains(strings.Split(string(environ), "\x00"), marker) {
 			t.Errorf("a worker is still running: %s", d)
 		}
 	}
@@ -252,6 +268,7 @@ func TestCheckRedisRestart(t *testing.T) {
 	}
 	defer srv.Stop()
 	e := &env{t: t, url: srv.URL}
+	marker := e.markWorkers()
 	// Long leases and holds: the restart strikes inside a hold, well
 	// within its lease.
 	p := e.start("check", "--json", "--faults", "none", "--workers", "3", "--duration", "4s", "--ttl", "5s", "--hold", "200ms")
@@ -289,7 +306,7 @@ func TestCheckRedisRestart(t *testing.T) {
 			t.Errorf("mutual exclusion reported as kept: %s", ch.Detail)
 		}
 	}
-	noWorkersLeft(t)
+	noWorkersLeft(t, marker)
 }
 
 // waitForHolder waits until a worker of the check p holds its lock, once
@@ -353,6 +370,7 @@ func TestCheckSecretsNotShown(t *testing.T) {
 // the resource, and the register turns its late writes away.
 func TestCheckSeparateResource(t *testing.T) {
 	e := newEnv(t, keyValueStore(testsrv.Redis, 0))
+	marker := e.markWorkers()
 	resource, _ := serverStore(testsrv.Postgres)(t)
 	r := e.run("check", "--json", "--workers", "3", "--duration", "2s", "--ttl", "1s", "--hold", "100ms",
 		"--faults", "cut,kill", "--resource", resource)
@@ -366,5 +384,5 @@ func TestCheckSeparateResource(t *testing.T) {
 	if f := fault(rep, check.FaultCut); f == nil || f.Token == 0 || fault(rep, check.FaultPause) != nil {
 		t.Errorf("faults %+v, want a cut that struck a holder and no pause", rep.Faults)
 	}
-	noWorkersLeft(t)
+	noWorkersLeft(t, marker)
 }
