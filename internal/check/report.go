@@ -25,6 +25,12 @@ type Report struct {
 	TTL          time.Duration `json:"ttl_ns"`
 	Duration     time.Duration `json:"duration_ns"`
 	Acquisitions int           `json:"acquisitions"`
+	// LongestGap is the longest time in the workload without an
+	// acquisition by any worker (from its start to the first, between
+	// two, or from the last to its end), and LongestGapAt when it began:
+	// what a fault cost in availability.
+	LongestGap   time.Duration `json:"longest_gap_ns"`
+	LongestGapAt time.Duration `json:"longest_gap_at_ns"`
 	Errors       int           `json:"errors"` // failed acquisitions and resource requests
 	// ErrorSamples are the first few distinct errors.
 	ErrorSamples []string `json:"error_samples,omitempty"`
@@ -211,6 +217,13 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 
 	// Overlaps: sweep the holds in the order they were acquired.
 	slices.SortFunc(holds, func(a, b *hold) int { return cmpInt(a.acq, b.acq) })
+	prev := start
+	for _, t := range append(acquisitionTimes(holds), end) {
+		if g := time.Duration(t - prev); g > rep.LongestGap {
+			rep.LongestGap, rep.LongestGapAt = g, time.Duration(prev-start)
+		}
+		prev = max(prev, t)
+	}
 	var active []*hold
 	excused := 0
 	for _, b := range holds {
@@ -310,6 +323,15 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		}
 	}
 	return rep
+}
+
+// acquisitionTimes returns the acquisition times of holds, in their order.
+func acquisitionTimes(holds []*hold) []int64 {
+	ts := make([]int64, len(holds))
+	for i, h := range holds {
+		ts[i] = h.acq
+	}
+	return ts
 }
 
 // maxSamples bounds Report.ErrorSamples.
@@ -415,6 +437,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "promises  %s\n", rep.Promises)
 	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
 		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
+	fmt.Fprintf(&b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
 	for _, e := range rep.ErrorSamples {
 		fmt.Fprintf(&b, "          error: %s\n", e)
 	}

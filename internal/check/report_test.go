@@ -147,3 +147,28 @@ func TestReportText(t *testing.T) {
 		}
 	}
 }
+
+// The longest gap is the longest time without an acquisition, the run's
+// start and end included.
+func TestAnalyseLongestGap(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		acqs    []int64 // in ms, of one worker's holds
+		gap, at int64   // ms
+	}{
+		{"between", []int64{10, 30, 700, 710}, 670, 30},
+		{"from the start", []int64{400, 420, 800}, 400, 0},
+		{"to the end", []int64{10, 20}, 980, 20},
+		{"none", nil, 1000, 0},
+	} {
+		var evs []event
+		for i, a := range c.acqs {
+			evs = append(evs, holdEvents(i+1, uint64(i+1), a*ms, (a+100)*ms, (a+5)*ms, int64(i+1), true)...)
+		}
+		rep := analyseEvents(int64(len(c.acqs)), dlock.Capabilities{DurableTokens: true}, evs)
+		if rep.LongestGap != time.Duration(c.gap*ms) || rep.LongestGapAt != time.Duration(c.at*ms) {
+			t.Errorf("%s: longest gap %v from %v, want %v from %v", c.name, rep.LongestGap, rep.LongestGapAt,
+				time.Duration(c.gap*ms), time.Duration(c.at*ms))
+		}
+	}
+}
