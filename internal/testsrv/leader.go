@@ -29,7 +29,7 @@ func (s *Server) Leader(ctx context.Context) (*Server, error) {
 	switch s.Name {
 	case Etcd, EtcdCluster:
 		find = etcdLeader
-	case ZooKeeper:
+	case ZooKeeper, ZooKeeperEnsemble:
 		find = zkLeader
 	default:
 		return nil, fmt.Errorf("testsrv: %s has no leader", s.Name)
