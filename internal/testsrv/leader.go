@@ -6,15 +6,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // memberTimeout bounds each question Leader and Master ask one member, so
 // that a paused member does not hold up the answer.
 const memberTimeout = time.Second
+
+// newQuickRedisClient is newRedisClient for a question that must not
+// outlive its context's deadline.
+func newQuickRedisClient(addr string) *redis.Client {
+	o := redisOptions(addr)
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o)
+}
 
 // Leader returns the member that leads an etcd cluster (etcd,
 // etcd-cluster) or a ZooKeeper ensemble (zookeeper, zookeeper-ensemble):
@@ -156,4 +167,73 @@ func zkLeader(ctx context.Context, members []*Server) (*Server, error) {
 		return leaders[0], nil
 	}
 	return nil, fmt.Errorf("%d leaders, %d of %d members serving: modes %q, errors %v", len(leaders), serving, len(members), modes, errs)
+}
+
+// Master returns the member of a redis-sentinel that the sentinels name as
+// the master of SentinelMaster: the address that a majority of the
+// sentinels report (SENTINEL GET-MASTER-ADDR-BY-NAME), once that member
+// reports itself master (INFO replication). Sentinels that are killed or
+// paused are not counted. Master polls until there is such a member, ctx
+// ends, or a minute passes.
+func (s *Server) Master(ctx context.Context) (*Server, error) {
+	if s.Name != RedisSentinel {
+		return nil, fmt.Errorf("testsrv: %s has no sentinels to name a master", s.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		master, err := sentinelMaster(ctx, s.members[:2], s.members[2:])
+		if err == nil {
+			return master, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("testsrv: %s: no master: %w; last answer: %v", s.Name, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// sentinelMaster finds the one of servers that a majority of sentinels
+// name as master and that reports itself master.
+func sentinelMaster(ctx context.Context, servers, sentinels []*Server) (*Server, error) {
+	named, errs := askMembers(ctx, sentinels, func(ctx context.Context, m *Server) (string, error) {
+		c := newQuickRedisClient(m.Addr)
+		defer c.Close()
+		addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
+		if err != nil {
+			return "", err
+		}
+		if len(addr) != 2 {
+			return "", fmt.Errorf("master address %q", addr)
+		}
+		return net.JoinHostPort(addr[0], addr[1]), nil
+	})
+	votes := map[string]int{}
+	for i, a := range named {
+		if errs[i] == nil {
+			votes[a]++
+		}
+	}
+	for _, m := range servers {
+		if votes[m.Addr] <= len(sentinels)/2 {
+			continue
+		}
+		if m.Pid() == 0 {
+			return nil, fmt.Errorf("sentinels name %s, which is not running", m.Addr)
+		}
+		ctx, cancel := context.WithTimeout(ctx, memberTimeout)
+		defer cancel()
+		c := newQuickRedisClient(m.Addr)
+		defer c.Close()
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return nil, fmt.Errorf("sentinels name %s: %w", m.Addr, err)
+		}
+		if role := infoField(info, "role"); role != "master" {
+			return nil, fmt.Errorf("sentinels name %s, whose role is %s", m.Addr, role)
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("no server named master by a majority of sentinels: %q, errors %v", named, errs)
 }

@@ -19,17 +19,25 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// SentinelMaster is the name under which the sentinel of StartRedisSentinel
-// monitors the master.
+// SentinelMaster is the name under which the sentinels of
+// StartRedisSentinel monitor the master.
 const SentinelMaster = "mymaster"
 
-// Settings of the sentinel started by StartRedisSentinel.
+// Settings of the sentinels started by StartRedisSentinel.
 const (
-	// sentinelDownAfter is the sentinel's down-after-milliseconds: how long
-	// the master must be unreachable before the sentinel fails it over.
-	sentinelDownAfter = 5 * time.Second
-	// sentinelFailoverTimeout is the sentinel's failover-timeout.
-	sentinelFailoverTimeout = 10 * time.Second
+	// sentinels is how many sentinels watch the master.
+	sentinels = 3
+	// sentinelQuorum is how many sentinels must find the master down
+	// before one of them fails it over (a majority must still elect
+	// that one).
+	sentinelQuorum = 2
+	// sentinelDownAfter is the sentinels' down-after-milliseconds: how
+	// long the master must be unreachable before a sentinel finds it down.
+	sentinelDownAfter = 2 * time.Second
+	// sentinelFailoverTimeout is the sentinels' failover-timeout; a
+	// failover whose sentinel was not elected is tried again after twice
+	// as long.
+	sentinelFailoverTimeout = 3 * time.Second
 )
 
 // clusterBusOffset is the distance between a Redis Cluster node's client
@@ -157,17 +165,22 @@ func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
 	return s, nil
 }
 
-// StartRedisSentinel starts a Redis master, one replica of it, and one
-// sentinel that monitors the master under the name "mymaster"
-// (SentinelMaster) with quorum 1, all without persistence on free ports on
+// StartRedisSentinel starts a Redis master, one replica of it, and three
+// sentinels that monitor the master under the name "mymaster"
+// (SentinelMaster) with quorum 2, all without persistence on free ports on
 // 127.0.0.1. It waits until the replica is in sync (master_link_status:up)
-// and the sentinel reports the master and knows the replica. The sentinel
-// fails the master over after 5 s without an answer (down-after-milliseconds
-// 5000, failover-timeout 10000).
+// and every sentinel reports the master, knows the replica and knows the
+// other two sentinels. The sentinels find a master down after 2 s without
+// an answer (down-after-milliseconds 2000, failover-timeout 3000), so a
+// killed or paused master is failed over to the replica a few seconds
+// later; a restarted or resumed old master is made a replica of the new
+// one. Master returns the current master.
 //
-// Server.Addrs is [master, replica, sentinel], Addr is the master, and URL
-// is "redis+sentinel://127.0.0.1:sentinelport/mymaster". Stop stops all
-// three. The error wraps ErrMissing if redis-server cannot be found.
+// Server.Addrs is [master, replica, sentinel, sentinel, sentinel] (the
+// roles at start: after a failover the first two have swapped), Addr is
+// the first master, and URL is "redis+sentinel://s1,s2,s3/mymaster" with
+// the three sentinels. Stop stops all five. The error wraps ErrMissing if
+// redis-server cannot be found.
 func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	bin, err := findRedis()
 	if err != nil {
@@ -192,28 +205,16 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	}
 	s.addMembers(master)
 	masterHost, masterPort, _ := net.SplitHostPort(master.Addr)
-
-	// The replica and the sentinel only need the master: start them together.
-	var replica, sentinel *Server
-	var replicaErr, sentinelErr error
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		replica, replicaErr = s.startRedisMember(ctx, bin, "replica", nil, func(int) ([]string, error) {
-			return []string{"--repl-diskless-sync-delay", "0", "--replicaof", masterHost, masterPort}, nil
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		sentinel, sentinelErr = s.startSentinel(ctx, bin, master.Addr)
-	}()
-	wg.Wait()
-	s.addMembers(replica, sentinel) // nil ones are skipped
-	if err := errors.Join(replicaErr, sentinelErr); err != nil {
+	replica, err := s.startRedisMember(ctx, bin, "replica", nil, func(int) ([]string, error) {
+		return []string{"--repl-diskless-sync-delay", "0", "--replicaof", masterHost, masterPort}, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-
+	s.addMembers(replica)
+	// The sentinels start once the replica is in sync: a sentinel learns
+	// of the replicas from the master's INFO, which it asks for when it
+	// connects and then only every 10 s.
 	if err := waitRedis(ctx, "replica in sync with the master", replica.Addr, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
@@ -226,17 +227,28 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
 	}
-	if err := waitRedis(ctx, "sentinel to report the master and its replica", sentinel.Addr, func(ctx context.Context, c *redis.Client) error {
-		return sentinelReady(ctx, c, master.Addr, replica.Addr)
+	if err := s.startMembers(ctx, sentinels, func(ctx context.Context, i int) (*Server, error) {
+		return s.startSentinel(ctx, bin, "sentinel"+strconv.Itoa(i), master.Addr)
 	}); err != nil {
-		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+		return nil, err
 	}
-	s.URL = "redis+sentinel://" + sentinel.Addr + "/" + SentinelMaster
+	sentinelAddrs := s.Addrs[2:]
+	for _, a := range sentinelAddrs {
+		// The sentinels find each other through the master and replica
+		// (every sentinel announces itself there every 2 s).
+		if err := waitRedis(ctx, "sentinel to report the master, its replica and the other sentinels", a, func(ctx context.Context, c *redis.Client) error {
+			return sentinelReady(ctx, c, master.Addr, replica.Addr)
+		}); err != nil {
+			return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+		}
+	}
+	s.URL = "redis+sentinel://" + strings.Join(sentinelAddrs, ",") + "/" + SentinelMaster
 	return s, nil
 }
 
 // sentinelReady checks that the sentinel reports master as the address of
-// SentinelMaster, sees it up, and knows replica.
+// SentinelMaster, sees it up, knows the other sentinels, and knows
+// replica.
 func sentinelReady(ctx context.Context, c *redis.Client, master, replica string) error {
 	addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
 	if err != nil {
@@ -252,6 +264,9 @@ func sentinelReady(ctx context.Context, c *redis.Client, master, replica string)
 	fields := redisFields(m)
 	if flags := fields["flags"]; flags != "master" {
 		return fmt.Errorf("sentinel reports master flags %q", flags)
+	}
+	if n := fields["num-other-sentinels"]; n != strconv.Itoa(sentinels-1) {
+		return fmt.Errorf("sentinel knows %s other sentinels, want %d", n, sentinels-1)
 	}
 	replicas, err := c.Do(ctx, "SENTINEL", "replicas", SentinelMaster).Slice()
 	if err != nil {
@@ -283,27 +298,32 @@ func redisFields(reply any) map[string]string {
 	return out
 }
 
-// startSentinel starts a sentinel monitoring the master at masterAddr. A
-// sentinel needs a writable configuration file (it records what it learns
-// there); it is written anew, in the sentinel's directory, for every start
-// attempt.
-func (s *Server) startSentinel(ctx context.Context, bin, masterAddr string) (*Server, error) {
+// startSentinel starts a sentinel, in the subdirectory name of the group's
+// directory, monitoring the master at masterAddr. A sentinel needs a
+// writable configuration file (it records there what it learns: its own
+// ID, the other sentinels, the current master). The file is written anew
+// for every start attempt, and kept when Restart starts the sentinel
+// again.
+func (s *Server) startSentinel(ctx context.Context, bin, name, masterAddr string) (*Server, error) {
 	host, port, _ := net.SplitHostPort(masterAddr)
-	dir := filepath.Join(s.Dir, "sentinel")
+	dir := filepath.Join(s.Dir, name)
 	conf := filepath.Join(dir, "sentinel.conf")
-	config := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+	config := fmt.Sprintf("sentinel monitor %s %s %s %d\n"+
 		"sentinel down-after-milliseconds %s %d\n"+
 		"sentinel failover-timeout %s %d\n",
-		SentinelMaster, host, port,
+		SentinelMaster, host, port, sentinelQuorum,
 		SentinelMaster, sentinelDownAfter.Milliseconds(),
 		SentinelMaster, sentinelFailoverTimeout.Milliseconds())
-	m := &Server{Name: RedisSentinel + "/sentinel", Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
+	m := &Server{Name: s.Name + "/" + name, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
+	launched := false
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
-			return nil, err
+		if !launched {
+			if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
+				return nil, err
+			}
 		}
 		// The configuration file must come first, then --sentinel.
 		args := append([]string{conf, "--sentinel"}, redisBaseArgs(port, dir, m.logPath)...)
@@ -311,8 +331,9 @@ func (s *Server) startSentinel(ctx context.Context, bin, masterAddr string) (*Se
 	}
 	if err := m.launch(ctx, start, pingRedisPort); err != nil {
 		_ = m.Stop()
-		return nil, fmt.Errorf("sentinel: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	launched = true
 	m.Addr = loopbackAddr(m.port)
 	m.Addrs = []string{m.Addr}
 	return m, nil
@@ -450,8 +471,11 @@ func clusterPort() (int, error) {
 // newRedisClient returns a client for the harness's own connections: one
 // connection, no retries (callers poll), RESP2, no identity or maintenance
 // handshakes.
-func newRedisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+func newRedisClient(addr string) *redis.Client { return redis.NewClient(redisOptions(addr)) }
+
+// redisOptions returns the options of newRedisClient.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:                     addr,
 		Protocol:                 2,
 		DisableIdentity:          true,
@@ -463,7 +487,7 @@ func newRedisClient(addr string) *redis.Client {
 		ReadTimeout:              5 * time.Second,
 		WriteTimeout:             5 * time.Second,
 		PoolSize:                 1,
-	})
+	}
 }
 
 // pingRedisPort is the readiness check of a Redis process: a PING over a

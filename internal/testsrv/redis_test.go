@@ -17,7 +17,7 @@ import (
 )
 
 // wantAddrs is how many processes each kind has.
-var wantAddrs = map[string]int{Redis: 1, RedisCluster: 3, RedisSentinel: 3, RedisQuorum: 5, Memcached: 1}
+var wantAddrs = map[string]int{Redis: 1, RedisCluster: 3, RedisSentinel: 5, RedisQuorum: 5, Memcached: 1}
 
 // checkServer checks a running server of redis.go or memcached.go: its
 // addresses and URL, and that it stores and returns a value through the
@@ -40,7 +40,7 @@ func checkServer(t *testing.T, s *Server) {
 	wantURL := map[string]string{
 		Redis:         "redis://" + s.Addr + "/0",
 		RedisCluster:  "redis+cluster://" + strings.Join(s.Addrs, ","),
-		RedisSentinel: "redis+sentinel://" + s.Addrs[len(s.Addrs)-1] + "/mymaster",
+		RedisSentinel: "redis+sentinel://" + strings.Join(s.Addrs[2:], ",") + "/mymaster",
 		RedisQuorum:   "redlock://" + strings.Join(s.Addrs, ","),
 		Memcached:     "memcached://" + s.Addr,
 	}[s.Name]
@@ -79,7 +79,7 @@ func checkServer(t *testing.T, s *Server) {
 	case RedisSentinel:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:    "mymaster",
-			SentinelAddrs: []string{s.Addrs[2]},
+			SentinelAddrs: s.Addrs[2:],
 		})
 		defer c.Close()
 		setGet(ctx, t, c, key, val)
