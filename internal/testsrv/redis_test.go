@@ -38,12 +38,14 @@ func checkServer(t *testing.T, s *Server) {
 		seen[a] = true
 	}
 	wantURL := map[string]string{
-		Redis:         "redis://" + s.Addr + "/0",
-		RedisCluster:  "redis+cluster://" + strings.Join(s.Addrs, ","),
-		RedisSentinel: "redis+sentinel://" + strings.Join(s.Addrs[2:], ",") + "/mymaster",
-		RedisQuorum:   "redlock://" + strings.Join(s.Addrs, ","),
-		Memcached:     "memcached://" + s.Addr,
+		Redis:        "redis://" + s.Addr + "/0",
+		RedisCluster: "redis+cluster://" + strings.Join(s.Addrs, ","),
+		RedisQuorum:  "redlock://" + strings.Join(s.Addrs, ","),
+		Memcached:    "memcached://" + s.Addr,
 	}[s.Name]
+	if s.Name == RedisSentinel {
+		wantURL = "redis+sentinel://" + strings.Join(s.Addrs[2:], ",") + "/mymaster"
+	}
 	if s.URL != wantURL {
 		t.Errorf("URL = %q, want %q", s.URL, wantURL)
 	}
