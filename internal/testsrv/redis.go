@@ -40,6 +40,11 @@ const (
 	sentinelFailoverTimeout = 3 * time.Second
 )
 
+// clusterNodeTimeout is the cluster-node-timeout of the nodes of
+// StartRedisCluster: how long a master may not answer before the others
+// find it failing and its replica takes over.
+const clusterNodeTimeout = 2 * time.Second
+
 // clusterBusOffset is the distance between a Redis Cluster node's client
 // port and its cluster bus port.
 const clusterBusOffset = 10000
@@ -115,15 +120,25 @@ func StartRedisQuorum(ctx context.Context, n int) (_ *Server, err error) {
 	return s, nil
 }
 
-// StartRedisCluster starts a Redis Cluster of three masters without
-// replicas (cluster-node-timeout 2 s, no persistence) on free ports on
-// 127.0.0.1, assigns the 16384 hash slots evenly, joins the nodes, and
-// waits until CLUSTER INFO reports cluster_state:ok on every node. Each
-// node's cluster bus port (its port + 10000) is free when the node starts.
+// StartRedisCluster starts a Redis Cluster of three masters with one
+// replica each (cluster-node-timeout 2 s, no persistence) on free ports on
+// 127.0.0.1, assigns the 16384 hash slots evenly to the masters, joins the
+// nodes, and waits until every node reports cluster_state:ok and knows
+// every replica as the replica of its master, and every replica is in sync
+// with its master. Each node's cluster bus port (its port + 10000) is free
+// when the node starts.
 //
-// Server.Addrs lists the three nodes, Addr is the first, and URL is
-// "redis+cluster://a,b,c". Stop stops every node. The error wraps
-// ErrMissing if redis-server cannot be found.
+// A killed or paused master is failed over to its replica a few seconds
+// later (the other masters find it failing after the node timeout and
+// elect the replica). A node keeps its cluster configuration (nodes.conf)
+// when Restart starts it again, so it rejoins the cluster with its ID: a
+// master that was failed over comes back as the replica of its successor.
+//
+// Server.Addrs lists the three masters, then their replicas in the same
+// order (Addrs[3] replicates Addrs[0], and so on; the roles at start: a
+// failover swaps a master and its replica), Addr is the first master, and
+// URL is "redis+cluster://" with the six nodes. Stop stops every node.
+// The error wraps ErrMissing if redis-server cannot be found.
 func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
 	bin, err := findRedis()
 	if err != nil {
@@ -139,26 +154,34 @@ func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
 			err = fmt.Errorf("testsrv: starting %s: %w", RedisCluster, err)
 		}
 	}()
-	const nodes = 3
-	if err := s.startMembers(ctx, nodes, func(ctx context.Context, i int) (*Server, error) {
+	const masters = 3
+	if err := s.startMembers(ctx, 2*masters, func(ctx context.Context, i int) (*Server, error) {
 		name := "node" + strconv.Itoa(i)
 		nodesConf := filepath.Join(s.Dir, name, "nodes.conf")
-		return s.startRedisMember(ctx, bin, name, clusterPort, func(port int) ([]string, error) {
-			// A fresh node on every attempt: no state from one that failed
-			// to bind its ports.
-			if err := os.Remove(nodesConf); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
+		launched := false
+		m, err := s.startRedisMember(ctx, bin, name, clusterPort, func(port int) ([]string, error) {
+			// A fresh node on every start attempt: no state from one that
+			// failed to bind its ports. Restart keeps the node's state.
+			if !launched {
+				if err := os.Remove(nodesConf); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return nil, err
+				}
 			}
 			return []string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", nodesConf,
-				"--cluster-node-timeout", "2000",
+				"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10),
+				// No delay before a diskless full sync (the default
+				// waits 5 s for more replicas to arrive).
+				"--repl-diskless-sync-delay", "0",
 			}, nil
 		})
+		launched = true
+		return m, err
 	}); err != nil {
 		return nil, err
 	}
-	if err := createCluster(ctx, s.Addrs); err != nil {
+	if err := createCluster(ctx, s.Addrs[:masters], s.Addrs[masters:]); err != nil {
 		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
 	}
 	s.URL = "redis+cluster://" + strings.Join(s.Addrs, ",")
@@ -546,35 +569,55 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// createCluster turns the (empty, cluster-enabled) nodes at addrs into one
-// cluster, as redis-cli --cluster create would: distinct config epochs,
-// the hash slots split evenly, every node met. It waits until every node
-// reports cluster_state:ok (a master waits about 2 s after its start before
-// it reports ok).
-func createCluster(ctx context.Context, addrs []string) error {
+// createCluster turns the (empty, cluster-enabled) nodes at masters and
+// replicas into one cluster, as redis-cli --cluster create would: distinct
+// config epochs, the hash slots split evenly among the masters, every node
+// met, replicas[i] the replica of masters[i]. It waits until every node
+// reports cluster_state:ok and knows every replica as the replica of its
+// master, and every replica is in sync (a master waits about 2 s after its
+// start before it reports ok).
+func createCluster(ctx context.Context, masters, replicas []string) error {
 	const slots = 16384
-	clients := make([]*redis.Client, len(addrs))
-	for i, a := range addrs {
-		clients[i] = newRedisClient(a)
-		defer clients[i].Close()
+	addrs := append(append([]string(nil), masters...), replicas...)
+	clients := map[string]*redis.Client{}
+	for _, a := range addrs {
+		clients[a] = newRedisClient(a)
+		defer clients[a].Close()
 	}
-	for i, c := range clients {
-		first, last := i*slots/len(addrs), (i+1)*slots/len(addrs)-1
-		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", addrs[i], err)
+	ids := map[string]string{}
+	for _, a := range addrs {
+		id, err := clients[a].ClusterMyID(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("CLUSTER MYID on %s: %w", a, err)
 		}
-		if err := c.ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
-			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, addrs[i], err)
+		ids[a] = id
+	}
+	for i, a := range masters {
+		first, last := i*slots/len(masters), (i+1)*slots/len(masters)-1
+		if err := clients[a].Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", a, err)
+		}
+		if err := clients[a].ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, a, err)
 		}
 	}
 	for _, a := range addrs[1:] {
 		host, port, _ := net.SplitHostPort(a)
-		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+		if err := clients[addrs[0]].ClusterMeet(ctx, host, port).Err(); err != nil {
 			return fmt.Errorf("CLUSTER MEET %s from %s: %w", a, addrs[0], err)
 		}
 	}
+	for i, a := range replicas {
+		// A node replicates only a master it knows: wait for the MEET to
+		// reach it.
+		if err := waitRedis(ctx, "replica to replicate its master", a, func(ctx context.Context, c *redis.Client) error {
+			return c.ClusterReplicate(ctx, ids[masters[i]]).Err()
+		}); err != nil {
+			return err
+		}
+	}
 	for _, a := range addrs {
-		if err := waitRedis(ctx, "cluster_state:ok", a, func(ctx context.Context, c *redis.Client) error {
+		if err := waitRedis(ctx, "cluster_state:ok with every replica known", a, func(ctx context.Context, c *redis.Client) error {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err != nil {
 				return err
@@ -583,8 +626,23 @@ func createCluster(ctx context.Context, addrs []string) error {
 				return fmt.Errorf("cluster_state:%s, cluster_known_nodes:%s, cluster_slots_assigned:%s",
 					v, infoField(info, "cluster_known_nodes"), infoField(info, "cluster_slots_assigned"))
 			}
-			if n := infoField(info, "cluster_known_nodes"); n != strconv.Itoa(len(addrs)) {
-				return fmt.Errorf("cluster_known_nodes:%s, want %d", n, len(addrs))
+			nodes, err := c.ClusterNodes(ctx).Result()
+			if err != nil {
+				return err
+			}
+			return clusterShaped(nodes, ids, masters, replicas)
+		}); err != nil {
+			return err
+		}
+	}
+	for _, a := range replicas {
+		if err := waitRedis(ctx, "replica in sync with its master", a, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return err
+			}
+			if v := infoField(info, "master_link_status"); v != "up" {
+				return fmt.Errorf("master_link_status:%s", v)
 			}
 			return nil
 		}); err != nil {
@@ -592,6 +650,48 @@ func createCluster(ctx context.Context, addrs []string) error {
 		}
 	}
 	return nil
+}
+
+// clusterShaped checks a node's CLUSTER NODES reply: it knows the nodes
+// of ids and no other, none failing or still in handshake, masters[i] a
+// master and replicas[i] its replica.
+func clusterShaped(nodes string, ids map[string]string, masters, replicas []string) error {
+	type node struct{ flags, master string }
+	known := map[string]node{}
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			return fmt.Errorf("CLUSTER NODES line %q", line)
+		}
+		known[f[0]] = node{flags: f[2], master: f[3]}
+	}
+	if len(known) != len(ids) {
+		return fmt.Errorf("%d nodes known, want %d", len(known), len(ids))
+	}
+	for i, a := range masters {
+		m := known[ids[a]]
+		if !hasFlag(m.flags, "master") || hasFlag(m.flags, "fail", "fail?", "handshake", "noaddr") {
+			return fmt.Errorf("master %s has flags %q", a, m.flags)
+		}
+		r := known[ids[replicas[i]]]
+		if !hasFlag(r.flags, "slave") || hasFlag(r.flags, "fail", "fail?", "handshake", "noaddr") || r.master != ids[a] {
+			return fmt.Errorf("replica %s has flags %q and master %s, want a replica of %s", replicas[i], r.flags, r.master, a)
+		}
+	}
+	return nil
+}
+
+// hasFlag reports whether the comma-separated flags of a CLUSTER NODES line
+// include one of want.
+func hasFlag(flags string, want ...string) bool {
+	for _, f := range strings.Split(flags, ",") {
+		for _, w := range want {
+			if f == w {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // membersLogTail returns the log tails of the group's processes, for error

@@ -59,11 +59,11 @@ const (
 	MariaDB = "mariadb"
 	// Redis is the name of a standalone Redis server (StartRedis).
 	Redis = "redis"
-	// RedisCluster is the name of a three-master Redis Cluster
-	// (StartRedisCluster).
+	// RedisCluster is the name of a Redis Cluster of three masters with
+	// a replica each (StartRedisCluster).
 	RedisCluster = "redis-cluster"
-	// RedisSentinel is the name of a Redis master with a replica and a
-	// sentinel (StartRedisSentinel).
+	// RedisSentinel is the name of a Redis master with a replica and
+	// three sentinels (StartRedisSentinel).
 	RedisSentinel = "redis-sentinel"
 	// RedisQuorum is the name of five independent standalone Redis servers,
 	// for Redlock-style quorum locks (StartRedisQuorum with n = 5).
@@ -108,7 +108,8 @@ type Server struct {
 	// the multi-process kinds, the first of Addrs.
 	Addr string
 	// Addrs lists the addresses of all the server's processes: the nodes
-	// of a Redis Cluster; master, replica and sentinel of redis-sentinel;
+	// of a Redis Cluster, masters first, then their replicas; master,
+	// replica and the three sentinels of redis-sentinel;
 	// the independent servers of redis-quorum; the members of
 	// etcd-cluster and the servers of zookeeper-ensemble (client
 	// addresses). For the single-process kinds it holds Addr alone.
