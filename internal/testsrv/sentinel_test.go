@@ -54,6 +54,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts database servers")
 	}
+	t.Parallel() // mostly waiting for elections
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()

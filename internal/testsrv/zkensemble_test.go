@@ -91,6 +91,7 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts database servers")
 	}
+	t.Parallel() // mostly waiting for elections
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
