@@ -294,6 +294,7 @@ func TestReplicaAckFailure(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer c.Close()
 			if _, err := c.TryLock(ctx, "k2"); !errors.Is(err, redisdlock.ErrReplicaAck) {
 				t.Errorf("TryLock = %v; want ErrReplicaAck", err)
 			}
