@@ -286,7 +286,11 @@
 // in the host part (Go's URL parser rejects them); add them with
 // addr=[::1]:26380 parameters. A driver opened from a URL owns its client,
 // with go-redis's command retries off (unless max_retries is given) and
-// context deadlines applied to network I/O.
+// context deadlines applied to network I/O. A Cluster client opened from a
+// URL reloads its slot map when it is 5 s old (go-redis's default is a
+// minute) and whenever a command gets no answer from a node, so that after
+// a master fails it finds the promoted replica as soon as the cluster has
+// promoted it.
 //
 // # Client settings
 //

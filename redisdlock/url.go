@@ -235,7 +235,10 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	o.ContextTimeoutEnabled = true
-	return finishOpen(ctx, u, redis.NewClusterClient(o), opts)
+	o.ClusterStateReloadInterval = clusterReloadInterval
+	c := redis.NewClusterClient(o)
+	c.AddHook(reloadOnConnError{c})
+	return finishOpen(ctx, u, c, opts)
 }
 
 // finishOpen makes a driver that owns client, after checking that the

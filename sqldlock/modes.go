@@ -362,6 +362,54 @@ func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
 }
 
+// The results (state) of the server-side acquire steps of the holds-table
+// protocol: PostgreSQL's NAME_acq_multi_v1 and MySQL's procedure of the
+// same name.
+const (
+	multiWait      = 0 // not acquired; retry is the time left on the holds
+	multiAcquired  = 1 // acquired; token is the hold's token
+	multiPlaceLost = 2 // the owner's queue entry's lease ended (placeLost)
+	multiOwnExcl   = 3 // held Exclusive by this owner, asked for a semaphore
+	multiInUseExcl = 4 // held Exclusive by another owner, asked for a semaphore
+	multiOwnMode   = 5 // held by this owner in mode mode, asked for another
+	multiInUseMode = 6 // in use in mode mode (limit limit), asked for another
+)
+
+// multiOut is the result row of a server-side acquire step: its state, and
+// the columns that state gives (retry in microseconds).
+type multiOut struct {
+	state int
+	token sql.NullInt64
+	retry sql.NullInt64
+	mode  sql.NullInt16
+	limit sql.NullInt32
+}
+
+// result is what the step means for req.
+func (o multiOut) result(req driver.Request) (driver.Result, error) {
+	switch o.state {
+	case multiWait:
+		return driver.Result{RetryAfter: micros(o.retry.Int64)}, nil
+	case multiAcquired:
+		if !o.token.Valid || o.token.Int64 <= 0 {
+			return driver.Result{}, errors.New("the acquire step returned no token")
+		}
+		return driver.Result{Acquired: true, Token: uint64(o.token.Int64)}, nil
+	case multiPlaceLost:
+		return driver.Result{}, placeLost(req.Key)
+	case multiOwnExcl:
+		return driver.Result{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
+	case multiInUseExcl:
+		return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+	case multiOwnMode:
+		return driver.Result{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", driver.Mode(o.mode.Int16), req.Mode)
+	case multiInUseMode:
+		return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)",
+			driver.Mode(o.mode.Int16), o.limit.Int32, req.Mode, req.Limit)
+	}
+	return driver.Result{}, fmt.Errorf("the acquire step returned state %d", o.state)
+}
+
 // admits reports whether req may hold a key that has no Exclusive holder
 // in the lock table, given the key's other live holders and the live
 // waiters queued before req.Owner.

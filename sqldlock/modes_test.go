@@ -132,3 +132,47 @@ func TestSchemaV2Upgrade(t *testing.T) {
 		t.Errorf("Count = %d, %v; want 0", n, err)
 	}
 }
+
+// TestSchemaV5UpgradeMySQL checks that on MySQL/MariaDB a schema without
+// the stored procedures of version 6 is found incomplete and completed on
+// first use, and that a Shared hold then works through them.
+func TestSchemaV5UpgradeMySQL(t *testing.T) {
+	s := newStore(t, MySQL)
+	db := s.appDB(t)
+	d, err := New(db, MySQL, WithTable("v5_locks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := tctx(t)
+	in := internal(d)
+	const v5Statements = 4 // the lock table, the counter and its row, the holds table
+	for _, q := range in.ops.ddl()[:v5Statements] {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("v5 DDL: %v", err)
+		}
+	}
+	if ok, _ := in.ops.schemaExists(ctx, db); ok {
+		t.Fatal("schemaExists on a v5 schema")
+	}
+	r := req("k", time.Minute)
+	r.Mode = driver.Shared
+	mustAcquire(t, d, r)
+	if ok, err := in.ops.schemaExists(ctx, db); !ok || err != nil {
+		t.Fatalf("schemaExists after first use = %v, %v", ok, err)
+	}
+	if err := d.Refresh(ctx, r); err != nil {
+		t.Fatalf("Refresh of the Shared hold: %v", err)
+	}
+	// Creating the schema again (another process, a later version) keeps
+	// the procedures.
+	if err := d.CreateSchema(ctx); err != nil {
+		t.Fatalf("CreateSchema over a complete schema: %v", err)
+	}
+	if err := d.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.Count(ctx, "k"); err != nil || n != 0 {
+		t.Errorf("Count = %d, %v; want 0", n, err)
+	}
+}

@@ -17,39 +17,41 @@ import (
 // Acquire first reads the key's row with a plain, non-locking read (see
 // acquire): a contender for a key that another owner holds Exclusive, live,
 // is turned away, or queued behind the hold, with statements that each
-// lock rows only while they run. Only for a key that is free, expired, its
-// own or a marker does it open a short READ COMMITTED transaction (READ
-// COMMITTED, so that no gap lock is taken, and so that its first locking
-// statement leaves a row that does not match unlocked):
+// lock rows only while they run. Otherwise (the key is free, expired, its
+// own or a marker of readers, permits or waiters) it runs one CALL of the
+// stored procedure NAME_acq_multi_v1 (schema version 6, see myproc.go),
+// whose READ COMMITTED transaction does on the server what
+// multiSQL.acquireMulti does for every mode:
 //
 //	-- no row: INSERT an expired marker first, in a statement of its own
-//	UPDATE t SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
-//		WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= now)
-//	-- no match: another owner's live hold came in between: start over
-//	SELECT ... FROM t WHERE lock_key = ? FOR UPDATE   -- already locked
-//	-- expired row:   take it over (below)
-//	-- own live row:  UPDATE its lease, keep the token
-//	-- live marker:   the holds-table protocol, see multiSQL
-//	UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1   -- draw the token
-//	UPDATE t SET owner = ?, token = ?, ... WHERE lock_key = ?
-//	COMMIT
+//	CALL NAME_acq_multi_v1(key, owner, info, ttl, mode, limit, queue, fair)
+//		INSERT ... ON DUPLICATE KEY UPDATE owner = owner  -- lock the key's row
+//		-- read the row and the key's holds-table rows, decide
+//		UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1  -- draw the token
+//		-- write the hold, the marker, the queue entry
+//		COMMIT
 //
 // The token is drawn only once the transaction holds the key's row, for the
-// reason given on pgOps; here the counter row also stays locked until commit,
-// so tokens are even handed out in commit order. Locks are always taken in
-// the order key row, then counter row, and a transaction locks one key row
-// only, so acquisitions cannot deadlock each other; the cleanup locks key
-// rows only, by primary key, in key order.
+// reason given on pgOps; the counter row stays locked until commit, so
+// tokens are even handed out in commit order. Locks are always taken in the
+// order key row, holds-table rows, counter row, and a transaction locks one
+// key row only, so acquisitions cannot deadlock each other; the cleanup
+// locks key rows only, by primary key, in key order.
+//
+// Refresh extends an Exclusive hold with one UPDATE, and a Shared or
+// Semaphore hold with a CALL of NAME_ref_multi_v1 (which locks the key's
+// row, extends the holds-table row and the marker). Release deletes an
+// Exclusive hold with one DELETE, a queue entry behind another owner's live
+// hold with one DELETE, and everything else with a CALL of
+// NAME_rel_multi_v1, which also brings the marker down to the rows left.
 //
 // A fair driver (WithFair) takes an expired row over only if no other
-// owner's queue entry is live (a plain read in the same READ COMMITTED
-// transaction, after the row lock: every waiter that queued on the key has
-// committed by then, since queueing locks the row too, in share mode while
-// its statement runs). Its waiter that is
-// queued behind a live Exclusive hold renews its entry with one UPDATE (it
-// cannot be admitted, and the hold's row stands for the queue); other
-// waiters run the holds-table transaction. It releases an Exclusive hold
-// with
+// owner's queue entry is live (the procedure reads them after locking the
+// row: every waiter that queued on the key has committed by then, since
+// queueing locks the row too, in share mode while its statement runs). Its
+// waiter that is queued behind a live Exclusive hold renews its entry with
+// one UPDATE (it cannot be admitted, and the hold's row stands for the
+// queue). It releases an Exclusive hold with
 //
 //	DELETE FROM t WHERE lock_key = ? AND owner = ? AND expires_at > now
 //		AND NOT EXISTS (SELECT 1 FROM t_holds AS w
@@ -57,25 +59,17 @@ import (
 //
 // whose correlated subquery is evaluated on the row once it is locked, so it
 // sees the entry of a waiter that held the row before it; otherwise (the
-// key has live queue entries, or the hold expired) a transaction deletes
-// the row and leaves the waiters' marker. The subquery carries the hint
-// NO_SEMIJOIN, so that MySQL does not turn it into a join that reads the
-// holds table first (MariaDB reads it as a comment).
+// key has live queue entries, or the hold expired) NAME_rel_multi_v1
+// deletes the row and leaves the waiters' marker. The subquery carries the
+// hint NO_SEMIJOIN, so that MySQL does not turn it into a join that reads
+// the holds table first (MariaDB reads it as a comment).
 //
-// A client whose round trips are slow therefore never keeps another
-// owner's live Exclusive hold locked across them (a waiter leaves the queue
-// behind such a hold in one statement too, and a Refresh that finds no hold
-// of its owner runs no transaction), so the holder's renewal never waits
-// for it. Known limits: the transactions still run statement by statement,
-// so a slow client keeps the rows it works on locked across its round
-// trips: an expired key's row while it takes it over (no live holder needs
-// it), the counter row from drawing a token to COMMIT (other acquisitions
-// wait, renewals do not), and a marker's row in the holds-table protocol,
-// which Shared and Semaphore holders lock to renew: there a slow
-// contender can still delay their renewal. Clients of earlier versions
-// still lock a held key's row across their round trips (SELECT ... FOR
-// UPDATE first); they exclude correctly alongside this one, but a slow one
-// can still make a holder lose its lock.
+// No step therefore keeps a row locked across a round trip to the client:
+// however slow, paused or cut off a client is, the holders' renewals and
+// other owners' acquisitions never wait for it longer than the server
+// takes to run one statement. Clients of earlier versions still run these
+// steps as client-side transactions: they exclude correctly alongside this
+// one, but a slow one can still delay a holder's renewal.
 type myOps struct {
 	n    names
 	fair bool
@@ -110,6 +104,9 @@ func (o myOps) ddl() []string {
 	expires_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (lock_key, owner)
 ) ENGINE=InnoDB`,
+		o.acquireProc(),
+		o.refreshProc(),
+		o.releaseProc(),
 	}
 }
 
@@ -172,26 +169,18 @@ WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
 	}
 }
 
-// acquireMulti runs the holds-table protocol in tx, which may already hold
-// the key's row.
-func (o myOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
-	q := o.multi()
-	if _, err := tx.ExecContext(ctx, q.lockKey, req.Key); err != nil {
-		return driver.Result{}, err
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND expires_at <= `+myNow+`
-AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND)`, req.Key); err != nil {
-		return driver.Result{}, err
-	}
-	return q.acquireMulti(ctx, tx, req, ttl)
-}
-
 // createSchema runs the statements one by one: each is idempotent and
 // atomic, and MySQL serializes concurrent CREATE TABLE IF NOT EXISTS of one
 // table with its metadata locks.
+//
+// A stored procedure's body never changes under its name (a new body gets a
+// new name), so one that a concurrent creator made first is as good as
+// one's own.
 func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 	for _, q := range o.ddl() {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+		_, err := db.ExecContext(ctx, q)
+		var me *mysql.MySQLError
+		if err != nil && !(errors.As(err, &me) && me.Number == 1304) { // ER_SP_ALREADY_EXISTS
 			return err
 		}
 	}
@@ -199,7 +188,11 @@ func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 }
 
 func (o myOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	return holdsExist(ctx, db, o.n)
+	ok, err := holdsExist(ctx, db, o.n)
+	if !ok || err != nil {
+		return ok, err
+	}
+	return o.procsExist(ctx, db)
 }
 
 // holdsExist checks for the lock table, the counter row and the holds table
@@ -271,26 +264,16 @@ WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &wai
 	return p, nil
 }
 
-// acquire never keeps a row of a key that another owner holds Exclusive,
-// live, locked across round trips to the client, so that however slow the
-// client, the holder's renewal (an UPDATE of that row) never waits for it:
-//
-//   - a plain read (peek) turns a contender away from such a key, or has it
-//     queue behind the hold or renew its queue entry with single
-//     statements (waitBehind);
-//   - only for a key that is free, expired, the caller's own or a marker
-//     does it open a transaction, whose first statement locks the row only
-//     if it is still not such a hold (a locking read whose WHERE excludes
-//     it: under READ COMMITTED the lock of a row that does not match is
-//     released at once); a key that has no row gets an expired marker
-//     first, in a statement of its own, so that the transaction never
-//     inserts the key's row (a duplicate key error would leave a shared
-//     lock on the winner's row until the rollback).
-//
-// If the key changes between the read and the transaction, acquire starts
-// over, three times at most; then it reports "not acquired".
+// acquire never keeps a row locked across round trips to the client (see
+// myOps): a plain read (peek) turns a contender away from a key that
+// another owner holds Exclusive, live, or has it queue behind the hold or
+// renew its queue entry with single statements (waitBehind); anything else
+// is one CALL of NAME_acq_multi_v1. A key that has no row gets an expired
+// marker first, in a statement of its own, so that the procedure's first
+// statement finds the row (concurrent inserts of one new key would
+// otherwise be prone to deadlocks).
 func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
-	res, err := o.acquireOnce(ctx, db, req, ttl, queued)
+	res, err := o.acquireOnce(ctx, db, req, ttl)
 	if err != nil && myContention(err) && ctx.Err() == nil {
 		// A statement lost to a concurrent one on the same rows (a
 		// deadlock victim, a duplicate key) and was rolled back:
@@ -300,37 +283,30 @@ func (o myOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 	return res, err
 }
 
-func (o myOps) acquireOnce(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
-	for range 3 {
-		p, err := o.peek(ctx, db, req)
-		if err != nil {
-			return driver.Result{}, err
+func (o myOps) acquireOnce(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
+	p, err := o.peek(ctx, db, req)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if p.foreign(req.Owner) {
+		switch {
+		case req.Mode == driver.Semaphore:
+			return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+		case !req.Queue:
+			return driver.Result{RetryAfter: micros(p.left)}, nil
 		}
-		if p.foreign(req.Owner) {
-			switch {
-			case req.Mode == driver.Semaphore:
-				return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
-			case !req.Queue:
-				return driver.Result{RetryAfter: micros(p.left)}, nil
-			}
-			res, done, err := o.waitBehind(ctx, db, req, ttl, p)
-			if done || err != nil {
-				return res, err
-			}
-			continue
-		}
-		if !p.exists {
-			if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
-VALUES (?, '', 0, '', '1970-01-01') ON DUPLICATE KEY UPDATE owner = owner`, req.Key); err != nil {
-				return driver.Result{}, err
-			}
-		}
-		res, done, err := o.acquireLocked(ctx, db, req, ttl, queued)
-		if done || err != nil {
+		if res, done, err := o.waitBehind(ctx, db, req, ttl, p); done || err != nil {
 			return res, err
 		}
+		// The hold ended meanwhile.
 	}
-	return driver.Result{}, nil
+	if !p.exists {
+		if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
+VALUES (?, '', 0, '', '1970-01-01') ON DUPLICATE KEY UPDATE owner = owner`, req.Key); err != nil {
+			return driver.Result{}, err
+		}
+	}
+	return o.acquireProcCall(ctx, db, req, ttl)
 }
 
 // myHeld is true of the lock-table row of a key that another owner holds
@@ -387,143 +363,6 @@ func (o myOps) drawToken(ctx context.Context, db *sql.DB) (int64, error) {
 	return o.drawFrom(ctx, db)
 }
 
-// acquireLocked runs acquire's transaction on a key that peek found free,
-// expired, the caller's own or a marker. done is false if the key had
-// meanwhile become another owner's live Exclusive hold: nothing was done.
-func (o myOps) acquireLocked(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (_ driver.Result, done bool, _ error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return driver.Result{}, false, err
-	}
-	defer rollback(tx)
-	if ok, err := o.lockUnlessHeld(ctx, tx, req); !ok || err != nil {
-		if err != nil && myContention(err) && ctx.Err() == nil {
-			return driver.Result{}, true, nil
-		}
-		// Another owner's live hold (or, rarely, the row was swept
-		// meanwhile): start over.
-		return driver.Result{}, err != nil, err
-	}
-	var row myRow
-	err = tx.QueryRowContext(ctx, `SELECT owner, token, expires_at > `+myNow+`,
-	TIMESTAMPDIFF(MICROSECOND, `+myNow+`, expires_at)
-FROM `+o.n.table+` WHERE lock_key = ? FOR UPDATE`, req.Key).Scan(&row.owner, &row.token, &row.live, &row.left)
-	var (
-		res    driver.Result
-		commit bool
-	)
-	if err == nil {
-		if req.Mode != driver.Exclusive || o.fair && queued {
-			// A queued owner of a fair driver finds a marker anyway.
-			res, err = o.acquireMulti(ctx, tx, req, ttl)
-			commit = err == nil
-		} else {
-			res, commit, err = o.acquireTx(ctx, tx, req, ttl, queued, row)
-		}
-	}
-	if err == nil && (res.Acquired || commit) {
-		err = tx.Commit()
-	}
-	if err != nil {
-		if myContention(err) && ctx.Err() == nil {
-			// The transaction was chosen as a deadlock victim: it
-			// was rolled back, nothing is held.
-			return driver.Result{}, true, nil
-		}
-		return driver.Result{}, true, err
-	}
-	return res, true, nil
-}
-
-// lockUnlessHeld locks the key's lock-table row in tx unless it is
-// another owner's live Exclusive hold, and reports whether it did.
-//
-// It is an UPDATE that changes nothing, so that the row is locked only if
-// it matches: under READ COMMITTED an UPDATE skips (and leaves unlocked) a
-// row that does not match its WHERE, even one that another transaction has
-// locked, whereas a locking SELECT keeps it locked (MariaDB).
-// LAST_INSERT_ID(token + 1), evaluated only on a matching row, tells the
-// two apart: the statement's result carries 0 unless it was evaluated
-// (rows affected counts changed rows only).
-func (o myOps) lockUnlessHeld(ctx context.Context, tx *sql.Tx, req driver.Request) (bool, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = IF(LAST_INSERT_ID(token + 1) > 0, token, token)
-WHERE lock_key = ? AND (owner = '' OR owner = ? OR expires_at <= `+myNow+`)`, req.Key, req.Owner)
-	if err != nil {
-		return false, err
-	}
-	id, err := res.LastInsertId()
-	return id > 0, err
-}
-
-// myRow is the lock-table row acquireLocked has locked.
-type myRow struct {
-	owner string
-	token int64
-	live  bool
-	left  int64
-}
-
-// acquireTx is acquireLocked's Exclusive request on row, which tx has
-// locked and which is not another owner's live Exclusive hold.
-func (o myOps) acquireTx(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool, row myRow) (_ driver.Result, commit bool, err error) {
-	owner, token, live := row.owner, row.token, row.live
-	switch {
-	case live && owner == req.Owner:
-		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
-SET info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`, req.Info, ttl, req.Key); err != nil {
-			return driver.Result{}, false, err
-		}
-		return driver.Result{Acquired: true, Token: uint64(token)}, true, nil
-	case live:
-		// Readers or permits hold the key, or waiters wait for it (a
-		// mode mismatch or an upgrade is possible).
-		res, err := o.acquireMulti(ctx, tx, req, ttl)
-		return res, err == nil, err
-	}
-	if o.fair {
-		// An expired row: waiters queued behind it come first.
-		var waiters bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+o.n.holds+`
-WHERE lock_key = ? AND waiting = 1 AND owner <> ? AND expires_at > `+myNow+`)`, req.Key, req.Owner).Scan(&waiters); err != nil {
-			return driver.Result{}, false, err
-		}
-		if waiters {
-			res, err := o.acquireMulti(ctx, tx, req, ttl)
-			return res, err == nil, err
-		}
-	}
-	if owner == markerOwner {
-		// The expired marker of readers or permits: their rows go.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
-			return driver.Result{}, false, err
-		}
-	}
-	if err := o.dropEntry(ctx, tx, req, queued); err != nil {
-		return driver.Result{}, false, err
-	}
-	// Expired: the row is locked by the SELECT ... FOR UPDATE; take it over
-	// with a new token.
-	tok, err := o.nextToken(ctx, tx)
-	if err != nil {
-		return driver.Result{}, false, err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+`
-SET owner = ?, token = ?, info = ?, expires_at = `+myNow+` + INTERVAL ? MICROSECOND WHERE lock_key = ?`,
-		req.Owner, tok, req.Info, ttl, req.Key); err != nil {
-		return driver.Result{}, false, err
-	}
-	return driver.Result{Acquired: true, Token: uint64(tok)}, true, nil
-}
-
-// dropEntry deletes the queue entry of an owner that waited and acquires.
-func (o myOps) dropEntry(ctx context.Context, tx *sql.Tx, req driver.Request, queued bool) error {
-	if !queued {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
-	return err
-}
-
 // nextToken increments the counter row, which stays locked until the
 // transaction ends, and returns the new value (LAST_INSERT_ID(expr) passes
 // it back in the statement's result, without another round trip).
@@ -566,33 +405,8 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).S
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
-	// The transaction locks the key's row, which may be another owner's
-	// live Exclusive hold: only an owner that holds the key in the holds
-	// table, so that no such hold exists, runs it.
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.holds+`
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
-	if n == 0 || err != nil {
-		return false, err
-	}
-	return o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
-		return o.multi().refreshMulti(ctx, tx, req, ttl)
-	})
-}
-
-// withTx runs f in a READ COMMITTED transaction and commits it if f
-// reports true.
-//
-// A transaction that the server rolled back as a deadlock victim (or, on
-// MariaDB, because a row changed since it was read) had no effect: it is run
-// again, up to three times in all, so that two racing releases of one key
-// end as two answers, not as an error.
-func (o myOps) withTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, error)) (bool, error) {
-	for attempt := 1; ; attempt++ {
-		ok, err := o.inTx(ctx, db, f)
-		if err == nil || attempt == 3 || ctx.Err() != nil || !myRolledBack(err) {
-			return ok, err
-		}
-	}
+	// Not an Exclusive hold: a Shared or Semaphore one, if any.
+	return o.refreshProcCall(ctx, db, req, ttl)
 }
 
 // myRolledBack reports errors after which the server has rolled back the
@@ -600,19 +414,6 @@ func (o myOps) withTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool,
 func myRolledBack(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1020)
-}
-
-func (o myOps) inTx(ctx context.Context, db *sql.DB, f func(tx *sql.Tx) (bool, error)) (bool, error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return false, err
-	}
-	defer rollback(tx)
-	ok, err := f(tx)
-	if !ok || err != nil {
-		return false, err
-	}
-	return true, tx.Commit()
 }
 
 // release deletes the owner's live row; failing that, its expired remains
@@ -646,12 +447,7 @@ func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) 
 	if found, live, done, err := o.leaveQueue(ctx, db, req); done || err != nil {
 		return found, live, err
 	}
-	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
-		f, l, err := o.multi().releaseMulti(ctx, tx, req)
-		live = l
-		return f, err
-	})
-	return found, live && found, err
+	return o.releaseProcCall(ctx, db, req, false)
 }
 
 // releaseFair is release for a fair driver: the owner's live Exclusive hold
@@ -667,16 +463,7 @@ AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.holds+` AS w
 	if found, live, done, err := o.leaveQueue(ctx, db, req); done || err != nil {
 		return found, live, err
 	}
-	found, err = o.withTx(ctx, db, func(tx *sql.Tx) (bool, error) {
-		q := o.multi()
-		f, l, err := q.releaseMain(ctx, tx, req)
-		if !f && err == nil {
-			f, l, err = q.releaseMulti(ctx, tx, req)
-		}
-		live = l
-		return f, err
-	})
-	return found, live && found, err
+	return o.releaseProcCall(ctx, db, req, true)
 }
 
 // leaveQueue is the part of release that needs no transaction, so that a

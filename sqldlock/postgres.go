@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -426,44 +425,18 @@ func (o pgOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 // only while it runs: a slow client never keeps them locked across its
 // round trips, so other owners' renewals never wait for one.
 func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
-	var (
-		state int
-		token sql.NullInt64
-		retry sql.NullInt64
-		mode  sql.NullInt16
-		limit sql.NullInt32
-	)
+	var out multiOut
 	err := db.QueryRowContext(ctx, `SELECT o_state, o_token, o_retry_us, o_mode, o_lim FROM `+o.acqMulti()+
 		`($1, $2, $3, $4, $5, $6, $7, $8)`,
 		req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
-		Scan(&state, &token, &retry, &mode, &limit)
+		Scan(&out.state, &out.token, &out.retry, &out.mode, &out.limit)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		return driver.Result{}, nil
 	case err != nil:
 		return driver.Result{}, err
 	}
-	switch state {
-	case pgMultiWait:
-		return driver.Result{RetryAfter: micros(retry.Int64)}, nil
-	case pgMultiAcquired:
-		if !token.Valid || token.Int64 <= 0 {
-			return driver.Result{}, errors.New("acquire function returned no token")
-		}
-		return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
-	case pgMultiPlaceLost:
-		return driver.Result{}, placeLost(req.Key)
-	case pgMultiOwnExcl:
-		return driver.Result{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
-	case pgMultiInUseExcl:
-		return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
-	case pgMultiOwnMode:
-		return driver.Result{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", driver.Mode(mode.Int16), req.Mode)
-	case pgMultiInUseMode:
-		return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)",
-			driver.Mode(mode.Int16), limit.Int32, req.Mode, req.Limit)
-	}
-	return driver.Result{}, fmt.Errorf("acquire function returned state %d", state)
+	return out.result(req)
 }
 
 func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
@@ -644,17 +617,6 @@ func micros(n int64) time.Duration {
 	return time.Duration(n) * time.Microsecond
 }
 
-// The results (o_state) of NAME_acq_multi_v1.
-const (
-	pgMultiWait      = 0 // not acquired; o_retry_us is the time left on the holds
-	pgMultiAcquired  = 1 // acquired; o_token is the hold's token
-	pgMultiPlaceLost = 2 // the owner's queue entry's lease ended (placeLost)
-	pgMultiOwnExcl   = 3 // held Exclusive by this owner, asked for a semaphore
-	pgMultiInUseExcl = 4 // held Exclusive by another owner, asked for a semaphore
-	pgMultiOwnMode   = 5 // held by this owner in mode o_mode, asked for another
-	pgMultiInUseMode = 6 // in use in mode o_mode (limit o_lim), asked for another
-)
-
 // Names of the functions of schema version 5: the holds-table steps, each
 // one statement.
 func (o pgOps) acqMulti() string { return Postgres.quote(o.n.raw + "_acq_multi_v1") }
@@ -709,7 +671,7 @@ func (o pgOps) upsertMarkerFunc() string {
 // acquireMultiFunc is NAME_acq_multi_v1: multiSQL.acquireMulti (with
 // lockKey first) as one statement, so that the key's rows stay locked only
 // while it runs. p_mode and p_lim are the request's mode (0 Exclusive, 1
-// Shared, 2 Semaphore) and limit; o_state is one of the pgMulti results.
+// Shared, 2 Semaphore) and limit; o_state is one of the multi* results (multiOut).
 func (o pgOps) acquireMultiFunc() string {
 	t, h, seq := o.n.table, o.n.holds, o.n.seq
 	left := func(now string) string {

@@ -433,7 +433,13 @@ func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Res
 	req.Info = cleanInfo(req.Info)
 	qk := queueKey(req)
 	_, queued := d.queued.Load(qk)
-	res, err := d.ops.acquire(ctx, d.db, req, n, queued)
+	actx := ctx
+	if d.dialect == MySQL {
+		var cancel context.CancelFunc
+		actx, cancel = d.settle(ctx)
+		defer cancel()
+	}
+	res, err := d.ops.acquire(actx, d.db, req, n, queued)
 	switch {
 	case err == nil && res.Acquired:
 		d.queued.Delete(qk)
@@ -449,6 +455,23 @@ func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Res
 	}
 	d.maybeSweep()
 	return res, nil
+}
+
+// settleTimeout bounds how long an Acquire on MySQL waits for the server's
+// answer after its context ended.
+const settleTimeout = 10 * time.Second
+
+// settle returns a context for an Acquire on MySQL/MariaDB that outlives
+// ctx's cancellation, up to settleTimeout or until Close.
+// go-sql-driver/mysql abandons a statement by closing its connection, which
+// the server notices only once the statement has run, and a CALL of
+// NAME_acq_multi_v1 is a whole acquisition: the driver waits for its answer
+// instead, so that an acquisition that the caller gave up on is over (and
+// known) before package dlock releases it.
+func (d *sqlDriver) settle(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return sctx, func() { stop(); cancel() }
 }
 
 // Refresh implements driver.Driver: a conditional UPDATE of the row of

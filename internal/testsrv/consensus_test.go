@@ -35,6 +35,10 @@ func checkConsensusServer(t *testing.T, s *Server) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// A single server leads itself.
+	if l, err := s.Leader(ctx); err != nil || l != s {
+		t.Errorf("Leader() = %v, %v; want the server itself", l, err)
+	}
 	switch s.Name {
 	case Etcd:
 		if err := etcdHealthy(ctx, s.port); err != nil {

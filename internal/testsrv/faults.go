@@ -23,8 +23,9 @@ import (
 
 // Members returns the processes of a multi-process server (the nodes of a
 // Redis Cluster, the servers of redis-quorum, the master, replica and
-// sentinels of redis-sentinel), in the order of Addrs; for a
-// single-process server it returns s alone.
+// sentinels of redis-sentinel, the members of etcd-cluster, the servers of
+// zookeeper-ensemble), in the order of Addrs; for a single-process server
+// it returns s alone.
 func (s *Server) Members() []*Server {
 	if len(s.members) == 0 {
 		return []*Server{s}

@@ -19,18 +19,31 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// SentinelMaster is the name under which the sentinel of StartRedisSentinel
-// monitors the master.
+// SentinelMaster is the name under which the sentinels of
+// StartRedisSentinel monitor the master.
 const SentinelMaster = "mymaster"
 
-// Settings of the sentinel started by StartRedisSentinel.
+// Settings of the sentinels started by StartRedisSentinel.
 const (
-	// sentinelDownAfter is the sentinel's down-after-milliseconds: how long
-	// the master must be unreachable before the sentinel fails it over.
-	sentinelDownAfter = 5 * time.Second
-	// sentinelFailoverTimeout is the sentinel's failover-timeout.
-	sentinelFailoverTimeout = 10 * time.Second
+	// sentinels is how many sentinels watch the master.
+	sentinels = 3
+	// sentinelQuorum is how many sentinels must find the master down
+	// before one of them fails it over (a majority must still elect
+	// that one).
+	sentinelQuorum = 2
+	// sentinelDownAfter is the sentinels' down-after-milliseconds: how
+	// long the master must be unreachable before a sentinel finds it down.
+	sentinelDownAfter = 2 * time.Second
+	// sentinelFailoverTimeout is the sentinels' failover-timeout; a
+	// failover whose sentinel was not elected is tried again after twice
+	// as long.
+	sentinelFailoverTimeout = 3 * time.Second
 )
+
+// clusterNodeTimeout is the cluster-node-timeout of the nodes of
+// StartRedisCluster: how long a master may not answer before the others
+// find it failing and its replica takes over.
+const clusterNodeTimeout = 2 * time.Second
 
 // clusterBusOffset is the distance between a Redis Cluster node's client
 // port and its cluster bus port.
@@ -107,15 +120,25 @@ func StartRedisQuorum(ctx context.Context, n int) (_ *Server, err error) {
 	return s, nil
 }
 
-// StartRedisCluster starts a Redis Cluster of three masters without
-// replicas (cluster-node-timeout 2 s, no persistence) on free ports on
-// 127.0.0.1, assigns the 16384 hash slots evenly, joins the nodes, and
-// waits until CLUSTER INFO reports cluster_state:ok on every node. Each
-// node's cluster bus port (its port + 10000) is free when the node starts.
+// StartRedisCluster starts a Redis Cluster of three masters with one
+// replica each (cluster-node-timeout 2 s, no persistence) on free ports on
+// 127.0.0.1, assigns the 16384 hash slots evenly to the masters, joins the
+// nodes, and waits until every node reports cluster_state:ok and knows
+// every replica as the replica of its master, and every replica is in sync
+// with its master. Each node's cluster bus port (its port + 10000) is free
+// when the node starts.
 //
-// Server.Addrs lists the three nodes, Addr is the first, and URL is
-// "redis+cluster://a,b,c". Stop stops every node. The error wraps
-// ErrMissing if redis-server cannot be found.
+// A killed or paused master is failed over to its replica a few seconds
+// later (the other masters find it failing after the node timeout and
+// elect the replica). A node keeps its cluster configuration (nodes.conf)
+// when Restart starts it again, so it rejoins the cluster with its ID: a
+// master that was failed over comes back as the replica of its successor.
+//
+// Server.Addrs lists the three masters, then their replicas in the same
+// order (Addrs[3] replicates Addrs[0], and so on; the roles at start: a
+// failover swaps a master and its replica), Addr is the first master, and
+// URL is "redis+cluster://" with the six nodes. Stop stops every node.
+// The error wraps ErrMissing if redis-server cannot be found.
 func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
 	bin, err := findRedis()
 	if err != nil {
@@ -131,43 +154,56 @@ func StartRedisCluster(ctx context.Context) (_ *Server, err error) {
 			err = fmt.Errorf("testsrv: starting %s: %w", RedisCluster, err)
 		}
 	}()
-	const nodes = 3
-	if err := s.startMembers(ctx, nodes, func(ctx context.Context, i int) (*Server, error) {
+	const masters = 3
+	if err := s.startMembers(ctx, 2*masters, func(ctx context.Context, i int) (*Server, error) {
 		name := "node" + strconv.Itoa(i)
 		nodesConf := filepath.Join(s.Dir, name, "nodes.conf")
-		return s.startRedisMember(ctx, bin, name, clusterPort, func(port int) ([]string, error) {
-			// A fresh node on every attempt: no state from one that failed
-			// to bind its ports.
-			if err := os.Remove(nodesConf); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
+		launched := false
+		m, err := s.startRedisMember(ctx, bin, name, clusterPort, func(port int) ([]string, error) {
+			// A fresh node on every start attempt: no state from one that
+			// failed to bind its ports. Restart keeps the node's state.
+			if !launched {
+				if err := os.Remove(nodesConf); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return nil, err
+				}
 			}
 			return []string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", nodesConf,
-				"--cluster-node-timeout", "2000",
+				"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10),
+				// No delay before a diskless full sync (the default
+				// waits 5 s for more replicas to arrive).
+				"--repl-diskless-sync-delay", "0",
 			}, nil
 		})
+		launched = true
+		return m, err
 	}); err != nil {
 		return nil, err
 	}
-	if err := createCluster(ctx, s.Addrs); err != nil {
+	if err := createCluster(ctx, s.Addrs[:masters], s.Addrs[masters:]); err != nil {
 		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
 	}
 	s.URL = "redis+cluster://" + strings.Join(s.Addrs, ",")
 	return s, nil
 }
 
-// StartRedisSentinel starts a Redis master, one replica of it, and one
-// sentinel that monitors the master under the name "mymaster"
-// (SentinelMaster) with quorum 1, all without persistence on free ports on
+// StartRedisSentinel starts a Redis master, one replica of it, and three
+// sentinels that monitor the master under the name "mymaster"
+// (SentinelMaster) with quorum 2, all without persistence on free ports on
 // 127.0.0.1. It waits until the replica is in sync (master_link_status:up)
-// and the sentinel reports the master and knows the replica. The sentinel
-// fails the master over after 5 s without an answer (down-after-milliseconds
-// 5000, failover-timeout 10000).
+// and every sentinel reports the master, knows the replica and knows the
+// other two sentinels. The sentinels find a master down after 2 s without
+// an answer (down-after-milliseconds 2000, failover-timeout 3000), so a
+// killed or paused master is failed over to the replica a few seconds
+// later; a restarted or resumed old master is made a replica of the new
+// one. Master returns the current master.
 //
-// Server.Addrs is [master, replica, sentinel], Addr is the master, and URL
-// is "redis+sentinel://127.0.0.1:sentinelport/mymaster". Stop stops all
-// three. The error wraps ErrMissing if redis-server cannot be found.
+// Server.Addrs is [master, replica, sentinel, sentinel, sentinel] (the
+// roles at start: after a failover the first two have swapped), Addr is
+// the first master, and URL is "redis+sentinel://s1,s2,s3/mymaster" with
+// the three sentinels. Stop stops all five. The error wraps ErrMissing if
+// redis-server cannot be found.
 func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	bin, err := findRedis()
 	if err != nil {
@@ -192,28 +228,16 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	}
 	s.addMembers(master)
 	masterHost, masterPort, _ := net.SplitHostPort(master.Addr)
-
-	// The replica and the sentinel only need the master: start them together.
-	var replica, sentinel *Server
-	var replicaErr, sentinelErr error
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		replica, replicaErr = s.startRedisMember(ctx, bin, "replica", nil, func(int) ([]string, error) {
-			return []string{"--repl-diskless-sync-delay", "0", "--replicaof", masterHost, masterPort}, nil
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		sentinel, sentinelErr = s.startSentinel(ctx, bin, master.Addr)
-	}()
-	wg.Wait()
-	s.addMembers(replica, sentinel) // nil ones are skipped
-	if err := errors.Join(replicaErr, sentinelErr); err != nil {
+	replica, err := s.startRedisMember(ctx, bin, "replica", nil, func(int) ([]string, error) {
+		return []string{"--repl-diskless-sync-delay", "0", "--replicaof", masterHost, masterPort}, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-
+	s.addMembers(replica)
+	// The sentinels start once the replica is in sync: a sentinel learns
+	// of the replicas from the master's INFO, which it asks for when it
+	// connects and then only every 10 s.
 	if err := waitRedis(ctx, "replica in sync with the master", replica.Addr, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
@@ -226,17 +250,28 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
 	}
-	if err := waitRedis(ctx, "sentinel to report the master and its replica", sentinel.Addr, func(ctx context.Context, c *redis.Client) error {
-		return sentinelReady(ctx, c, master.Addr, replica.Addr)
+	if err := s.startMembers(ctx, sentinels, func(ctx context.Context, i int) (*Server, error) {
+		return s.startSentinel(ctx, bin, "sentinel"+strconv.Itoa(i), master.Addr)
 	}); err != nil {
-		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+		return nil, err
 	}
-	s.URL = "redis+sentinel://" + sentinel.Addr + "/" + SentinelMaster
+	sentinelAddrs := s.Addrs[2:]
+	for _, a := range sentinelAddrs {
+		// The sentinels find each other through the master and replica
+		// (every sentinel announces itself there every 2 s).
+		if err := waitRedis(ctx, "sentinel to report the master, its replica and the other sentinels", a, func(ctx context.Context, c *redis.Client) error {
+			return sentinelReady(ctx, c, master.Addr, replica.Addr)
+		}); err != nil {
+			return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
+		}
+	}
+	s.URL = "redis+sentinel://" + strings.Join(sentinelAddrs, ",") + "/" + SentinelMaster
 	return s, nil
 }
 
 // sentinelReady checks that the sentinel reports master as the address of
-// SentinelMaster, sees it up, and knows replica.
+// SentinelMaster, sees it up, knows the other sentinels, and knows
+// replica.
 func sentinelReady(ctx context.Context, c *redis.Client, master, replica string) error {
 	addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
 	if err != nil {
@@ -252,6 +287,9 @@ func sentinelReady(ctx context.Context, c *redis.Client, master, replica string)
 	fields := redisFields(m)
 	if flags := fields["flags"]; flags != "master" {
 		return fmt.Errorf("sentinel reports master flags %q", flags)
+	}
+	if n := fields["num-other-sentinels"]; n != strconv.Itoa(sentinels-1) {
+		return fmt.Errorf("sentinel knows %s other sentinels, want %d", n, sentinels-1)
 	}
 	replicas, err := c.Do(ctx, "SENTINEL", "replicas", SentinelMaster).Slice()
 	if err != nil {
@@ -283,27 +321,32 @@ func redisFields(reply any) map[string]string {
 	return out
 }
 
-// startSentinel starts a sentinel monitoring the master at masterAddr. A
-// sentinel needs a writable configuration file (it records what it learns
-// there); it is written anew, in the sentinel's directory, for every start
-// attempt.
-func (s *Server) startSentinel(ctx context.Context, bin, masterAddr string) (*Server, error) {
+// startSentinel starts a sentinel, in the subdirectory name of the group's
+// directory, monitoring the master at masterAddr. A sentinel needs a
+// writable configuration file (it records there what it learns: its own
+// ID, the other sentinels, the current master). The file is written anew
+// for every start attempt, and kept when Restart starts the sentinel
+// again.
+func (s *Server) startSentinel(ctx context.Context, bin, name, masterAddr string) (*Server, error) {
 	host, port, _ := net.SplitHostPort(masterAddr)
-	dir := filepath.Join(s.Dir, "sentinel")
+	dir := filepath.Join(s.Dir, name)
 	conf := filepath.Join(dir, "sentinel.conf")
-	config := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+	config := fmt.Sprintf("sentinel monitor %s %s %s %d\n"+
 		"sentinel down-after-milliseconds %s %d\n"+
 		"sentinel failover-timeout %s %d\n",
-		SentinelMaster, host, port,
+		SentinelMaster, host, port, sentinelQuorum,
 		SentinelMaster, sentinelDownAfter.Milliseconds(),
 		SentinelMaster, sentinelFailoverTimeout.Milliseconds())
-	m := &Server{Name: RedisSentinel + "/sentinel", Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
+	m := &Server{Name: s.Name + "/" + name, Dir: dir, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
+	launched := false
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
-			return nil, err
+		if !launched {
+			if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
+				return nil, err
+			}
 		}
 		// The configuration file must come first, then --sentinel.
 		args := append([]string{conf, "--sentinel"}, redisBaseArgs(port, dir, m.logPath)...)
@@ -311,8 +354,9 @@ func (s *Server) startSentinel(ctx context.Context, bin, masterAddr string) (*Se
 	}
 	if err := m.launch(ctx, start, pingRedisPort); err != nil {
 		_ = m.Stop()
-		return nil, fmt.Errorf("sentinel: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	launched = true
 	m.Addr = loopbackAddr(m.port)
 	m.Addrs = []string{m.Addr}
 	return m, nil
@@ -450,8 +494,11 @@ func clusterPort() (int, error) {
 // newRedisClient returns a client for the harness's own connections: one
 // connection, no retries (callers poll), RESP2, no identity or maintenance
 // handshakes.
-func newRedisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+func newRedisClient(addr string) *redis.Client { return redis.NewClient(redisOptions(addr)) }
+
+// redisOptions returns the options of newRedisClient.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:                     addr,
 		Protocol:                 2,
 		DisableIdentity:          true,
@@ -463,7 +510,7 @@ func newRedisClient(addr string) *redis.Client {
 		ReadTimeout:              5 * time.Second,
 		WriteTimeout:             5 * time.Second,
 		PoolSize:                 1,
-	})
+	}
 }
 
 // pingRedisPort is the readiness check of a Redis process: a PING over a
@@ -522,35 +569,55 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// createCluster turns the (empty, cluster-enabled) nodes at addrs into one
-// cluster, as redis-cli --cluster create would: distinct config epochs,
-// the hash slots split evenly, every node met. It waits until every node
-// reports cluster_state:ok (a master waits about 2 s after its start before
-// it reports ok).
-func createCluster(ctx context.Context, addrs []string) error {
+// createCluster turns the (empty, cluster-enabled) nodes at masters and
+// replicas into one cluster, as redis-cli --cluster create would: distinct
+// config epochs, the hash slots split evenly among the masters, every node
+// met, replicas[i] the replica of masters[i]. It waits until every node
+// reports cluster_state:ok and knows every replica as the replica of its
+// master, and every replica is in sync (a master waits about 2 s after its
+// start before it reports ok).
+func createCluster(ctx context.Context, masters, replicas []string) error {
 	const slots = 16384
-	clients := make([]*redis.Client, len(addrs))
-	for i, a := range addrs {
-		clients[i] = newRedisClient(a)
-		defer clients[i].Close()
+	addrs := append(append([]string(nil), masters...), replicas...)
+	clients := map[string]*redis.Client{}
+	for _, a := range addrs {
+		clients[a] = newRedisClient(a)
+		defer clients[a].Close()
 	}
-	for i, c := range clients {
-		first, last := i*slots/len(addrs), (i+1)*slots/len(addrs)-1
-		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", addrs[i], err)
+	ids := map[string]string{}
+	for _, a := range addrs {
+		id, err := clients[a].ClusterMyID(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("CLUSTER MYID on %s: %w", a, err)
 		}
-		if err := c.ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
-			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, addrs[i], err)
+		ids[a] = id
+	}
+	for i, a := range masters {
+		first, last := i*slots/len(masters), (i+1)*slots/len(masters)-1
+		if err := clients[a].Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", a, err)
+		}
+		if err := clients[a].ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, a, err)
 		}
 	}
 	for _, a := range addrs[1:] {
 		host, port, _ := net.SplitHostPort(a)
-		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+		if err := clients[addrs[0]].ClusterMeet(ctx, host, port).Err(); err != nil {
 			return fmt.Errorf("CLUSTER MEET %s from %s: %w", a, addrs[0], err)
 		}
 	}
+	for i, a := range replicas {
+		// A node replicates only a master it knows: wait for the MEET to
+		// reach it.
+		if err := waitRedis(ctx, "replica to replicate its master", a, func(ctx context.Context, c *redis.Client) error {
+			return c.ClusterReplicate(ctx, ids[masters[i]]).Err()
+		}); err != nil {
+			return err
+		}
+	}
 	for _, a := range addrs {
-		if err := waitRedis(ctx, "cluster_state:ok", a, func(ctx context.Context, c *redis.Client) error {
+		if err := waitRedis(ctx, "cluster_state:ok with every replica known", a, func(ctx context.Context, c *redis.Client) error {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err != nil {
 				return err
@@ -559,8 +626,23 @@ func createCluster(ctx context.Context, addrs []string) error {
 				return fmt.Errorf("cluster_state:%s, cluster_known_nodes:%s, cluster_slots_assigned:%s",
 					v, infoField(info, "cluster_known_nodes"), infoField(info, "cluster_slots_assigned"))
 			}
-			if n := infoField(info, "cluster_known_nodes"); n != strconv.Itoa(len(addrs)) {
-				return fmt.Errorf("cluster_known_nodes:%s, want %d", n, len(addrs))
+			nodes, err := c.ClusterNodes(ctx).Result()
+			if err != nil {
+				return err
+			}
+			return clusterShaped(nodes, ids, masters, replicas)
+		}); err != nil {
+			return err
+		}
+	}
+	for _, a := range replicas {
+		if err := waitRedis(ctx, "replica in sync with its master", a, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return err
+			}
+			if v := infoField(info, "master_link_status"); v != "up" {
+				return fmt.Errorf("master_link_status:%s", v)
 			}
 			return nil
 		}); err != nil {
@@ -568,6 +650,48 @@ func createCluster(ctx context.Context, addrs []string) error {
 		}
 	}
 	return nil
+}
+
+// clusterShaped checks a node's CLUSTER NODES reply: it knows the nodes
+// of ids and no other, none failing or still in handshake, masters[i] a
+// master and replicas[i] its replica.
+func clusterShaped(nodes string, ids map[string]string, masters, replicas []string) error {
+	type node struct{ flags, master string }
+	known := map[string]node{}
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			return fmt.Errorf("CLUSTER NODES line %q", line)
+		}
+		known[f[0]] = node{flags: f[2], master: f[3]}
+	}
+	if len(known) != len(ids) {
+		return fmt.Errorf("%d nodes known, want %d", len(known), len(ids))
+	}
+	for i, a := range masters {
+		m := known[ids[a]]
+		if !hasFlag(m.flags, "master") || hasFlag(m.flags, "fail", "fail?", "handshake", "noaddr") {
+			return fmt.Errorf("master %s has flags %q", a, m.flags)
+		}
+		r := known[ids[replicas[i]]]
+		if !hasFlag(r.flags, "slave") || hasFlag(r.flags, "fail", "fail?", "handshake", "noaddr") || r.master != ids[a] {
+			return fmt.Errorf("replica %s has flags %q and master %s, want a replica of %s", replicas[i], r.flags, r.master, a)
+		}
+	}
+	return nil
+}
+
+// hasFlag reports whether the comma-separated flags of a CLUSTER NODES line
+// include one of want.
+func hasFlag(flags string, want ...string) bool {
+	for _, f := range strings.Split(flags, ",") {
+		for _, w := range want {
+			if f == w {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // membersLogTail returns the log tails of the group's processes, for error

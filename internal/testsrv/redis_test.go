@@ -17,7 +17,7 @@ import (
 )
 
 // wantAddrs is how many processes each kind has.
-var wantAddrs = map[string]int{Redis: 1, RedisCluster: 3, RedisSentinel: 3, RedisQuorum: 5, Memcached: 1}
+var wantAddrs = map[string]int{Redis: 1, RedisCluster: 6, RedisSentinel: 5, RedisQuorum: 5, Memcached: 1}
 
 // checkServer checks a running server of redis.go or memcached.go: its
 // addresses and URL, and that it stores and returns a value through the
@@ -38,12 +38,14 @@ func checkServer(t *testing.T, s *Server) {
 		seen[a] = true
 	}
 	wantURL := map[string]string{
-		Redis:         "redis://" + s.Addr + "/0",
-		RedisCluster:  "redis+cluster://" + strings.Join(s.Addrs, ","),
-		RedisSentinel: "redis+sentinel://" + s.Addrs[len(s.Addrs)-1] + "/mymaster",
-		RedisQuorum:   "redlock://" + strings.Join(s.Addrs, ","),
-		Memcached:     "memcached://" + s.Addr,
+		Redis:        "redis://" + s.Addr + "/0",
+		RedisCluster: "redis+cluster://" + strings.Join(s.Addrs, ","),
+		RedisQuorum:  "redlock://" + strings.Join(s.Addrs, ","),
+		Memcached:    "memcached://" + s.Addr,
 	}[s.Name]
+	if s.Name == RedisSentinel {
+		wantURL = "redis+sentinel://" + strings.Join(s.Addrs[2:], ",") + "/mymaster"
+	}
 	if s.URL != wantURL {
 		t.Errorf("URL = %q, want %q", s.URL, wantURL)
 	}
@@ -76,10 +78,18 @@ func checkServer(t *testing.T, s *Server) {
 		if n := masters.Load(); n != 3 {
 			t.Errorf("%d masters, want 3", n)
 		}
+		// Every master's write reaches its replica.
+		for _, a := range s.Addrs[:3] {
+			m := redis.NewClient(&redis.Options{Addr: a})
+			defer m.Close()
+			if n, err := m.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+				t.Errorf("WAIT 1 on %s = %d, %v; want 1 replica", a, n, err)
+			}
+		}
 	case RedisSentinel:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:    "mymaster",
-			SentinelAddrs: []string{s.Addrs[2]},
+			SentinelAddrs: s.Addrs[2:],
 		})
 		defer c.Close()
 		setGet(ctx, t, c, key, val)
@@ -145,12 +155,13 @@ func setGet(ctx context.Context, t *testing.T, c redis.UniversalClient, key, val
 	}
 }
 
-// TestRedisCluster checks the cluster's shape: three masters, all slots
-// assigned, no replicas.
+// TestRedisCluster checks the cluster's shape: three masters that hold
+// all the slots, then a replica of each, in the order of the masters.
 func TestRedisCluster(t *testing.T) {
 	s := Get(t, RedisCluster)
 	ctx := context.Background()
-	for _, a := range s.Addrs {
+	ids := make([]string, len(s.Addrs))
+	for i, a := range s.Addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
 		defer c.Close()
 		info, err := c.ClusterInfo(ctx).Result()
@@ -161,12 +172,46 @@ func TestRedisCluster(t *testing.T) {
 			"cluster_state":          "ok",
 			"cluster_slots_assigned": "16384",
 			"cluster_slots_ok":       "16384",
-			"cluster_known_nodes":    "3",
+			"cluster_known_nodes":    "6",
 			"cluster_size":           "3",
 		} {
 			if got := infoField(info, field); got != want {
 				t.Errorf("%s: %s = %q, want %q", a, field, got, want)
 			}
+		}
+		if ids[i], err = c.ClusterMyID(ctx).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, a := range s.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer c.Close()
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			if role, n := infoField(info, "role"), infoField(info, "connected_slaves"); role != "master" || n != "1" {
+				t.Errorf("%s: role:%s, connected_slaves:%s; want a master with one replica", a, role, n)
+			}
+			continue
+		}
+		master := infoField(info, "master_host") + ":" + infoField(info, "master_port")
+		if role := infoField(info, "role"); role != "slave" || master != s.Addrs[i-3] {
+			t.Errorf("%s: role:%s of %s; want a replica of %s", a, role, master, s.Addrs[i-3])
+		}
+		nodes, err := c.ClusterNodes(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var self []string
+		for _, line := range strings.Split(nodes, "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[0] == ids[i] {
+				self = f
+			}
+		}
+		if len(self) == 0 || !hasFlag(self[2], "slave") || self[3] != ids[i-3] {
+			t.Errorf("%s: CLUSTER NODES does not show it as the replica of %s:\n%s", a, ids[i-3], nodes)
 		}
 	}
 }
