@@ -40,15 +40,19 @@ func StartEtcd(ctx context.Context) (_ *Server, err error) {
 	dir := s.Dir
 	noFsync := etcdSupports(ctx, bin, "--unsafe-no-fsync")
 	data := filepath.Join(dir, "data")
+	var peerPort int
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		peerPort, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		// A fresh member on every attempt: no state from one that failed
-		// to bind its ports.
-		if err := os.RemoveAll(data); err != nil {
-			return nil, err
+		// A fresh member on every attempt to start: no state from one
+		// that failed to bind its ports. A restart keeps its data and
+		// ports.
+		if !s.launched {
+			var err error
+			if peerPort, err = freePort(); err != nil {
+				return nil, err
+			}
+			if err := os.RemoveAll(data); err != nil {
+				return nil, err
+			}
 		}
 		client := "http://" + loopbackAddr(port)
 		peer := "http://" + loopbackAddr(peerPort)

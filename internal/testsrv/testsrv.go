@@ -143,8 +143,11 @@ type Server struct {
 	start   func(port int, log *os.File) (*exec.Cmd, error)
 	ready   func(ctx context.Context, port int) error
 	faultMu sync.Mutex // guards cmd against Kill, Restart and Stop
-	newDB   func(ctx context.Context, db string) error
-	dbURL   func(db string) (url, dsn string)
+	// launched is set once the process has been ready: a start function
+	// called again after that is a Restart, which keeps the data.
+	launched bool
+	newDB    func(ctx context.Context, db string) error
+	dbURL    func(db string) (url, dsn string)
 }
 
 // Stop shuts the server down (SIGTERM for MariaDB, Redis and etcd, SIGINT —
@@ -380,6 +383,7 @@ func (s *Server) launch(ctx context.Context, start func(port int, log *os.File) 
 		s.cmd, s.port, s.start, s.ready = cmd, port, start, ready
 		err = waitReady(ctx, cmd, func(ctx context.Context) error { return ready(ctx, port) })
 		if err == nil {
+			s.launched = true
 			return nil
 		}
 		if !processExited(cmd.Process) {

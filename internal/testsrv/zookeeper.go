@@ -90,12 +90,15 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "zoo.cfg")
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		// A fresh data directory on every attempt.
-		if err := os.RemoveAll(data); err != nil {
-			return nil, err
-		}
-		if err := os.Mkdir(data, 0o755); err != nil {
-			return nil, err
+		// A fresh data directory on every attempt to start; a restart
+		// keeps it.
+		if !s.launched {
+			if err := os.RemoveAll(data); err != nil {
+				return nil, err
+			}
+			if err := os.Mkdir(data, 0o755); err != nil {
+				return nil, err
+			}
 		}
 		config := zkConfig(zkTickTime, data, port)
 		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
