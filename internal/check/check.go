@@ -89,6 +89,10 @@ type Config struct {
 	// Worker returns the command of a worker process, which must call
 	// Worker with its standard input and output.
 	Worker func() *exec.Cmd
+	// Started, if not nil, is called once every worker is ready and the
+	// workload starts: a test injects the faults of the store itself from
+	// there.
+	Started func()
 	// Progress, if not nil, receives a status line while the check runs
 	// (a terminal: the line is redrawn).
 	Progress io.Writer
@@ -234,6 +238,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	start := monoNow()
+	if cfg.Started != nil {
+		cfg.Started()
+	}
 	stopProgress := r.progress(start)
 	r.injectFaults(ctx, start)
 	stopProgress()
