@@ -1,6 +1,7 @@
 // Package testsrv starts real, throwaway database servers (PostgreSQL,
 // MariaDB, Redis — standalone, Cluster, Sentinel and a set of independent
-// servers for quorum locks —, memcached, etcd and ZooKeeper) for tests.
+// servers for quorum locks —, memcached, etcd — a single member or a
+// cluster — and ZooKeeper — standalone or an ensemble) for tests.
 //
 // Every server runs from its own temporary directory (data, unix socket, pid
 // file and log), listens on a free port on 127.0.0.1 only, and is tuned for
@@ -71,9 +72,15 @@ const (
 	Memcached = "memcached"
 	// Etcd is the name of a single-member etcd cluster (StartEtcd).
 	Etcd = "etcd"
+	// EtcdCluster is the name of a three-member etcd cluster
+	// (StartEtcdCluster with n = 3).
+	EtcdCluster = "etcd-cluster"
 	// ZooKeeper is the name of a standalone ZooKeeper server
 	// (StartZooKeeper).
 	ZooKeeper = "zookeeper"
+	// ZooKeeperEnsemble is the name of a ZooKeeper ensemble of three
+	// servers (StartZooKeeperEnsemble with n = 3).
+	ZooKeeperEnsemble = "zookeeper-ensemble"
 )
 
 // DefaultDatabase is the name of the database created on every server.
@@ -89,20 +96,22 @@ const (
 )
 
 // Server is a database server started for tests. For the multi-process
-// kinds (redis-cluster, redis-sentinel, redis-quorum) it stands for all the
-// processes together.
+// kinds (redis-cluster, redis-sentinel, redis-quorum, etcd-cluster,
+// zookeeper-ensemble) it stands for all the processes together.
 type Server struct {
 	// Name is the server's name as given to Run and Get: "postgres",
 	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum",
-	// "memcached", "etcd" or "zookeeper".
+	// "memcached", "etcd", "etcd-cluster", "zookeeper" or
+	// "zookeeper-ensemble".
 	Name string
 	// Addr is the TCP address the server listens on, 127.0.0.1:port; for
 	// the multi-process kinds, the first of Addrs.
 	Addr string
 	// Addrs lists the addresses of all the server's processes: the nodes
 	// of a Redis Cluster; master, replica and sentinel of redis-sentinel;
-	// the independent servers of redis-quorum. For the single-process
-	// kinds it holds Addr alone.
+	// the independent servers of redis-quorum; the members of
+	// etcd-cluster and the servers of zookeeper-ensemble (client
+	// addresses). For the single-process kinds it holds Addr alone.
 	Addrs []string
 	// URL is a dlock-style URL of the server: for PostgreSQL and MariaDB,
 	// of the default database "dlock":
@@ -139,8 +148,8 @@ type Server struct {
 
 // Stop shuts the server down (SIGTERM for MariaDB, Redis and etcd, SIGINT —
 // PostgreSQL's "fast" shutdown, which does not wait for clients — for
-// PostgreSQL, SIGKILL for memcached and ZooKeeper, which have nothing to
-// save), waits for
+// PostgreSQL, SIGKILL for memcached, ZooKeeper and the members of
+// etcd-cluster, which have nothing to save), waits for
 // it to exit (killing it after 30 s), and removes its temporary directory.
 // A multi-process server stops all its processes in parallel. It is
 // idempotent: later calls return the result of the first.
@@ -571,13 +580,17 @@ var starters = map[string]func(context.Context) (*Server, error){
 	RedisQuorum:   func(ctx context.Context) (*Server, error) { return StartRedisQuorum(ctx, 5) },
 	Memcached:     StartMemcached,
 	Etcd:          StartEtcd,
+	EtcdCluster:   func(ctx context.Context) (*Server, error) { return StartEtcdCluster(ctx, 3) },
 	ZooKeeper:     StartZooKeeper,
+	ZooKeeperEnsemble: func(ctx context.Context) (*Server, error) {
+		return StartZooKeeperEnsemble(ctx, 3)
+	},
 }
 
 // Run is for TestMain: it starts the named servers (Postgres, MariaDB,
 // Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd,
-// ZooKeeper) in parallel, runs m.Run(), stops them, and returns the exit
-// code:
+// EtcdCluster, ZooKeeper, ZooKeeperEnsemble) in parallel, runs m.Run(),
+// stops them, and returns the exit code:
 //
 //	func TestMain(m *testing.M) { os.Exit(testsrv.Run(m, "postgres", "mariadb")) }
 //

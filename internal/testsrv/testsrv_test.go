@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, ZooKeeper)
+	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, EtcdCluster, ZooKeeper, ZooKeeperEnsemble)
 	// Stopped servers must not leave goroutines behind.
 	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintf(os.Stderr, "goroutine leak after stopping servers: %v\n", err)
@@ -60,6 +60,7 @@ var checks = map[string]func(*testing.T, *Server){
 	Postgres: checkSQLServer, MariaDB: checkSQLServer,
 	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer,
 	Etcd: checkConsensusServer, ZooKeeper: checkConsensusServer,
+	EtcdCluster: checkEtcdCluster, ZooKeeperEnsemble: checkZooKeeperEnsemble,
 }
 
 // TestGet checks the servers Run started.

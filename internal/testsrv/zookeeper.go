@@ -97,36 +97,11 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 		if err := os.Mkdir(data, 0o755); err != nil {
 			return nil, err
 		}
-		config := fmt.Sprintf("tickTime=%d\n"+
-			"dataDir=%s\n"+
-			"clientPort=%d\n"+
-			"clientPortAddress=127.0.0.1\n"+
-			"minSessionTimeout=%d\n"+
-			"maxSessionTimeout=%d\n"+
-			"maxClientCnxns=0\n"+
-			"forceSync=no\n"+
-			"admin.enableServer=false\n"+
-			"4lw.commands.whitelist=ruok,srvr,mntr\n",
-			zkTickTime.Milliseconds(), data, port,
-			ZooKeeperMinSessionTimeout.Milliseconds(), ZooKeeperMaxSessionTimeout.Milliseconds())
+		config := zkConfig(zkTickTime, data, port)
 		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 			return nil, err
 		}
-		args := []string{
-			"-Xmx256m",
-			"-XX:+UseSerialGC",
-			"-XX:TieredStopAtLevel=1",
-			"-XX:-UsePerfData", // no /tmp/hsperfdata_* file
-			"-Djava.net.preferIPv4Stack=true",
-			"-Djava.io.tmpdir=" + dir,
-			"-Dzookeeper.log.dir=" + dir,
-			"-Dzookeeper.jmx.log4j.disable=true",
-			"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-			"-Dorg.slf4j.simpleLogger.showDateTime=true",
-			"-cp", classpath,
-			"org.apache.zookeeper.server.ZooKeeperServerMain",
-			cfg,
-		}
+		args := zkJavaArgs(dir, classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
 		return startProcess(java, args, dir, nil, log)
 	}
 	if err := s.launch(ctx, start, zkReady); err != nil {
@@ -136,6 +111,46 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 	s.Addrs = []string{s.Addr}
 	s.URL = "zk://" + s.Addr
 	return s, nil
+}
+
+// zkConfig returns the settings (zoo.cfg) every ZooKeeper server gets:
+// tickTime, data directory, client port on 127.0.0.1, the session timeout
+// bounds, no fsync, no admin server, the four-letter words ruok, srvr and
+// mntr.
+func zkConfig(tickTime time.Duration, data string, port int) string {
+	return fmt.Sprintf("tickTime=%d\n"+
+		"dataDir=%s\n"+
+		"clientPort=%d\n"+
+		"clientPortAddress=127.0.0.1\n"+
+		"minSessionTimeout=%d\n"+
+		"maxSessionTimeout=%d\n"+
+		"maxClientCnxns=0\n"+
+		"forceSync=no\n"+
+		"admin.enableServer=false\n"+
+		"4lw.commands.whitelist=ruok,srvr,mntr\n",
+		tickTime.Milliseconds(), data, port,
+		ZooKeeperMinSessionTimeout.Milliseconds(), ZooKeeperMaxSessionTimeout.Milliseconds())
+}
+
+// zkJavaArgs returns the java command line of a ZooKeeper server running
+// class main with the configuration file cfg, with a small JVM, its
+// temporary files and logs in dir, and the system properties props
+// ("-Dname=value") besides.
+func zkJavaArgs(dir, classpath, main, cfg string, props ...string) []string {
+	args := []string{
+		"-Xmx256m",
+		"-XX:+UseSerialGC",
+		"-XX:TieredStopAtLevel=1",
+		"-XX:-UsePerfData", // no /tmp/hsperfdata_* file
+		"-Djava.net.preferIPv4Stack=true",
+		"-Djava.io.tmpdir=" + dir,
+		"-Dzookeeper.log.dir=" + dir,
+		"-Dzookeeper.jmx.log4j.disable=true",
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+	}
+	args = append(args, props...)
+	return append(args, "-cp", classpath, main, cfg)
 }
 
 // zkReady is the readiness check of ZooKeeper: "ruok" must be answered
