@@ -297,19 +297,34 @@
 // expiry runs on the server's clock, and the lease reported to package
 // dlock starts before the request that proved the session alive was sent.
 //
+// # Failover
+//
+// go-zookeeper notices a server that stops answering (a hung process, a
+// network that drops its packets) only when its receive timeout, two
+// thirds of S, passes without a byte from it, and waits for ten times that
+// for a server it has just connected to; a hung leader keeps the clients
+// connected to it waiting that long, and the followers, which drop their
+// clients while they elect a new leader, may send them to it. The driver
+// therefore closes a connection that has waited two seconds for any reply
+// (to a request, a ping or the session's set-up): the client moves to the
+// next server, where the session carries on, and the requests in flight
+// fail as on any lost connection (see "Lost replies"). A hung leader then
+// costs about what a crashed one does: the election, and the leases of
+// the holds whose holder could not reach the servers meanwhile.
+//
 // # Contexts
 //
 // go-zookeeper's calls take no context. A call waits for the connection's
 // session until its context ends, and then runs its requests to their
-// reply: a request sent on a connection that goes silent ends at the
-// client's receive timeout (two thirds of the session timeout), when the
-// client drops the connection. Its error then wraps the context's. Package
-// dlock returns to its caller promptly on its own and cleans up after an
-// Acquire its caller gave up on (see "Contexts" in package driver). A
-// create whose reply was lost may still have made a node: Acquire and
-// Release find it by its owner's name. Close gives the calls in flight up
-// to two seconds to finish before it closes the connection, which ends the
-// rest, and waits for them.
+// reply: a request sent on a connection that goes silent ends when the
+// driver drops the connection after two seconds without an answer (see
+// "Failover"), or at the client's receive timeout if that comes first. Its
+// error then wraps the context's. Package dlock returns to its caller
+// promptly on its own and cleans up after an Acquire its caller gave up on
+// (see "Contexts" in package driver). A create whose reply was lost may
+// still have made a node: Acquire and Release find it by its owner's name.
+// Close gives the calls in flight up to two seconds to finish before it
+// closes the connection, which ends the rest, and waits for them.
 //
 // # URL
 //

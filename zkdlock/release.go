@@ -120,12 +120,15 @@ func (d *Driver) release(req driver.Request) error {
 		return notHeld("the session of its node ended")
 	}
 	existed, err := d.removeNode(h.parent, h.path, h.crowded)
-	if err != nil && d.sessionEnded(err, h.session) {
-		d.parents.released(h.parent)
-		return notHeld("the session of its node ended")
-	}
 	if err != nil {
+		// Retry at once, before sessionEnded takes its time to tell a
+		// lost connection from a closed client; the retry does nothing
+		// if the session has ended.
 		d.retry(h.parent, h.path, h.session)
+		if d.sessionEnded(err, h.session) {
+			d.parents.released(h.parent)
+			return notHeld("the session of its node ended")
+		}
 		return err
 	}
 	if !existed {
@@ -271,15 +274,23 @@ func (d *Driver) expire(owner string, h hold) {
 	}
 }
 
-// retry schedules another attempt to delete the node p of session (0: of
-// any session).
+// retry starts another attempt to delete the node p of session (0: of any
+// session) at once: it waits for the connection's session (see call), so
+// that a deletion cut off by a lost connection (a server that failed or
+// hung) is made again as soon as the client has moved to another server,
+// and the node does not hold up the key's next owner for longer.
 func (d *Driver) retry(parent, p string, session int64) {
-	d.trash.Put(p, garbage{parent: parent, path: p, session: session}, retryDelay)
+	d.trash.Put(p, garbage{parent: parent, path: p, session: session}, 0)
 }
 
 // retryDelete tries again to delete a node, until it is gone, its session
-// has ended, or the driver closes.
+// has ended, or the driver closes, retryDelay after each failure.
 func (d *Driver) retryDelete(p string, g garbage) {
+	select {
+	case <-d.eventsDone:
+		return // the connection was closed for good, and the session with it
+	default:
+	}
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 	defer cancel()
 	err := call(ctx, d, func() error {

@@ -100,7 +100,9 @@ func (l zkLogger) Printf(format string, args ...any) {
 // dialer dials the driver's connections (through another dialer, if one was
 // given) and keeps track of them, so that Close can end a connection the
 // client is stuck on: go-zookeeper waits for a silent server for up to ten
-// times its receive timeout while it sets up a session.
+// times its receive timeout while it sets up a session. Each connection
+// closes itself when its server leaves it without an answer for
+// silenceTimeout.
 type dialer struct {
 	dial zk.Dialer
 
@@ -123,6 +125,7 @@ func (d *dialer) Dial(network, address string, timeout time.Duration) (net.Conn,
 		return nil, err
 	}
 	tc := &trackedConn{Conn: c, d: d}
+	tc.silence.close = c.Close
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -147,12 +150,26 @@ func (d *dialer) closeAll() {
 
 type trackedConn struct {
 	net.Conn
-	d    *dialer
-	once sync.Once
+	d       *dialer
+	once    sync.Once
+	silence silence
+}
+
+// Write writes one frame, a request (go-zookeeper writes each in one call).
+func (c *trackedConn) Write(b []byte) (int, error) {
+	c.silence.wrote()
+	return c.Conn.Write(b)
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.silence.read(b[:n])
+	return n, err
 }
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
+		c.silence.stop()
 		c.d.mu.Lock()
 		delete(c.d.conns, c)
 		c.d.mu.Unlock()
@@ -163,10 +180,11 @@ func (c *trackedConn) Close() error {
 // call runs fn, a sequence of go-zookeeper requests, on the caller's
 // goroutine, once the connection has a session. go-zookeeper's requests
 // take no context: a request sent on a connection that goes silent ends
-// when the client's receive timeout (two thirds of the session timeout)
-// passes without a byte from the server, and one made while the client
-// reconnects would wait in the client's queue until a session is set up or
-// the connection is closed for good. call therefore waits for the session
+// when the connection is dropped (after silenceTimeout without an answer,
+// or at the client's receive timeout if that comes first), and one made
+// while the client reconnects would wait in the client's queue until a
+// session is set up or the connection is closed for good. call therefore
+// waits for the session
 // itself, until ctx ends. Package dlock, which never waits on a driver past
 // its caller's context, returns promptly on its own (see "Contexts" in
 // package driver). An error of fn after ctx ended wraps ctx.Err(). Close

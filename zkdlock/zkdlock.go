@@ -48,7 +48,7 @@ const (
 	// whose linger period has not passed and waiting for the requests in
 	// flight, before it closes the connection.
 	closeTimeout = 2 * time.Second
-	// retryDelay separates the attempts to delete a node whose deletion
+	// retryDelay separates the later attempts to delete a node whose deletion
 	// failed for want of a connection.
 	retryDelay = time.Second
 	// gone is how long the driver remembers a queue entry whose lease ran

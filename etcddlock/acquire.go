@@ -1,0 +1,408 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
+)
+
+// validity returns the lease to report for a hold acquired by a call that
+// started at start: the request's TTL, but no more than the session's TTL and
+// than the session lease is known to last from then.
+func validity(req driver.Request, s *session, start time.Time) time.Duration {
+	return min(req.TTL, s.ttl, s.left(start))
+}
+
+// renewal starts a KeepAliveOnce of s's lease for an acquisition that starts
+// at t, to run alongside its transaction, unless an earlier renewal leaves
+// enough of the lease (see session.needsProof); it returns nil then.
+func (d *Driver) renewal(ctx context.Context, s *session, t time.Time, req driver.Request) *proof {
+	if !s.needsProof(t, min(req.TTL, s.ttl)) {
+		return nil
+	}
+	return d.keepAlive(ctx, s.id, s, s.ttl)
+}
+
+// Acquire implements driver.Driver. A new owner's entry is created in one
+// transaction; an owner the driver already knows (a waiter asking again, a
+// holder acquiring again or downgrading) is checked by its entry's
+// CreateRevision. A KeepAliveOnce of the session lease runs alongside when
+// the latest renewal does not cover the lease to report. See the package
+// documentation.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if err := d.check(); err != nil {
+		return driver.Result{}, err
+	}
+	switch {
+	case !d.caps.Modes.Has(req.Mode):
+		return driver.Result{}, fmt.Errorf("etcddlock: %v mode: %w", req.Mode, driver.ErrUnsupported)
+	case req.Mode == driver.Semaphore && req.Limit < 1:
+		return driver.Result{}, &dlock.ArgError{Name: "limit", Value: req.Limit, Reason: "must be at least 1"}
+	}
+	id := reqID(req)
+	if rec, ok := d.table.Get(id); ok {
+		if rec.lost {
+			return driver.Result{}, notHeld(req.Key, "its entry was lost")
+		}
+		return d.reacquire(ctx, req, id, rec)
+	}
+	res, retry, err := d.create(ctx, req, id)
+	if retry {
+		// Nothing was created: the session had ended on the server
+		// before this process noticed (start a new one), or the name
+		// was taken (take the next).
+		res, _, err = d.create(ctx, req, id)
+	}
+	return res, err
+}
+
+// reacquire is Acquire for an owner whose entry the driver knows: a waiter
+// asking again, a holder acquiring again, or an exclusive holder asking for
+// a shared hold (a downgrade, which rewrites the entry's value: the Put keeps
+// its CreateRevision, hence its token, and wakes the readers that wait for
+// it).
+func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, rec record) (driver.Result, error) {
+	if rec.sess.ended() {
+		d.lose(id, rec)
+		return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
+	}
+	downgrade := false
+	switch {
+	case (rec.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || rec.mode == driver.Semaphore && rec.limit != req.Limit:
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner's entry is %s (limit %d), asked for %s (limit %d): %w",
+			req.Key, rec.mode, rec.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
+	case rec.mode == driver.Shared && req.Mode == driver.Exclusive:
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
+		if !rec.held {
+			return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
+		}
+		downgrade = true
+	}
+	var then []clientv3.Op
+	switch {
+	case downgrade:
+		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
+	case !rec.held:
+		then = append(then, d.aheadOp(req.Key, rec.mode, rec.limit, rec.rev, true))
+	}
+	start := time.Now()
+	p := d.renewal(ctx, rec.sess, start, req)
+	resp, _, err := d.txn(ctx, rec.is(), then...)
+	if err != nil {
+		p.stop()
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+	}
+	_, kerr := p.wait()
+	if !resp.Succeeded {
+		d.lose(id, rec)
+		return driver.Result{}, notHeld(req.Key, "its entry is gone")
+	}
+	if downgrade {
+		// The entry is shared now, whatever the renewal's outcome.
+		d.table.Update(id, func(r record) record {
+			if r.rev == rec.rev {
+				r.mode = driver.Shared
+			}
+			return r
+		})
+	}
+	if kerr != nil {
+		if isLeaseNotFound(kerr) {
+			rec.sess.kill()
+			d.lose(id, rec)
+			return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
+		}
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
+	}
+	held := rec.held || admits(rangeKVs(resp.Responses[0]), rec.name, rec.mode)
+	if held && !rec.held {
+		d.table.Update(id, func(r record) record {
+			if r.rev == rec.rev {
+				r.held = true
+			}
+			return r
+		})
+	}
+	if !d.table.Touch(id, req.TTL) {
+		return driver.Result{}, notHeld(req.Key, "its lease ran out")
+	}
+	if !held {
+		return driver.Result{}, nil
+	}
+	return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, rec.sess, start)}, nil
+}
+
+// create is Acquire for an owner the driver does not know: one transaction
+// that creates its entry, in a slot of the session it claims, when it may,
+// and reads what decides whether it holds the key.
+//
+// An exclusive request without Queue (TryLock) creates its entry only if the
+// queue is empty: it never waits in line. Every other request creates its
+// entry if the slot's name is free and the queue has no entry of a mode it
+// cannot share the key with (modeGuard), and reads the entries ahead of it
+// (aheadOp). A shared entry or a permit that is not admitted at once and
+// whose request has no Queue is deleted again by a second transaction. A
+// transaction that creates nothing reads the first entry: it shows a mode
+// mismatch, or the holder.
+//
+// retry reports that nothing was created and another attempt may succeed:
+// the session had ended unnoticed, or the slot's name was taken.
+func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ driver.Result, retry bool, _ error) {
+	s, err := d.session(ctx)
+	if err != nil {
+		return driver.Result{}, false, err
+	}
+	sl := d.claim(s, req.Key, req.Mode, req.Limit)
+	qp := d.queuePrefix(req.Key)
+	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit)
+	guarded := req.Queue || req.Mode != driver.Exclusive
+	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
+	then := []clientv3.Op{clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id))}
+	els := []clientv3.Op{d.firstOp(req.Key)}
+	if guarded {
+		// Never overwrite: a Put on an existing key keeps its
+		// CreateRevision, which would hand out an old token.
+		cond = append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
+		ahead := d.aheadOp(req.Key, req.Mode, req.Limit, 0, false)
+		then = append(then, ahead)
+		// The entry, if another attempt created it, and what decides
+		// whether it holds the key.
+		els = append(els, clientv3.OpGet(sl.name), ahead)
+	}
+	// mine returns the CreateRevision of the owner's entry as a reply
+	// shows it: created by this attempt, or found by it, created by
+	// another; 0 if there is none.
+	mine := func(resp *clientv3.TxnResponse) int64 {
+		var kv *mvccpb.KeyValue
+		switch {
+		case resp.Succeeded:
+			return resp.Header.Revision
+		case guarded:
+			kv = firstKV(resp.Responses[1])
+		default:
+			kv = firstKV(resp.Responses[0])
+		}
+		if kv != nil && string(kv.Key) == sl.name && clientv3.LeaseID(kv.Lease) == s.id && ownerOf(kv) == req.Owner {
+			return kv.CreateRevision
+		}
+		return 0
+	}
+	// ahead returns the entries a reply read to decide whether the
+	// owner's entry holds the key.
+	ahead := func(resp *clientv3.TxnResponse) []*mvccpb.KeyValue {
+		if resp.Succeeded {
+			return rangeKVs(resp.Responses[1])
+		}
+		return rangeKVs(resp.Responses[2])
+	}
+	start := time.Now()
+	p := d.renewal(ctx, s, start, req)
+	resp, rev, err := d.commitCreate(ctx, sl, s, cond, then, els, mine)
+	if err != nil {
+		p.stop()
+		err = fmt.Errorf("etcddlock: acquire %q: %w", req.Key, withCtx(ctx, err))
+		if isLeaseNotFound(err) {
+			s.kill()
+			sl.free()
+			return driver.Result{}, true, err
+		}
+		// The entry may have been created (the request outlived
+		// backgroundTimeout or Close): its slot stays in use for the
+		// rest of the session, and the Release that follows an error
+		// finds the entry by its owner.
+		return driver.Result{}, false, err
+	}
+	ok := rev != 0
+	var rec record
+	if ok {
+		rec = record{name: sl.name, rev: rev, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: true}
+		if guarded {
+			rec.held = admits(ahead(resp), sl.name, req.Mode)
+		}
+		d.table.Put(id, rec, req.TTL)
+	}
+	if _, kerr := p.wait(); kerr != nil {
+		// A created entry stays recorded: the Release that follows an
+		// error removes it.
+		if isLeaseNotFound(kerr) {
+			s.kill()
+		}
+		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
+	}
+	if ok {
+		if rec.held {
+			return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+		}
+		kv := elsewhere(ahead(resp), sl.name, req.Owner)
+		if kv == nil && req.Queue {
+			return driver.Result{}, false, nil // queued
+		}
+		// Without Queue the entry goes again; and an owner that holds
+		// the key through an entry this driver does not record needs
+		// no place in the queue.
+		d.table.Take(id)
+		if _, err := d.remove(ctx, id, rec); err != nil {
+			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+		}
+		if kv == nil {
+			return driver.Result{}, false, nil
+		}
+		res, err := d.heldElsewhere(ctx, req, kv)
+		return res, false, err
+	}
+	kv := firstKV(resp.Responses[0])
+	switch {
+	case !compatible(kv, req.Mode, req.Limit):
+		sl.free()
+		return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
+	case guarded:
+		// The name is taken by an entry this driver did not know of
+		// (created by a request whose outcome it never learnt): its
+		// slot stays in use for the rest of the session.
+		return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: entry name %q in use", req.Key, sl.name)
+	}
+	// Nothing was created: the key is held.
+	sl.free()
+	if ownerOf(kv) != req.Owner {
+		return driver.Result{}, false, nil
+	}
+	res, err := d.heldElsewhere(ctx, req, kv)
+	return res, false, err
+}
+
+// heldElsewhere is Acquire for an owner whose entry kv holds the key but is
+// not recorded by the driver. A shared request for an exclusive entry
+// downgrades it; other requests of another mode are refused.
+func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvccpb.KeyValue) (driver.Result, error) {
+	if ls := d.sessionOf(clientv3.LeaseID(kv.Lease)); ls != nil {
+		if ls.ended() {
+			return driver.Result{}, nil // it goes with its session
+		}
+		// An entry of this driver that it no longer records: its lease
+		// ran out and it is being removed.
+		return driver.Result{}, notHeld(req.Key, "its lease ran out")
+	}
+	// The owner's entry was made by another driver (another process
+	// acquiring for the same owner).
+	v := decode(kv)
+	downgrade := v.mode() == driver.Exclusive && req.Mode == driver.Shared
+	if v.mode() != req.Mode && !downgrade {
+		return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner holds it as %s, asked for %s: %w", req.Key, v.mode(), req.Mode, driver.ErrModeMismatch)
+	}
+	session, err := d.prove(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		if isLeaseNotFound(err) {
+			return driver.Result{}, nil
+		}
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, err)
+	}
+	if downgrade {
+		name := string(kv.Key)
+		resp, _, err := d.txn(ctx, isEntry(name, kv.CreateRevision),
+			clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
+		switch {
+		case err != nil:
+			return driver.Result{}, fmt.Errorf("etcddlock: downgrade %q: %w", req.Key, err)
+		case !resp.Succeeded:
+			return driver.Result{}, notHeld(req.Key, "its entry is gone")
+		}
+	}
+	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, nil
+}
+
+// maxCreateAttempts bounds the attempts of one creating transaction.
+const maxCreateAttempts = 5
+
+// commitCreate commits the transaction that creates an owner's entry (in
+// slot sl of session s) and returns the reply it decides on, with the
+// entry's CreateRevision as mine reads it from that reply (0: none).
+//
+// The transaction runs to its reply even if ctx ends first: a creation
+// cancelled on the wire may still be applied by the server, after the
+// Release that follows has looked for it. With the outcome known, the
+// entry is recorded and that Release removes it. So that a member that
+// hangs, or a leader that fails, does not hold the caller up, the
+// transaction is sent again (to the next member), up to maxCreateAttempts
+// times, when the attempts have had no reply for hedgeDelay, or failed
+// for want of a leader, while ctx lives. The attempts compare the same things, so one that is applied
+// while an earlier one's entry exists creates nothing, and its reply shows
+// that entry (see mine). The first reply decides; the attempts still in
+// flight then run to their replies in the background, and an entry one of
+// them created after all (the entry the decision saw, or its absence, had
+// changed meanwhile) is deleted again.
+func (d *Driver) commitCreate(ctx context.Context, sl *slot, s *session, cond []clientv3.Cmp, then, els []clientv3.Op, mine func(*clientv3.TxnResponse) int64) (*clientv3.TxnResponse, int64, error) {
+	replies := make(chan txnReply, maxCreateAttempts)
+	sent, outstanding := 0, 0
+	send := func() {
+		sent++
+		outstanding++
+		tctx, cancel := d.detach(ctx)
+		go func() {
+			defer cancel()
+			resp, err := d.cli.Txn(tctx).If(cond...).Then(then...).Else(els...).Commit()
+			replies <- txnReply{resp, err}
+		}()
+	}
+	send()
+	timer := time.NewTimer(hedgeDelay)
+	defer timer.Stop()
+	var last txnReply
+	for {
+		select {
+		case r := <-replies:
+			outstanding--
+			if r.err == nil {
+				rev := mine(r.resp)
+				if outstanding > 0 {
+					d.straggle(sl.name, s, rev, outstanding, replies)
+				}
+				return r.resp, rev, nil
+			}
+			last = r
+			if outstanding == 0 {
+				if sent == maxCreateAttempts || !retriable(ctx, r.err) || isLeaseNotFound(r.err) {
+					return nil, 0, r.err
+				}
+				timer.Reset(minAttemptDelay)
+			}
+		case <-timer.C:
+			if ctx.Err() == nil && sent < maxCreateAttempts {
+				send()
+			} else if outstanding == 0 {
+				return nil, 0, last.err
+			}
+			timer.Reset(hedgeDelay)
+		}
+	}
+}
+
+// txnReply is the reply to one attempt of a transaction.
+type txnReply struct {
+	resp *clientv3.TxnResponse
+	err  error
+}
+
+// straggle waits in the background for the n attempts of a creating
+// transaction still in flight once a reply was decided on, and deletes an
+// entry named name that one of them created, unless it is the entry of
+// revision rev that the decision recorded.
+func (d *Driver) straggle(name string, s *session, rev int64, n int, replies <-chan txnReply) {
+	wait := func() {
+		for range n {
+			r := <-replies
+			if r.err == nil && r.resp.Succeeded && r.resp.Header.Revision != rev {
+				d.expire("", record{name: name, rev: r.resp.Header.Revision, sess: s, released: true})
+			}
+		}
+	}
+	if !d.background(wait) {
+		wait() // the driver is closed: the attempts end at once
+	}
+}
