@@ -32,10 +32,14 @@
 //   - Fencing tokens. Each successful Acquire returns a token greater than every
 //     token previously returned for the same key by any client, including tokens
 //     of holders that released or expired. Tokens need not be dense.
-//   - No retries. A driver makes exactly one attempt per call and returns. It
-//     never sleeps to wait for a lock, never retries a failed request and never
-//     renews leases on its own; package dlock decides all of that. (Reconnecting
-//     a broken connection inside the client library is fine.)
+//   - No retries. A driver makes one attempt per call and returns. It never
+//     sleeps to wait for a lock, never retries a failed request and never
+//     renews leases on its own; package dlock decides all of that.
+//     (Reconnecting a broken connection inside the client library is fine,
+//     and so is sending one attempt to several members of a replicated store
+//     at once, or again to another member when one does not answer, where
+//     the store makes the copies idempotent and the first answer stands: a
+//     hedged request, as etcddlock makes, is still one attempt.)
 //   - No lost state. A driver never leaves state behind for an owner after
 //     Release, after the owner's lease expired and the key was taken over, or
 //     after Acquire returned an error. The only state that may outlive a lock
