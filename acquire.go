@@ -91,7 +91,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		ctx, unbind = c.bind(parent)
 		defer unbind()
 	}
-	stopped := func() error { return notAcquired(req.Key, why(parent)) }
+	// failure is the store's error of the latest attempt, while no later
+	// attempt has been answered: the reason a wait that ends now did not
+	// get the lock.
+	var failure error
+	stopped := func() error { return waitEnded(req.Key, why(parent), failure) }
 
 	// Waiters of this Client for the same key queue here first, so that one
 	// remote wait per key and process serves them all.
@@ -152,10 +156,15 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure
 			// while waiting is taken as a blip and ridden out.
-			if !wait || !reached || errors.Is(err, driver.ErrUnsupported) {
+			if errors.Is(err, driver.ErrUnsupported) {
 				c.cleanup(ctx, req)
 				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
 			}
+			if !wait || !reached {
+				c.cleanup(ctx, req)
+				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, &unavailableError{err})
+			}
+			failure = err
 			if !req.Queue {
 				c.cleanup(ctx, req)
 			}
@@ -166,7 +175,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			}
 			continue
 		}
-		reached = true
+		reached, failure = true, nil
 		if res.Acquired {
 			ttl, validUntil := lease(req, res, sent)
 			if time.Now().Before(validUntil) {
@@ -284,6 +293,17 @@ const cleanupGrace = 250 * time.Millisecond
 
 func notAcquired(key string, cause error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, cause)
+}
+
+// waitEnded is the error of a wait for key that ended for reason (the
+// context's error, or ErrClosed). If the store failed the last attempt
+// that completed, the error names that failure too and wraps
+// ErrUnavailable: the lock was not found held, the store could not be used.
+func waitEnded(key string, reason, failure error) error {
+	if failure == nil {
+		return notAcquired(key, reason)
+	}
+	return fmt.Errorf("%w: %q: %w; the last attempt failed: %w", ErrNotAcquired, key, reason, &unavailableError{failure})
 }
 
 // sleep waits for d, a notification on sub (if any) or the end of ctx.
