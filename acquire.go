@@ -120,6 +120,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		}
 	}()
 	subscribe := wait && c.notifier != nil
+	woken := false // the latest sleep ended with a notification
 	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
 	reached := false   // the store has answered an attempt
 	attempted := false // an attempt was made: a queue entry may exist
@@ -244,7 +245,19 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if req.Queue && delay > req.TTL/3 {
 			delay = req.TTL / 3 // keep the queue entry alive
 		}
-		if err := sleep(ctx, delay, sub); err != nil {
+		if woken && !req.Queue {
+			// A release woke this waiter and another one got the
+			// lock, or split the vote with it (a quorum store): wait
+			// a random, growing while before the next release may
+			// wake it, so that waiters do not retry in step.
+			pause := min(bo.next(), delay)
+			if err := sleep(ctx, pause, nil); err != nil {
+				c.cleanup(ctx, req)
+				return nil, stopped()
+			}
+			delay -= pause
+		}
+		if woken, err = sleepWoken(ctx, delay, sub); err != nil {
 			c.cleanup(ctx, req)
 			return nil, stopped()
 		}
@@ -308,6 +321,12 @@ func waitEnded(key string, reason, failure error) error {
 
 // sleep waits for d, a notification on sub (if any) or the end of ctx.
 func sleep(ctx context.Context, d time.Duration, sub driver.Subscription) error {
+	_, err := sleepWoken(ctx, d, sub)
+	return err
+}
+
+// sleepWoken is sleep, and reports whether a notification ended it.
+func sleepWoken(ctx context.Context, d time.Duration, sub driver.Subscription) (bool, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var notify <-chan struct{}
@@ -316,11 +335,12 @@ func sleep(ctx context.Context, d time.Duration, sub driver.Subscription) error 
 	}
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-t.C:
+		return false, nil
 	case <-notify:
+		return true, nil
 	}
-	return nil
 }
 
 // backoff yields jittered, exponentially growing delays between min and max

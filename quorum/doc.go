@@ -51,7 +51,9 @@
 // retried in the background, with growing pauses, until the node answers or
 // a lease has passed, so that an acquisition that reaches a hung node when
 // it resumes is released after it. Close waits for the work in the
-// background (each call bounded by its timeout) and stops the retries.
+// background (each call bounded by its timeout) and stops the retries; it
+// closes a node that is known to hang first, ending the calls on it (what
+// they leave there expires with its lease).
 // With a majority hung, calls fail after the node timeout, with an error
 // that names the nodes (by address, for the nodes of a redlock:// URL).
 //

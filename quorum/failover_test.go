@@ -294,9 +294,10 @@ func TestMeasureFreeKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		servers := srv.Members()
+		resume := func() {}
 		switch fault {
 		case "paused":
-			pause(t, servers[3:])
+			resume = pause(t, servers[3:])
 		case "killed":
 			for _, s := range servers[3:] {
 				s.Kill()
@@ -329,9 +330,7 @@ func TestMeasureFreeKey(t *testing.T) {
 		median := func(ds []time.Duration) time.Duration { slices.Sort(ds); return ds[len(ds)/2] }
 		t.Logf("2 of 5 %-6s: median of %d: open %v, Lock of a free key %v, Lock+Release %v, Close %v",
 			fault, rounds, median(open), median(lock), median(cycle), median(closing))
-		for _, s := range servers[3:] {
-			s.Resume()
-		}
+		resume()
 		srv.Stop()
 	}
 }

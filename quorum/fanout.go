@@ -91,7 +91,8 @@ var errNoAnswer = errors.New("no answer when the outcome was decided")
 // With grace > 0 it then waits for the remaining nodes for as long again as
 // the decision took, at least grace and at most until they answer (their
 // calls are bounded), unless every one of them is stalled: its latest call
-// ran out of time (see note). With grace = 0 it returns at once. It also returns
+// ran out of time, or it let a grace pass without answering (see note).
+// With grace = 0 it returns at once. It also returns
 // when ctx ends. The nodes that have not answered then count as failed
 // (with an error wrapping errNoAnswer, or ctx's error), and their calls run
 // to their end in the background: a node that is down or hung costs a
@@ -138,6 +139,7 @@ func (d *Driver) fanout(ctx context.Context, grace time.Duration, decided func(y
 			if grace <= 0 || d.allStalled(answered) {
 				return giveUp(answers, answered, errNoAnswer)
 			}
+			defer d.markStalled(answered)
 			t := time.NewTimer(max(time.Since(start), grace))
 			defer t.Stop()
 			graceC = t.C
@@ -152,8 +154,10 @@ func (d *Driver) fanout(ctx context.Context, grace time.Duration, decided func(y
 
 // note records whether node i is stalled: whether its latest call, made
 // on ctx, with error err, ran out of its node timeout (a node that is hung,
-// or too slow to matter). An answer, an error from the node included, clears
-// it; a call that was not made, or ended with ctx, says nothing.
+// or too slow to matter); a node that does not answer within a round's
+// grace is marked stalled too (see markStalled). An answer, an error from
+// the node included, clears it; a call that was not made, or ended with
+// ctx, says nothing.
 func (d *Driver) note(ctx context.Context, i int, err error) {
 	switch {
 	case err == nil:
@@ -163,6 +167,17 @@ func (d *Driver) note(ctx context.Context, i int, err error) {
 		d.stalled[i].Store(true)
 	default:
 		d.stalled[i].Store(false)
+	}
+}
+
+// markStalled marks the nodes that have not answered, after a grace, as
+// stalled (see note): a later round does not wait for them until they
+// answer.
+func (d *Driver) markStalled(answered []bool) {
+	for i, ok := range answered {
+		if !ok {
+			d.stalled[i].Store(true)
+		}
 	}
 }
 

@@ -83,6 +83,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Su
 			listening++
 			continue
 		case <-graceC:
+			d.markStalled(answered)
 		case <-ctx.Done():
 		}
 		break

@@ -587,7 +587,10 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 // the work they left in the background (calls on nodes that had not
 // answered when their round was decided, and the releases that clean up
 // after them), each bounded by its node timeout, then closes every node.
-// Clean-ups waiting to try again on a node that does not answer give up.
+// Clean-ups waiting to try again on a node that does not answer give up,
+// and a node whose latest call ran out of time is closed first, which ends
+// the calls still waiting for it: holds they leave there expire with their
+// leases.
 // Holds are not released (package dlock releases its locks before it
 // closes the driver).
 func (d *Driver) Close() error {
@@ -599,11 +602,25 @@ func (d *Driver) Close() error {
 	d.closed = true
 	close(d.closing)
 	d.mu.Unlock()
-	d.calls.Wait()
-	var errs []error
+	// A stalled node gets nothing done before the calls on it time out:
+	// close it at once, which ends them (and what they would have done
+	// there is left to the leases); wait for the others.
+	errs := make([]error, len(d.nodes))
+	stalled := make([]bool, len(d.nodes))
 	for i, n := range d.nodes {
-		if err := n.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("quorum: closing %s: %w", d.name(i), err))
+		if stalled[i] = d.stalled[i].Load(); stalled[i] {
+			errs[i] = n.Close()
+		}
+	}
+	d.calls.Wait()
+	for i, n := range d.nodes {
+		if !stalled[i] {
+			errs[i] = n.Close()
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("quorum: closing %s: %w", d.name(i), err)
 		}
 	}
 	return errors.Join(errs...)
