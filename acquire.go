@@ -248,9 +248,10 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if woken && !req.Queue {
 			// A release woke this waiter and another one got the
 			// lock, or split the vote with it (a quorum store): wait
-			// a random, growing while before the next release may
-			// wake it, so that waiters do not retry in step.
-			pause := min(bo.next(), delay)
+			// a random while, up to twice what the attempt took,
+			// before the next release may wake it, so that waiters
+			// do not retry in step.
+			pause := min(rand.N(2*time.Since(sent)+1), delay)
 			if err := sleep(ctx, pause, nil); err != nil {
 				c.cleanup(ctx, req)
 				return nil, stopped()

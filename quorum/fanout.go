@@ -90,9 +90,9 @@ var errNoAnswer = errors.New("no answer when the outcome was decided")
 // whatever the nodes still to answer say (see acquired and renewed).
 // With grace > 0 it then waits for the remaining nodes for as long again as
 // the decision took, at least grace and at most until they answer (their
-// calls are bounded), unless every one of them is stalled: its latest call
-// ran out of time, or it let a grace pass without answering (see note).
-// With grace = 0 it returns at once. It also returns
+// calls are bounded), unless every one of them is stalled (its latest call
+// ran out of time, or it let a grace pass without answering, see note) and
+// waitStalled is false. With grace = 0 it returns at once. It also returns
 // when ctx ends. The nodes that have not answered then count as failed
 // (with an error wrapping errNoAnswer, or ctx's error), and their calls run
 // to their end in the background: a node that is down or hung costs a
@@ -104,7 +104,7 @@ var errNoAnswer = errors.New("no answer when the outcome was decided")
 // come after it: a release of a request on a node waits for an acquisition
 // of the same request on that node still in flight (see acquireOn and
 // releaseOn), so that it cannot overtake it.
-func (d *Driver) fanout(ctx context.Context, grace time.Duration, decided func(yesN, noN, pending int) bool, call func(ctx context.Context, i int) answer) []answer {
+func (d *Driver) fanout(ctx context.Context, grace time.Duration, waitStalled bool, decided func(yesN, noN, pending int) bool, call func(ctx context.Context, i int) answer) []answer {
 	start := time.Now()
 	type reply struct {
 		i int
@@ -136,7 +136,7 @@ func (d *Driver) fanout(ctx context.Context, grace time.Duration, decided func(y
 			if graceC != nil || pending == 0 || !decided(yesN, noN, pending) {
 				continue
 			}
-			if grace <= 0 || d.allStalled(answered) {
+			if grace <= 0 || !waitStalled && d.allStalled(answered) {
 				return giveUp(answers, answered, errNoAnswer)
 			}
 			defer d.markStalled(answered)
@@ -267,8 +267,8 @@ func (d *Driver) each(ctx context.Context, picked []int, call func(ctx context.C
 //   - an acquisition is not made at all if two calls of the request are in
 //     flight or waiting on that node already: the node counts as failed
 //     for it (it is slow or hung), and calls do not pile up;
-//   - a clean-up release in the background is registered once per request
-//     and node at a time.
+//   - a clean-up release in the background is not registered behind another
+//     one (with no other call between them): the first does the work.
 //
 // A call that gave up may still sit in a hung node's socket; the release,
 // sent after it, reaches the node after it.
@@ -284,7 +284,7 @@ type opKey struct {
 type nodeOps struct {
 	n       int           // calls registered and not ended
 	last    chan struct{} // closed when the latest registered call ends
-	cleanup bool          // a clean-up release is registered
+	cleanup bool          // the latest registered call is a clean-up
 }
 
 // opKind is the kind of a call registered with register.
@@ -293,7 +293,7 @@ type opKind uint8
 const (
 	opAcquire opKind = iota // refused behind two calls or more
 	opRelease               // never refused
-	opCleanup               // refused if a clean-up is registered
+	opCleanup               // refused right behind another clean-up
 )
 
 // errBusy is the error of an acquisition not made because earlier calls of
@@ -329,16 +329,11 @@ func (d *Driver) register(req driver.Request, i int, kind opKind) *slot {
 	sl := &slot{prev: ops.last}
 	ops.last = mine
 	ops.n++
-	if kind == opCleanup {
-		ops.cleanup = true
-	}
+	ops.cleanup = kind == opCleanup
 	sl.end = func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		close(mine)
-		if kind == opCleanup {
-			ops.cleanup = false
-		}
 		if ops.n--; ops.n == 0 {
 			delete(d.ops, k)
 		}
@@ -401,8 +396,8 @@ func (d *Driver) releaseOn(ctx context.Context, sl *slot, i int, req driver.Requ
 }
 
 // cleanupOn releases req on node i in the background, after the calls
-// registered before it there, unless a clean-up of req on node i is
-// registered already.
+// registered before it there, unless the latest call registered there is a
+// clean-up already.
 //
 // A call that gave up on a hung node may still be waiting in its socket,
 // and run when the node resumes; a release sent while the node is hung
@@ -424,14 +419,21 @@ func (d *Driver) cleanupOn(i int, req driver.Request) {
 		timeout := nodeTimeout(req.TTL)
 		giveUp := time.Now().Add(req.TTL)
 		pause := timeout
-		for {
+		for failures := 0; ; failures++ {
 			_, err := timed(context.Background(), timeout, func(ctx context.Context) (struct{}, error) {
 				return struct{}{}, d.nodes[i].Release(ctx, req)
 			})
 			if err == nil || errors.Is(err, driver.ErrNotHeld) {
-				return
-			}
-			if time.Now().Add(pause).After(giveUp) {
+				if failures == 0 {
+					return
+				}
+				// The node answers again after it did not: a call
+				// that waited in its socket may run after this
+				// release (a resumed server does not serve its
+				// connections in the order they were sent on).
+				// Release once more, a node timeout later.
+				failures, pause = -1, timeout
+			} else if time.Now().Add(pause).After(giveUp) {
 				d.log.Warn("quorum: cannot release a hold left on a node; its lease will expire",
 					"key", req.Key, "node", d.name(i), "err", err)
 				return

@@ -68,10 +68,11 @@ func (d *Driver) takeToken(ctx context.Context, req driver.Request) (token uint6
 	timeout := nodeTimeout(f.TTL)
 	slots := d.registerAll(f, opAcquire)
 	// Decided once a majority granted the fence; the others get as long
-	// again (at least fenceGrace), so that the largest counter of the
-	// nodes that are up is counted. A hung node costs that grace.
+	// again (at least fenceGrace), stalled ones too, so that the largest
+	// counter of the nodes that are up is counted. A hung node costs that
+	// grace.
 	granted := func(yesN, _, _ int) bool { return yesN >= d.quorum }
-	answers := d.fanout(ctx, fenceGrace, granted, func(ctx context.Context, i int) answer {
+	answers := d.fanout(ctx, fenceGrace, true, granted, func(ctx context.Context, i int) answer {
 		sl := slots[i]
 		if sl == nil {
 			return answer{vote: failed, err: errBusy}

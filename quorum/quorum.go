@@ -289,7 +289,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 	defer d.calls.Done()
 	timeout := nodeTimeout(req.TTL)
 	slots := d.registerAll(req, opAcquire)
-	answers := d.fanout(ctx, acquireGrace, d.acquired, func(ctx context.Context, i int) answer {
+	answers := d.fanout(ctx, acquireGrace, false, d.acquired, func(ctx context.Context, i int) answer {
 		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
 		switch {
 		case err != nil:
@@ -454,7 +454,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
 	}
 	defer d.calls.Done()
 	timeout := nodeTimeout(req.TTL)
-	answers := d.fanout(ctx, acquireGrace, d.renewed, func(ctx context.Context, i int) answer {
+	answers := d.fanout(ctx, acquireGrace, false, d.renewed, func(ctx context.Context, i int) answer {
 		return voteOf(d.withFence(ctx, req, func(ctx context.Context, r driver.Request) error {
 			_, err := timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Refresh(ctx, r) })
 			return err
@@ -563,7 +563,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 	if d.fence {
 		fenceSlots = d.registerAll(d.fenceReq(req), opRelease)
 	}
-	answers := d.fanout(ctx, releaseGrace, d.renewed, func(ctx context.Context, i int) answer {
+	answers := d.fanout(ctx, releaseGrace, false, d.renewed, func(ctx context.Context, i int) answer {
 		return voteOf(d.withFence(ctx, req, func(ctx context.Context, r driver.Request) error {
 			if r.Key != req.Key {
 				return d.releaseOn(ctx, fenceSlots[i], i, r, timeout)
