@@ -91,7 +91,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		ctx, unbind = c.bind(parent)
 		defer unbind()
 	}
-	stopped := func() error { return notAcquired(req.Key, why(parent)) }
+	// failure is the store's error of the latest attempt, while no later
+	// attempt has been answered: the reason a wait that ends now did not
+	// get the lock.
+	var failure error
+	stopped := func() error { return waitEnded(req.Key, why(parent), failure) }
 
 	// Waiters of this Client for the same key queue here first, so that one
 	// remote wait per key and process serves them all.
@@ -116,6 +120,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		}
 	}()
 	subscribe := wait && c.notifier != nil
+	woken := false // the latest sleep ended with a notification
 	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
 	reached := false   // the store has answered an attempt
 	attempted := false // an attempt was made: a queue entry may exist
@@ -152,10 +157,15 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure
 			// while waiting is taken as a blip and ridden out.
-			if !wait || !reached || errors.Is(err, driver.ErrUnsupported) {
+			if errors.Is(err, driver.ErrUnsupported) {
 				c.cleanup(ctx, req)
 				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
 			}
+			if !wait || !reached {
+				c.cleanup(ctx, req)
+				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, &unavailableError{err})
+			}
+			failure = err
 			if !req.Queue {
 				c.cleanup(ctx, req)
 			}
@@ -166,7 +176,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			}
 			continue
 		}
-		reached = true
+		reached, failure = true, nil
 		if res.Acquired {
 			ttl, validUntil := lease(req, res, sent)
 			if time.Now().Before(validUntil) {
@@ -235,7 +245,20 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if req.Queue && delay > req.TTL/3 {
 			delay = req.TTL / 3 // keep the queue entry alive
 		}
-		if err := sleep(ctx, delay, sub); err != nil {
+		if woken && !req.Queue {
+			// A release woke this waiter and another one got the
+			// lock, or split the vote with it (a quorum store): wait
+			// a random while, up to twice what the attempt took,
+			// before the next release may wake it, so that waiters
+			// do not retry in step.
+			pause := min(rand.N(2*time.Since(sent)+1), delay)
+			if err := sleep(ctx, pause, nil); err != nil {
+				c.cleanup(ctx, req)
+				return nil, stopped()
+			}
+			delay -= pause
+		}
+		if woken, err = sleepWoken(ctx, delay, sub); err != nil {
 			c.cleanup(ctx, req)
 			return nil, stopped()
 		}
@@ -286,8 +309,25 @@ func notAcquired(key string, cause error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, cause)
 }
 
+// waitEnded is the error of a wait for key that ended for reason (the
+// context's error, or ErrClosed). If the store failed the last attempt
+// that completed, the error names that failure too and wraps
+// ErrUnavailable: the lock was not found held, the store could not be used.
+func waitEnded(key string, reason, failure error) error {
+	if failure == nil {
+		return notAcquired(key, reason)
+	}
+	return fmt.Errorf("%w: %q: %w; the last attempt failed: %w", ErrNotAcquired, key, reason, &unavailableError{failure})
+}
+
 // sleep waits for d, a notification on sub (if any) or the end of ctx.
 func sleep(ctx context.Context, d time.Duration, sub driver.Subscription) error {
+	_, err := sleepWoken(ctx, d, sub)
+	return err
+}
+
+// sleepWoken is sleep, and reports whether a notification ended it.
+func sleepWoken(ctx context.Context, d time.Duration, sub driver.Subscription) (bool, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var notify <-chan struct{}
@@ -296,11 +336,12 @@ func sleep(ctx context.Context, d time.Duration, sub driver.Subscription) error 
 	}
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-t.C:
+		return false, nil
 	case <-notify:
+		return true, nil
 	}
-	return nil
 }
 
 // backoff yields jittered, exponentially growing delays between min and max

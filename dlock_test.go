@@ -29,15 +29,21 @@ type faulty struct {
 	acquireErr   error         // returned by Acquire after acquiring (a lost reply)
 	acquireDelay time.Duration // added before Acquire returns
 	failAttempts map[int]bool  // Acquire attempts (from 1) that fail without reaching the store
+	failFrom     int           // if not 0, Acquire attempts from this one on fail too
+	onFail       func()        // if not nil, called after each attempt that failed
 	attempts     int
 }
 
 func (f *faulty) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	f.mu.Lock()
 	f.attempts++
-	fail := f.failAttempts[f.attempts]
+	fail := f.failAttempts[f.attempts] || f.failFrom > 0 && f.attempts >= f.failFrom
+	onFail := f.onFail
 	f.mu.Unlock()
 	if fail {
+		if onFail != nil {
+			defer onFail()
+		}
 		return driver.Result{}, errors.New("connection refused")
 	}
 	res, err := f.Driver.Acquire(ctx, req)

@@ -47,6 +47,17 @@ var (
 	// lock from the start and Downgrade it.
 	ErrUpgrade = errors.New("dlock: a read lock cannot be upgraded to a write lock")
 
+	// ErrUnavailable means the store failed an acquisition: it answered
+	// with an error, or a node or replica it needs did not answer, instead
+	// of granting the lock or finding it held. The error wraps the store's
+	// own error too. A wait in Lock rides such failures out; if the wait
+	// ends (its context is done, or the Client is closed) while the store
+	// is failing, so that the last attempt that completed failed, the error
+	// wraps ErrNotAcquired, the context's error (or ErrClosed), ErrUnavailable
+	// and the store's last error, so that the caller learns why the lock
+	// was not acquired instead of taking it for held.
+	ErrUnavailable = errors.New("dlock: the store is unavailable")
+
 	// ErrUnsupported means the backend does not support what was asked
 	// (a lock mode, a listing, a forced release). It is the same value as
 	// driver.ErrUnsupported, so drivers' errors match it too.
@@ -82,6 +93,14 @@ func formatValue(v any) string {
 		return fmt.Sprint(v)
 	}
 }
+
+// unavailableError marks a store's failure of an acquisition as
+// ErrUnavailable, keeping the store's error and its message.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 
 func argError(name string, value any, format string, args ...any) error {
 	return &ArgError{Name: name, Value: value, Reason: fmt.Sprintf(format, args...)}

@@ -7,9 +7,10 @@
 //
 //   - Acquire asks every node for the same hold (same key, same owner). The
 //     lock is acquired if at least N/2+1 nodes granted it. Otherwise the
-//     partial hold is released on every node that granted it or whose answer
-//     was lost, before Acquire reports "not acquired", so that a loser of a
-//     split vote does not block the next attempt.
+//     partial hold is released on every node that granted it before Acquire
+//     reports "not acquired", so that a loser of a split vote does not block
+//     the next attempt, and on the nodes whose answer was lost or is still
+//     to come as soon as they answer (see Nodes that are down or hung).
 //   - Refresh needs N/2+1 nodes to renew the lease. When so many nodes report
 //     that they no longer hold it that a majority is out of reach, the lock is
 //     lost (driver.ErrNotHeld) and the remaining minority is released. A node
@@ -26,6 +27,36 @@
 // memdlock) wake waiters: a quorum subscription listens to every node and
 // fires on a release seen by any of them.
 //
+// # Nodes that are down or hung
+//
+// A node that has crashed refuses connections at once; a node that hangs
+// (a stopped process, a black-holed network) accepts them and answers
+// nothing. The quorum driver treats both alike: a round (the acquisition,
+// the fence round, a renewal, a release, a subscription) returns as soon as
+// its outcome is decided, a majority having answered one way or so few
+// nodes being left that the answer can no longer change. It then waits
+// briefly for the nodes still answering (as long again as the decision
+// took, at least a few milliseconds), so that every node that is up takes
+// part, but not for nodes whose latest call ran out of time: a hung
+// minority costs an acquisition as little as a crashed one.
+//
+// Every call on a node runs under a timeout derived from the lease, as
+// Redlock prescribes (small relative to it): a tenth of the TTL, at least
+// 100ms and at most 1s (and never more than the TTL). The calls a round did
+// not wait for run to that timeout in the background. What they leave is
+// cleaned up: the calls of one owner on one node are ordered (a release is
+// sent after the acquisitions before it have returned or timed out; a new
+// acquisition is not sent at all behind two calls still in flight, and the
+// node counts as failed), and a release that a node does not answer is
+// retried in the background, with growing pauses, until the node answers or
+// a lease has passed, so that an acquisition that reaches a hung node when
+// it resumes is released after it. Close waits for the work in the
+// background (each call bounded by its timeout) and stops the retries; it
+// closes a node that is known to hang first, ending the calls on it (what
+// they leave there expires with its lease).
+// With a majority hung, calls fail after the node timeout, with an error
+// that names the nodes (by address, for the nodes of a redlock:// URL).
+//
 // # Validity
 //
 // Redlock's rule is validity = TTL - elapsed - drift: the client may trust
@@ -36,7 +67,10 @@
 // was sent and subtracts 1% + 2ms of every lease; the quorum driver
 // subtracts only what a larger configured drift adds to that (see
 // WithDriftFactor), and the shortest lease any node granted is the base.
-// A lock whose validity is gone when the majority answered is never handed
+// The elapsed time covers both rounds of an acquisition (package dlock
+// measures it around the whole Acquire call), while the fence round has
+// time limits of its own, not what the lock round left of the lease. A
+// lock whose validity is gone when the majority answered is never handed
 // out: package dlock releases it on every node and tries again.
 //
 // # What it guarantees, and what it does not
@@ -107,7 +141,8 @@
 //	redlock://host:port,host:port,host:port[?prefix=...]
 //
 // opens one Redis driver (package redisdlock) per host, each with a go-redis
-// client of its own, and needs a majority of the servers to answer a PING.
+// client of its own, and needs a majority of the servers to answer a PING
+// (it does not wait for the others once a majority has answered).
 // The parameters prefix and mode are redisdlock's, for every node;
 // drift_factor (a number), drift_margin (a duration such as 2ms) and fence
 // (on or off) are the quorum options; any other parameter goes to go-redis

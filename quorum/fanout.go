@@ -13,7 +13,8 @@ import (
 type vote uint8
 
 const (
-	// failed: the node returned an error; the outcome on it is unknown.
+	// failed: the node returned an error, or had not answered when the
+	// outcome was decided; the outcome on it is unknown.
 	failed vote = iota
 	// yes: the node granted the hold (Acquire) or did what was asked
 	// (Refresh, Release).
@@ -43,141 +44,411 @@ func count(answers []answer) (yesN, noN, failedN int) {
 	return
 }
 
-// grace bounds how long fanout waits for stragglers once the outcome is
-// settled: as long again as the decision took, at least min and at most max
-// (no upper bound if max is zero).
-type grace struct{ min, max time.Duration }
-
-// Graces: acquisitions and refreshes must not eat into the lease; a release
-// waits longer, since a node whose release is cut short keeps the lock
-// until its lease ends.
-func graceFor(ttl time.Duration) grace { return grace{min: 5 * time.Millisecond, max: ttl / 10} }
-
-var releaseGrace = grace{min: 50 * time.Millisecond}
-
-// fanout calls call on every node at once and returns the answers, indexed
-// like d.nodes. All calls run concurrently, so the total latency is that of
-// the slowest node needed, not the sum.
+// Time limits of the calls on one node.
 //
-// fanout does not wait long for nodes that cannot change the outcome: once
-// a majority said yes, or a majority can no longer be reached, the remaining
-// nodes get a grace period (see grace) and then their calls are cancelled. A
-// node that is down or hung thus costs little and cannot eat up a lock's
-// validity, while a node that is merely slower than the others still gets
-// its answer in. When ctx ends, every call still running is cancelled.
-//
-// fanout returns as soon as it has cancelled the calls still running: a
-// driver may run on after its context is cancelled until its own network
-// timeout ends (go-redis watches deadlines, not cancellation), and waiting
-// for it would hold every call of the quorum up for as long as one node
-// hangs. Those calls count as failed, with an error wrapping the context's
-// error, and finish in the background. A node that grants an Acquire after
-// it was given up keeps that hold until its lease ends, as a node whose
-// Release is cut short does: a minority, which a majority never counts.
-func (d *Driver) fanout(ctx context.Context, g grace, call func(ctx context.Context, n driver.Driver) answer) []answer {
-	start := time.Now()
-	cctx, cancel := context.WithCancel(ctx)
+// Redlock bounds each node's answer by a timeout that is small relative to
+// the lease, so that a node that is down or hung costs little. Here a round
+// does not wait for such a node at all once the others have decided the
+// outcome (see fanout); the timeout bounds the calls that run on in the
+// background (and so Close, which waits for them), and the rounds in which
+// the hung nodes are the ones that must decide (a hung majority).
+const (
+	minNodeTimeout = 100 * time.Millisecond
+	maxNodeTimeout = time.Second
+)
+
+// nodeTimeout returns the time limit of one call on one node for a lease of
+// ttl: a tenth of the lease, at least minNodeTimeout (a loaded machine
+// answers late), at most maxNodeTimeout and never more than the lease (a
+// grant that comes later is worth nothing).
+func nodeTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, minNodeTimeout), maxNodeTimeout, max(ttl, time.Millisecond))
+}
+
+// releaseGrace is the least time Release gives the nodes still answering
+// once a majority released the hold, so that every node that is up is rid
+// of it when Release returns (see fanout).
+const releaseGrace = 50 * time.Millisecond
+
+// timed calls fn with ctx bounded by timeout.
+func timed[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	return fn(ctx)
+}
+
+// errNoAnswer is wrapped by the answer of a node that had not answered
+// when its round returned; its call finishes in the background.
+var errNoAnswer = errors.New("no answer when the outcome was decided")
+
+// fanout calls call(ctx, i) for every node i at once, each on a goroutine
+// that Close waits for, and returns the answers, indexed like d.nodes. The
+// calls must bound themselves (each node call runs under a node timeout, see
+// nodeTimeout), so that every goroutine ends.
+//
+// fanout returns as soon as decided reports that the outcome is decided
+// whatever the nodes still to answer say (see acquired and renewed).
+// With grace > 0 it then waits for the remaining nodes for as long again as
+// the decision took, at least grace and at most until they answer (their
+// calls are bounded), unless every one of them is stalled (its latest call
+// ran out of time, or it let a grace pass without answering, see note) and
+// waitStalled is false. With grace = 0 it returns at once. It also returns
+// when ctx ends. The nodes that have not answered then count as failed
+// (with an error wrapping errNoAnswer, or ctx's error), and their calls run
+// to their end in the background: a node that is down or hung costs a
+// round nothing once the others have decided, and a hung driver that does
+// not return when cancelled (go-redis watches deadlines, not cancellation)
+// holds up nobody.
+//
+// Whatever such a call leaves on its node is cleaned up by the calls that
+// come after it: a release of a request on a node waits for an acquisition
+// of the same request on that node still in flight (see acquireOn and
+// releaseOn), so that it cannot overtake it.
+func (d *Driver) fanout(ctx context.Context, grace time.Duration, waitStalled bool, decided func(yesN, noN, pending int) bool, call func(ctx context.Context, i int) answer) []answer {
+	start := time.Now()
 	type reply struct {
 		i int
 		a answer
 	}
-	replies := make(chan reply, len(d.nodes)) // the abandoned calls never block
-	for i, n := range d.nodes {
-		go func() { replies <- reply{i, call(cctx, n)} }()
+	replies := make(chan reply, len(d.nodes)) // the calls never block
+	for i := range d.nodes {
+		d.spawn(func() {
+			a := call(ctx, i)
+			d.note(ctx, i, a.err)
+			replies <- reply{i, a}
+		})
 	}
 	answers := make([]answer, len(d.nodes))
 	answered := make([]bool, len(d.nodes))
-	pending, yesN := len(d.nodes), 0
-	var timer *time.Timer
-	var timerC <-chan time.Time
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	pending, yesN, noN := len(d.nodes), 0, 0
+	var graceC <-chan time.Time
 	for pending > 0 {
 		select {
 		case r := <-replies:
 			answers[r.i], answered[r.i] = r.a, true
 			pending--
-			if r.a.vote == yes {
+			switch r.a.vote {
+			case yes:
 				yesN++
+			case no:
+				noN++
 			}
-			if timer == nil && pending > 0 && (yesN >= d.quorum || yesN+pending < d.quorum) {
-				wait := max(time.Since(start), g.min)
-				if g.max > 0 {
-					wait = min(wait, g.max)
-				}
-				timer = time.NewTimer(wait)
-				timerC = timer.C
+			if graceC != nil || pending == 0 || !decided(yesN, noN, pending) {
+				continue
 			}
-		case <-timerC:
-			cancel()
-			return giveUp(answers, answered, cctx)
+			if grace <= 0 || !waitStalled && d.allStalled(answered) {
+				return giveUp(answers, answered, errNoAnswer)
+			}
+			defer d.markStalled(answered)
+			t := time.NewTimer(max(time.Since(start), grace))
+			defer t.Stop()
+			graceC = t.C
+		case <-graceC:
+			return giveUp(answers, answered, errNoAnswer)
 		case <-ctx.Done():
-			return giveUp(answers, answered, ctx)
+			return giveUp(answers, answered, context.Cause(ctx))
 		}
 	}
 	return answers
 }
 
-// errNoAnswer is wrapped by the answer of a node whose call fanout or each
-// stopped waiting for.
-var errNoAnswer = errors.New("no answer before the call was given up")
+// note records whether node i is stalled: whether its latest call, made
+// on ctx, with error err, ran out of its node timeout (a node that is hung,
+// or too slow to matter); a node that does not answer within a round's
+// grace is marked stalled too (see markStalled). An answer, an error from
+// the node included, clears it; a call that was not made, or ended with
+// ctx, says nothing.
+func (d *Driver) note(ctx context.Context, i int, err error) {
+	switch {
+	case err == nil:
+		d.stalled[i].Store(false)
+	case errors.Is(err, errBusy), ctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded):
+		d.stalled[i].Store(true)
+	default:
+		d.stalled[i].Store(false)
+	}
+}
+
+// markStalled marks the nodes that have not answered, after a grace, as
+// stalled (see note): a later round does not wait for them until they
+// answer.
+func (d *Driver) markStalled(answered []bool) {
+	for i, ok := range answered {
+		if !ok {
+			d.stalled[i].Store(true)
+		}
+	}
+}
+
+// allStalled reports whether every node that has not answered is stalled
+// (see note).
+func (d *Driver) allStalled(answered []bool) bool {
+	for i, ok := range answered {
+		if !ok && !d.stalled[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// acquired reports whether the outcome of an acquisition is decided, with
+// yesN grants and noN refusals so far and pending nodes still to answer: a
+// majority granted it (acquired), or it can no longer get a majority and
+// either a majority has answered (not acquired) or a majority can no longer
+// answer (an error).
+func (d *Driver) acquired(yesN, noN, pending int) bool {
+	return yesN >= d.quorum ||
+		yesN+pending < d.quorum && (yesN+noN >= d.quorum || yesN+noN+pending < d.quorum)
+}
+
+// renewed reports whether the outcome of a refresh or release is decided: a
+// majority did it, or so many nodes do not hold the lock that no majority
+// can, or neither can happen any more (an error).
+func (d *Driver) renewed(yesN, noN, pending int) bool {
+	most := len(d.nodes) - d.quorum // the most refusals a held lock can get
+	return yesN >= d.quorum || noN > most || yesN+pending < d.quorum && noN+pending <= most
+}
 
 // giveUp fills in the answers of the nodes that have not answered as
-// failed, with an error wrapping ctx's.
-func giveUp(answers []answer, answered []bool, ctx context.Context) []answer {
+// failed, with an error wrapping cause.
+func giveUp(answers []answer, answered []bool, cause error) []answer {
 	for i := range answers {
 		if !answered[i] {
-			answers[i] = answer{vote: failed, err: noAnswer(ctx)}
+			answers[i] = answer{vote: failed, err: fmt.Errorf("%w", cause)}
 		}
 	}
 	return answers
 }
 
-func noAnswer(ctx context.Context) error {
-	return fmt.Errorf("%w: %w", errNoAnswer, context.Cause(ctx))
-}
-
-// cleanupMin is the least time a clean-up round (see each) gets.
-const cleanupMin = 50 * time.Millisecond
-
-// each calls call on the nodes selected by pick, all at once, and returns
-// their errors, indexed like d.nodes (nil for nodes not picked). It is for
-// clean-up rounds after a request that began at start: they get twice as
-// long as the request took so far, at least cleanupMin, before their calls
-// are cancelled, so that a node that is down cannot hold them up for long.
-// As fanout does, each does not wait for calls that run on after they were
-// cancelled: they fail with an error wrapping errNoAnswer.
-func (d *Driver) each(ctx context.Context, start time.Time, pick func(i int) bool, call func(ctx context.Context, n driver.Driver) error) []error {
-	ctx, cancel := context.WithTimeout(ctx, max(2*time.Since(start), cleanupMin))
-	defer cancel()
+// each calls call(ctx, i) for the nodes i in picked, all at once, and
+// returns their errors, indexed like d.nodes (nil for the others), once
+// every one has answered or ctx has ended (the others fail with ctx's
+// error and finish in the background). It is for the clean-up rounds whose
+// calls are bounded by node timeouts.
+func (d *Driver) each(ctx context.Context, picked []int, call func(ctx context.Context, i int) error) []error {
 	type reply struct {
 		i   int
 		err error
 	}
-	replies := make(chan reply, len(d.nodes))
-	errs := make([]error, len(d.nodes))
-	pending := make(map[int]bool)
-	for i, n := range d.nodes {
-		if pick(i) {
-			pending[i] = true
-			go func() { replies <- reply{i, call(ctx, n)} }()
-		}
+	replies := make(chan reply, len(picked))
+	for _, i := range picked {
+		d.spawn(func() { replies <- reply{i, call(ctx, i)} })
 	}
-	for len(pending) > 0 {
+	errs := make([]error, len(d.nodes))
+	done := make([]bool, len(d.nodes))
+	for range picked {
 		select {
 		case r := <-replies:
-			errs[r.i] = r.err
-			delete(pending, r.i)
+			errs[r.i], done[r.i] = r.err, true
 		case <-ctx.Done():
-			for i := range pending {
-				errs[i] = noAnswer(ctx)
+			for _, i := range picked {
+				if !done[i] {
+					errs[i] = fmt.Errorf("%w: %w", errNoAnswer, context.Cause(ctx))
+				}
 			}
 			return errs
 		}
 	}
 	return errs
 }
+
+// Ordering on one node.
+//
+// A call that a round stopped waiting for may still reach its node after
+// the calls of a later round: a release could overtake the acquisition it
+// should undo (the late grant would then stay until its lease ends), and a
+// clean-up release left by a failed attempt could remove the hold that a
+// later attempt of the same owner has just been granted there. So the
+// Driver orders the calls of one request (one key and owner) on one node:
+//
+//   - every call waits until the calls registered before it on that node
+//     have returned (or given up at their node timeout), then is sent;
+//   - an acquisition is not made at all if two calls of the request are in
+//     flight or waiting on that node already: the node counts as failed
+//     for it (it is slow or hung), and calls do not pile up;
+//   - a clean-up release in the background is not registered behind another
+//     one (with no other call between them): the first does the work.
+//
+// A call that gave up may still sit in a hung node's socket; the release,
+// sent after it, reaches the node after it.
+
+// opKey names the calls of one request on one node.
+type opKey struct {
+	key, owner string
+	node       int
+}
+
+// nodeOps are the calls of one request on one node that are in flight or
+// waiting.
+type nodeOps struct {
+	n       int           // calls registered and not ended
+	last    chan struct{} // closed when the latest registered call ends
+	cleanup bool          // the latest registered call is a clean-up
+}
+
+// opKind is the kind of a call registered with register.
+type opKind uint8
+
+const (
+	opAcquire opKind = iota // refused behind two calls or more
+	opRelease               // never refused
+	opCleanup               // refused right behind another clean-up
+)
+
+// errBusy is the error of an acquisition not made because earlier calls of
+// the same request on the node have not ended.
+var errBusy = errors.New("earlier calls for this owner are still in flight on the node")
+
+// slot is a registered call: wait for prev (if not nil), make the call,
+// then call end.
+type slot struct {
+	prev <-chan struct{}
+	end  func()
+}
+
+// register registers a call of req on node i (see Ordering on one node). It
+// returns nil if the call must not be made. Register before the call is
+// handed to another goroutine, so that the order of registration is the
+// order in which the calls were issued.
+func (d *Driver) register(req driver.Request, i int, kind opKind) *slot {
+	k := opKey{req.Key, req.Owner, i}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ops := d.ops[k]
+	switch {
+	case ops == nil:
+		ops = &nodeOps{}
+		d.ops[k] = ops
+	case kind == opAcquire && ops.n > 1, kind == opCleanup && ops.cleanup:
+		// An acquisition queues behind one call at most: behind more, the
+		// node is slow or hung, and calls would pile up.
+		return nil
+	}
+	mine := make(chan struct{})
+	sl := &slot{prev: ops.last}
+	ops.last = mine
+	ops.n++
+	ops.cleanup = kind == opCleanup
+	sl.end = func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		close(mine)
+		if ops.n--; ops.n == 0 {
+			delete(d.ops, k)
+		}
+	}
+	return sl
+}
+
+// registerAll registers a call of req of kind on every node.
+func (d *Driver) registerAll(req driver.Request, kind opKind) []*slot {
+	slots := make([]*slot, len(d.nodes))
+	for i := range d.nodes {
+		slots[i] = d.register(req, i, kind)
+	}
+	return slots
+}
+
+// wait waits for the calls registered before sl to end, or for ctx to end.
+func (sl *slot) wait(ctx context.Context) error {
+	if sl.prev == nil {
+		return nil
+	}
+	select {
+	case <-sl.prev:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for an earlier call on the node: %w", context.Cause(ctx))
+	}
+}
+
+// acquireOn acquires req on node i within timeout, in the slot registered
+// for it, once the calls registered before it have ended; a nil slot fails
+// with errBusy.
+func (d *Driver) acquireOn(ctx context.Context, sl *slot, i int, req driver.Request, timeout time.Duration) (driver.Result, error) {
+	if sl == nil {
+		return driver.Result{}, errBusy
+	}
+	defer sl.end()
+	if err := sl.wait(ctx); err != nil {
+		return driver.Result{}, err
+	}
+	return timed(ctx, timeout, func(ctx context.Context) (driver.Result, error) { return d.nodes[i].Acquire(ctx, req) })
+}
+
+// releaseOn releases req on node i within timeout, in the slot registered
+// for it, once the calls registered before it have ended. If ctx ends
+// first, or the node does not answer, the release is left to a clean-up in
+// the background (see cleanupOn).
+func (d *Driver) releaseOn(ctx context.Context, sl *slot, i int, req driver.Request, timeout time.Duration) error {
+	if err := sl.wait(ctx); err != nil {
+		sl.end()
+		d.cleanupOn(i, req)
+		return err
+	}
+	_, err := timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Release(ctx, req) })
+	sl.end()
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		d.cleanupOn(i, req)
+	}
+	return err
+}
+
+// cleanupOn releases req on node i in the background, after the calls
+// registered before it there, unless the latest call registered there is a
+// clean-up already.
+//
+// A call that gave up on a hung node may still be waiting in its socket,
+// and run when the node resumes; a release sent while the node is hung
+// may never leave the client (a new connection's handshake hangs too). So
+// the clean-up tries again, with growing pauses, until the node answers,
+// until a lease of req.TTL has passed (what a node that stayed hung as long
+// does with the request when it resumes is left to the lease), or until
+// Close. Failures are logged only: what stays expires with its lease.
+func (d *Driver) cleanupOn(i int, req driver.Request) {
+	sl := d.register(req, i, opCleanup)
+	if sl == nil {
+		return
+	}
+	d.spawn(func() {
+		defer sl.end()
+		if sl.prev != nil {
+			<-sl.prev // the calls before it are bounded
+		}
+		timeout := nodeTimeout(req.TTL)
+		giveUp := time.Now().Add(req.TTL)
+		pause := timeout
+		for failures := 0; ; failures++ {
+			_, err := timed(context.Background(), timeout, func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, d.nodes[i].Release(ctx, req)
+			})
+			if err == nil || errors.Is(err, driver.ErrNotHeld) {
+				if failures == 0 {
+					return
+				}
+				// The node answers again after it did not: a call
+				// that waited in its socket may run after this
+				// release (a resumed server does not serve its
+				// connections in the order they were sent on).
+				// Release once more, a node timeout later.
+				failures, pause = -1, timeout
+			} else if time.Now().Add(pause).After(giveUp) {
+				d.log.Warn("quorum: cannot release a hold left on a node; its lease will expire",
+					"key", req.Key, "node", d.name(i), "err", err)
+				return
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-d.closing:
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, maxCleanupPause)
+		}
+	})
+}
+
+// maxCleanupPause is the longest pause between the attempts of a clean-up.
+const maxCleanupPause = 5 * time.Second

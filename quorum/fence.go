@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/dlockhq/dlock/driver"
 )
@@ -47,23 +48,48 @@ func (d *Driver) fenceReq(req driver.Request) driver.Request {
 	return f
 }
 
+// fenceGrace is the least time the fence round waits for the nodes still
+// answering once a majority granted the fence.
+const fenceGrace = 5 * time.Millisecond
+
 // takeToken acquires req's fence key on every node and returns the largest
-// fence token. A node that refuses holds the fence of an earlier holder
-// whose release is still under way: takeToken clears it there (if the node
-// is a driver.ForceReleaser) and takes it. If no node granted the fence but
-// some refused it, ok is false and the caller falls back to the lock tokens.
-// If every node failed, it returns their errors.
+// fence token of the nodes that granted it by the time a majority did. A
+// node that refuses holds the fence of an earlier holder whose release is
+// still under way: takeToken clears it there (if the node is a
+// driver.ForceReleaser) and takes it. If no node granted the fence but some
+// refused it, ok is false and the caller falls back to the lock tokens. If
+// every node failed, it returns their errors.
+//
+// The round has time limits of its own (node timeouts for the fence's
+// lease), not what is left of the lock round's: a node that is hung cost
+// the lock round nothing, and costs this one nothing either.
 func (d *Driver) takeToken(ctx context.Context, req driver.Request) (token uint64, ok bool, err error) {
 	f := d.fenceReq(req)
-	answers := d.fanout(ctx, graceFor(f.TTL), func(ctx context.Context, n driver.Driver) answer {
-		res, err := n.Acquire(ctx, f)
+	timeout := nodeTimeout(f.TTL)
+	slots := d.registerAll(f, opAcquire)
+	// Decided once a majority granted the fence; the others get as long
+	// again (at least fenceGrace), stalled ones too, so that the largest
+	// counter of the nodes that are up is counted. A hung node costs that
+	// grace.
+	granted := func(yesN, _, _ int) bool { return yesN >= d.quorum }
+	answers := d.fanout(ctx, fenceGrace, true, granted, func(ctx context.Context, i int) answer {
+		sl := slots[i]
+		if sl == nil {
+			return answer{vote: failed, err: errBusy}
+		}
+		defer sl.end()
+		if err := sl.wait(ctx); err != nil {
+			return answer{vote: failed, err: err}
+		}
+		n := d.nodes[i]
+		res, err := timed(ctx, timeout, func(ctx context.Context) (driver.Result, error) { return n.Acquire(ctx, f) })
 		if fr, ok := n.(driver.ForceReleaser); ok && err == nil && !res.Acquired {
 			// Only holders of the lock take its fence, and we hold the
 			// lock: the fence belongs to an earlier holder whose release
 			// has not reached this node yet. Clear it, or this node's
 			// counter would fall behind.
-			if _, err = fr.ForceRelease(ctx, f.Key); err == nil {
-				res, err = n.Acquire(ctx, f)
+			if _, err = timed(ctx, timeout, func(ctx context.Context) (int, error) { return fr.ForceRelease(ctx, f.Key) }); err == nil {
+				res, err = timed(ctx, timeout, func(ctx context.Context) (driver.Result, error) { return n.Acquire(ctx, f) })
 			}
 		}
 		switch {

@@ -15,61 +15,100 @@ import (
 
 // Subscribe implements driver.Notifier. It subscribes to every node that
 // implements driver.Notifier, in parallel, and signals whenever any of them
-// does: a release goes to every node, so one live subscription is enough to
-// hear it. It fails only if no node could subscribe, and returns an error
-// wrapping driver.ErrUnsupported if no node is a Notifier (package dlock then
+// does: a release goes to every node, so one live subscription among the
+// nodes that held the lock is enough to hear it. It returns as soon as a
+// majority of nodes listen (a majority shares a node with the majority that
+// holds the lock) and the others had as long again (at least 5ms) to
+// confirm, or once every node has answered, and keeps listening to nodes
+// that confirm later; a node that is hung does not hold it up. It
+// fails only if no node could subscribe, and returns an error wrapping
+// driver.ErrUnsupported if no node is a Notifier (package dlock then
 // polls).
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Subscription, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.enter(ctx, &req); err != nil {
 		return nil, err
 	}
-	subs := make([]driver.Subscription, len(d.nodes))
-	errs := make([]error, len(d.nodes))
-	some := false
-	var wg sync.WaitGroup
+	defer d.calls.Done()
+	type reply struct {
+		i   int
+		sub driver.Subscription
+		err error
+	}
+	start := time.Now()
+	timeout := nodeTimeout(req.TTL)
+	replies := make(chan reply, len(d.nodes))
+	answered := make([]bool, len(d.nodes))
+	pending := 0
 	for i, n := range d.nodes {
 		nt, ok := n.(driver.Notifier)
 		if !ok {
+			answered[i] = true
 			continue
 		}
-		some = true
-		wg.Go(func() { subs[i], errs[i] = nt.Subscribe(ctx, req) })
+		pending++
+		d.spawn(func() {
+			sub, err := timed(ctx, timeout, func(ctx context.Context) (driver.Subscription, error) { return nt.Subscribe(ctx, req) })
+			d.note(ctx, i, err)
+			replies <- reply{i, sub, err}
+		})
 	}
-	wg.Wait()
-	if !some {
+	if pending == 0 {
 		return nil, fmt.Errorf("quorum: no node notifies releases: %w", driver.ErrUnsupported)
 	}
 	s := &subscription{c: make(chan struct{}, 1), done: make(chan struct{})}
 	var failures []error
-	for i, sub := range subs {
-		switch {
-		case errs[i] != nil:
-			failures = append(failures, fmt.Errorf("node %d: %w", i, errs[i]))
-		case sub != nil:
-			s.subs = append(s.subs, sub)
+	listening := 0
+	var graceC <-chan time.Time
+	for pending > 0 && ctx.Err() == nil {
+		if graceC == nil && listening >= d.quorum {
+			// Decided. The others get as long again, at least
+			// acquireGrace, unless they are known to be hung.
+			if d.allStalled(answered) {
+				break
+			}
+			t := time.NewTimer(max(time.Since(start), acquireGrace))
+			defer t.Stop()
+			graceC = t.C
 		}
+		select {
+		case r := <-replies:
+			pending--
+			answered[r.i] = true
+			if r.err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", d.name(r.i), r.err))
+				continue
+			}
+			s.add(r.sub)
+			listening++
+			continue
+		case <-graceC:
+			d.markStalled(answered)
+		case <-ctx.Done():
+		}
+		break
 	}
-	if len(s.subs) == 0 {
+	if pending > 0 {
+		// The others join when they answer (or are closed, if the
+		// subscription has ended by then).
+		d.spawn(func() {
+			for range pending {
+				if r := <-replies; r.err == nil {
+					s.add(r.sub)
+				}
+			}
+		})
+	}
+	if err := ctx.Err(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("quorum: subscribe %q: %w", req.Key, err)
+	}
+	if listening == 0 {
+		s.Close()
 		return nil, fmt.Errorf("quorum: subscribe %q: %w", req.Key, errors.Join(failures...))
 	}
 	if len(failures) > 0 {
 		d.log.Warn("quorum: some nodes cannot notify releases; listening to the others", "key", req.Key, "err", errors.Join(failures...))
-	}
-	for _, sub := range s.subs {
-		s.wg.Go(func() {
-			for {
-				select {
-				case <-s.done:
-					return
-				case <-sub.C():
-					select {
-					case s.c <- struct{}{}:
-					default: // a signal is pending already
-					}
-				}
-			}
-		})
 	}
 	return s, nil
 }
@@ -78,23 +117,55 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Su
 type subscription struct {
 	c    chan struct{}
 	done chan struct{}
-	subs []driver.Subscription
 	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	subs   []driver.Subscription
+
 	once sync.Once
 	err  error
+}
+
+// add listens to sub, or closes it if s is closed.
+func (s *subscription) add(sub driver.Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		sub.Close()
+		return
+	}
+	s.subs = append(s.subs, sub)
+	s.wg.Go(func() {
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-sub.C():
+				select {
+				case s.c <- struct{}{}:
+				default: // a signal is pending already
+				}
+			}
+		}
+	})
 }
 
 // C implements driver.Subscription.
 func (s *subscription) C() <-chan struct{} { return s.c }
 
 // Close implements driver.Subscription: it stops listening and closes the
-// nodes' subscriptions. It is idempotent.
+// nodes' subscriptions, those that join later included. It is idempotent.
 func (s *subscription) Close() error {
 	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
 		close(s.done)
+		subs := s.subs
+		s.mu.Unlock()
 		s.wg.Wait()
 		var errs []error
-		for _, sub := range s.subs {
+		for _, sub := range subs {
 			if err := sub.Close(); err != nil {
 				errs = append(errs, err)
 			}
@@ -111,9 +182,10 @@ func (s *subscription) Close() error {
 // cannot list, and the nodes' errors if fewer than a majority answered.
 func (d *Driver) List(ctx context.Context, prefix string) (_ []driver.Holder, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, nil); err != nil {
+	if err := d.enter(ctx, nil); err != nil {
 		return nil, err
 	}
+	defer d.calls.Done()
 	listers := make([]driver.Lister, len(d.nodes))
 	for i, n := range d.nodes {
 		l, ok := n.(driver.Lister)
@@ -188,9 +260,10 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []driver.Holder, er
 // nodes' errors if fewer than a majority succeeded.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (_ int, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, nil); err != nil {
+	if err := d.enter(ctx, nil); err != nil {
 		return 0, err
 	}
+	defer d.calls.Done()
 	frs := make([]driver.ForceReleaser, len(d.nodes))
 	for i, n := range d.nodes {
 		f, ok := n.(driver.ForceReleaser)
@@ -222,7 +295,7 @@ func (d *Driver) needMajority(op string, errs []error) error {
 	var failures []error
 	for i, err := range errs {
 		if err != nil {
-			failures = append(failures, fmt.Errorf("node %d: %w", i, err))
+			failures = append(failures, fmt.Errorf("%s: %w", d.name(i), err))
 		}
 	}
 	if len(failures) == 0 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +39,13 @@ type Driver struct {
 	fence       bool          // take fencing tokens in a second round
 	nodeMinTTL  time.Duration // the largest of the nodes' MinTTL
 	caps        driver.Capabilities
-	closed      atomic.Bool
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}      // closed when Close begins
+	stalled []atomic.Bool      // per node: its latest call ran out of time
+	calls   sync.WaitGroup     // calls and the work they leave in the background
+	ops     map[opKey]*nodeOps // calls in flight, per request and node
 }
 
 var (
@@ -132,6 +139,9 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		driftMargin: cfg.driftMargin,
 		log:         cfg.log,
 		fence:       !cfg.noFence,
+		ops:         map[opKey]*nodeOps{},
+		closing:     make(chan struct{}),
+		stalled:     make([]atomic.Bool, len(nodes)),
 	}
 	d.caps = d.capabilities()
 	if len(nodes)%2 == 0 {
@@ -201,42 +211,86 @@ func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
 var errClosed = errors.New("quorum: driver closed")
 
-func (d *Driver) check(ctx context.Context, req *driver.Request) error {
-	if d.closed.Load() {
+// enter registers a call, so that Close waits for it and for the work it
+// leaves in the background, after checking it: not after Close, not with
+// a done ctx, and (if req is not nil) in a mode the quorum offers. If it
+// returns nil, the caller calls d.calls.Done when it returns.
+func (d *Driver) enter(ctx context.Context, req *driver.Request) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
 		return errClosed
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	d.calls.Add(1)
+	d.mu.Unlock()
+	var err error
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case req != nil && req.Mode != driver.Exclusive:
+		err = fmt.Errorf("quorum: %s mode: %w", req.Mode, driver.ErrUnsupported)
 	}
-	if req != nil && req.Mode != driver.Exclusive {
-		return fmt.Errorf("quorum: %s mode: %w", req.Mode, driver.ErrUnsupported)
+	if err != nil {
+		d.calls.Done()
 	}
-	return nil
+	return err
 }
 
+// spawn runs f on a goroutine that Close waits for. It may only be called
+// within a call registered by enter (or by work spawned from one).
+func (d *Driver) spawn(f func()) {
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		f()
+	}()
+}
+
+// name names node i in errors and logs: "node i", followed by the node's
+// address when the node is a fmt.Stringer (the nodes a redlock:// URL
+// opens are).
+func (d *Driver) name(i int) string {
+	if s, ok := d.nodes[i].(fmt.Stringer); ok {
+		return fmt.Sprintf("node %d (%s)", i, s)
+	}
+	return fmt.Sprintf("node %d", i)
+}
+
+// acquireGrace is the least time an acquisition or a refresh waits for the
+// nodes still answering once its outcome is decided, so that every node
+// that is up holds the lock when Acquire returns, a refresh gives the hold
+// back to every node that is up and lost it, and a hold on just a majority
+// is not lost to the first node that fails. The grace is as long again as
+// the decision took, at least acquireGrace; it is not waited for nodes that
+// are known to be hung (see fanout), so that a hung node costs as little
+// as one that is down.
+const acquireGrace = 5 * time.Millisecond
+
 // Acquire implements driver.Driver: it asks every node in parallel and
-// succeeds if a majority granted the hold. Then, unless WithoutFenceRound
-// was given, a second round takes the fencing token, which is not a safe
-// fencing token (see the package documentation); a repeated Acquire by the
-// holder returns the same token as long as its fence holds, which are
-// renewed with the lock.
+// succeeds once a majority granted the hold, waiting only briefly for the
+// other nodes (see acquireGrace and fanout). Then, unless WithoutFenceRound was given, a
+// second round, with time limits of its own, takes the fencing token, which
+// is not a safe fencing token (see the package documentation); a repeated
+// Acquire by the holder returns the same token as long as its fence holds,
+// which are renewed with the lock.
 //
 // If no majority granted the hold, it is released on every node that
-// granted it or did not answer, and the result is "not acquired", with
-// RetryAfter estimating when a majority may be free. If fewer than a
-// majority of nodes answered at all, Acquire returns their errors. Acquire
-// never retries: package dlock tries again after a randomised backoff.
+// granted it (before Acquire returns) or did not answer (in the background,
+// once the node's call has returned), and the result is "not acquired",
+// with RetryAfter estimating when a majority may be free. If fewer than a
+// majority of nodes answered at all, Acquire returns their errors, naming
+// the nodes. Acquire never retries: package dlock tries again after a
+// randomised backoff.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Result, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.enter(ctx, &req); err != nil {
 		return driver.Result{}, err
 	}
-	start := time.Now()
-	// A grant that arrives after the lease is worthless: bound the wait.
-	actx, cancel := context.WithTimeout(ctx, req.TTL)
-	defer cancel()
-	answers := d.fanout(actx, graceFor(req.TTL), func(ctx context.Context, n driver.Driver) answer {
-		res, err := n.Acquire(ctx, req)
+	defer d.calls.Done()
+	timeout := nodeTimeout(req.TTL)
+	slots := d.registerAll(req, opAcquire)
+	answers := d.fanout(ctx, acquireGrace, false, d.acquired, func(ctx context.Context, i int) answer {
+		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
 		switch {
 		case err != nil:
 			return answer{vote: failed, err: err}
@@ -259,7 +313,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 			}
 		}
 		if d.fence {
-			tok, ok, err := d.takeToken(actx, req)
+			tok, ok, err := d.takeToken(ctx, req)
 			switch {
 			case err != nil:
 				// The caller releases after an error, fence included.
@@ -285,7 +339,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 		return driver.Result{}, fmt.Errorf("quorum: acquire %q: only %d of %d nodes answered, %d needed: %w",
 			req.Key, yesN+noN, len(d.nodes), d.quorum, d.errs(answers))
 	}
-	if err := d.rollback(ctx, start, req, answers); err != nil {
+	if err := d.rollback(ctx, req, answers); err != nil {
 		return driver.Result{}, err
 	}
 	return driver.Result{RetryAfter: d.retryAfter(answers)}, nil
@@ -318,26 +372,40 @@ func (d *Driver) validTTL(base time.Duration) time.Duration {
 	return t
 }
 
-// rollback releases a failed acquisition on the nodes that granted it and on
-// those whose answer was lost. It returns an error only if a node that
-// granted the hold could not release it: the caller then releases again.
-func (d *Driver) rollback(ctx context.Context, start time.Time, req driver.Request, answers []answer) error {
+// rollback releases a failed acquisition on the nodes that granted it or
+// answered with an error, and in the background on those whose answer is
+// still to come or that timed out (a hung node). It returns an error only if
+// a node that granted the hold could not release it: the caller then
+// releases again.
+func (d *Driver) rollback(ctx context.Context, req driver.Request, answers []answer) error {
+	timeout := nodeTimeout(req.TTL)
+	var granted []int
+	for i, a := range answers {
+		switch {
+		case a.vote == yes:
+			granted = append(granted, i)
+		case a.vote == no, errors.Is(a.err, errBusy):
+			// Refused, or not asked.
+		case errors.Is(a.err, errNoAnswer), errors.Is(a.err, context.DeadlineExceeded):
+			// The node has not answered, or is hung: it may grant the
+			// hold yet. Release it there once its call has returned,
+			// in the background.
+			d.cleanupOn(i, req)
+		default:
+			// The node answered with an error: the hold may have been
+			// granted and the answer lost.
+			granted = append(granted, i)
+		}
+	}
+	slots := make([]*slot, len(d.nodes))
+	for _, i := range granted {
+		slots[i] = d.register(req, i, opRelease)
+	}
 	var errs []error
-	results := d.each(ctx, start, func(i int) bool { return answers[i].vote != no }, func(ctx context.Context, n driver.Driver) error {
-		return n.Release(ctx, req)
-	})
-	for i, err := range results {
-		if err == nil || errors.Is(err, driver.ErrNotHeld) {
-			continue
+	for i, err := range d.each(ctx, granted, func(ctx context.Context, i int) error { return d.releaseOn(ctx, slots[i], i, req, timeout) }) {
+		if err != nil && !errors.Is(err, driver.ErrNotHeld) && answers[i].vote == yes {
+			errs = append(errs, fmt.Errorf("%s: %w", d.name(i), err))
 		}
-		if answers[i].vote == yes {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
-			continue
-		}
-		// The node failed the acquire too: probably down. Whatever it may
-		// hold expires with its lease and is a minority.
-		d.log.Warn("quorum: cannot roll back a failed acquire on a node that did not answer; its lease will expire",
-			"key", req.Key, "node", i, "err", err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("quorum: acquire %q: no majority, and the partial hold could not be released: %w", req.Key, errors.Join(errs...))
@@ -370,34 +438,39 @@ func (d *Driver) retryAfter(answers []answer) time.Duration {
 }
 
 // Refresh implements driver.Driver: it renews the lease on every node and
-// succeeds if a majority renewed it. A node that had lost the hold while the
-// majority kept it gets it back (if it is free there). When so many nodes
-// report driver.ErrNotHeld that a majority cannot be reached, the lock is
-// lost: Refresh releases what is left of it and returns an error wrapping
-// driver.ErrNotHeld. Otherwise (nodes failed) it returns their errors, and
-// package dlock keeps the lock until its validity ends, trying again.
+// succeeds once a majority renewed it, waiting only briefly for the others
+// (see acquireGrace). A node that had lost the hold
+// while the majority kept it gets it back (if it is free there). When so
+// many nodes report driver.ErrNotHeld that a majority cannot be reached,
+// the lock is lost: Refresh releases what is left of it (on the nodes that
+// have not answered, in the background) and returns an error wrapping
+// driver.ErrNotHeld.
+// Otherwise (nodes failed) it returns their errors, and package dlock keeps
+// the lock until its validity ends, trying again.
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.enter(ctx, &req); err != nil {
 		return err
 	}
-	start := time.Now()
-	answers := d.fanout(ctx, graceFor(req.TTL), func(ctx context.Context, n driver.Driver) answer {
-		return voteOf(d.withFence(ctx, req, n.Refresh))
+	defer d.calls.Done()
+	timeout := nodeTimeout(req.TTL)
+	answers := d.fanout(ctx, acquireGrace, false, d.renewed, func(ctx context.Context, i int) answer {
+		return voteOf(d.withFence(ctx, req, func(ctx context.Context, r driver.Request) error {
+			_, err := timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Refresh(ctx, r) })
+			return err
+		}))
 	})
 	yesN, noN, _ := count(answers)
 	switch {
 	case yesN >= d.quorum:
 		if noN > 0 {
-			d.heal(ctx, start, req, answers)
+			d.heal(ctx, req, answers)
 		}
 		return nil
 	case noN > len(d.nodes)-d.quorum:
 		// Lost for good: free the minority that still holds it (and the
 		// fences), so that it does not stand in the next holder's way.
-		d.each(ctx, start, func(int) bool { return true }, func(ctx context.Context, n driver.Driver) error {
-			return d.withFence(ctx, req, n.Release)
-		})
+		d.releaseLeft(ctx, req, answers)
 		return fmt.Errorf("quorum: refresh %q: %d of %d nodes no longer hold it, %d needed: %w",
 			req.Key, noN, len(d.nodes), d.quorum, driver.ErrNotHeld)
 	default:
@@ -406,38 +479,97 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
 	}
 }
 
-// heal gives the hold back to nodes that lost it while a majority kept it
-// (a restart, a node that was down when the lock was taken). The majority
-// proves that nobody else holds the lock, so taking a free node is safe;
-// a node held by someone else refuses. Failures are logged only.
-func (d *Driver) heal(ctx context.Context, start time.Time, req driver.Request, answers []answer) {
-	results := d.each(ctx, start, func(i int) bool { return answers[i].vote == no }, func(ctx context.Context, n driver.Driver) error {
-		res, err := n.Acquire(ctx, req)
+// heal gives the hold back to the nodes that lost it while a majority kept
+// it (a restart, a node that was down when the lock was taken); they have
+// just answered, and are waited for (each within its node timeout). The
+// majority proves that nobody else holds the lock, so taking a free node
+// is safe; a node held by someone else refuses. Failures are logged only.
+func (d *Driver) heal(ctx context.Context, req driver.Request, answers []answer) {
+	timeout := nodeTimeout(req.TTL)
+	slots := make([]*slot, len(d.nodes))
+	var lost []int
+	for i, a := range answers {
+		if a.vote == no {
+			lost = append(lost, i)
+			slots[i] = d.register(req, i, opAcquire)
+		}
+	}
+	errs := d.each(ctx, lost, func(ctx context.Context, i int) error {
+		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
 		if err == nil && !res.Acquired {
 			err = errors.New("held by another owner")
 		}
 		return err
 	})
-	for i, err := range results {
-		if err != nil && answers[i].vote == no {
-			d.log.Warn("quorum: a node lost the hold and cannot get it back", "key", req.Key, "node", i, "err", err)
+	for _, i := range lost {
+		if errs[i] != nil {
+			d.log.Warn("quorum: a node lost the hold and cannot get it back", "key", req.Key, "node", d.name(i), "err", errs[i])
 		}
 	}
 }
 
-// Release implements driver.Driver: it releases the hold on every node. Once
-// a majority has answered, the others get as long again (at least 50ms)
-// before their calls are cancelled; a node cut short keeps its hold until
-// its lease ends. It returns nil if a majority released a live hold,
-// an error wrapping driver.ErrNotHeld if so many nodes did not hold it that
-// no majority can have held it, and the nodes' errors otherwise.
+// releaseLeft releases a lost hold (and its fence) on every node: on those
+// that answered before it returns (each within its node timeout), on the
+// others in the background.
+func (d *Driver) releaseLeft(ctx context.Context, req driver.Request, answers []answer) {
+	timeout := nodeTimeout(req.TTL)
+	reqs := []driver.Request{req}
+	if d.fence {
+		reqs = append(reqs, d.fenceReq(req))
+	}
+	var up []int
+	for i, a := range answers {
+		if a.vote == failed {
+			for _, r := range reqs {
+				d.cleanupOn(i, r)
+			}
+			continue
+		}
+		up = append(up, i)
+	}
+	slots := make([][]*slot, len(d.nodes))
+	for _, i := range up {
+		for _, r := range reqs {
+			slots[i] = append(slots[i], d.register(r, i, opRelease))
+		}
+	}
+	d.each(ctx, up, func(ctx context.Context, i int) error {
+		var errs []error
+		for j, r := range reqs {
+			errs = append(errs, d.releaseOn(ctx, slots[i][j], i, r, timeout))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Release implements driver.Driver: it releases the hold on every node.
+// Once a majority has answered, the others get as long again (at least
+// 50ms) to answer before Release returns, so that every node that is up is
+// rid of the hold by then; a node that does not answer in that time (down,
+// hung) gets its release in the background, and keeps the hold until its
+// lease ends if the release never reaches it. It returns nil if a majority
+// released a live hold, an error wrapping driver.ErrNotHeld if so many
+// nodes did not hold it that no majority can have held it, and the nodes'
+// errors otherwise.
 func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	if err := d.check(ctx, &req); err != nil {
+	if err := d.enter(ctx, &req); err != nil {
 		return err
 	}
-	answers := d.fanout(ctx, releaseGrace, func(ctx context.Context, n driver.Driver) answer {
-		return voteOf(d.withFence(ctx, req, n.Release))
+	defer d.calls.Done()
+	timeout := nodeTimeout(req.TTL)
+	slots := d.registerAll(req, opRelease)
+	var fenceSlots []*slot
+	if d.fence {
+		fenceSlots = d.registerAll(d.fenceReq(req), opRelease)
+	}
+	answers := d.fanout(ctx, releaseGrace, false, d.renewed, func(ctx context.Context, i int) answer {
+		return voteOf(d.withFence(ctx, req, func(ctx context.Context, r driver.Request) error {
+			if r.Key != req.Key {
+				return d.releaseOn(ctx, fenceSlots[i], i, r, timeout)
+			}
+			return d.releaseOn(ctx, slots[i], i, r, timeout)
+		}))
 	})
 	yesN, noN, _ := count(answers)
 	switch {
@@ -451,16 +583,44 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 	}
 }
 
-// Close implements driver.Driver: it closes every node. Holds are not
-// released (package dlock releases its locks before it closes the driver).
+// Close implements driver.Driver: it waits for the calls in flight and for
+// the work they left in the background (calls on nodes that had not
+// answered when their round was decided, and the releases that clean up
+// after them), each bounded by its node timeout, then closes every node.
+// Clean-ups waiting to try again on a node that does not answer give up,
+// and a node whose latest call ran out of time is closed first, which ends
+// the calls still waiting for it: holds they leave there expire with their
+// leases.
+// Holds are not released (package dlock releases its locks before it
+// closes the driver).
 func (d *Driver) Close() error {
-	if d.closed.Swap(true) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
 		return nil
 	}
-	var errs []error
+	d.closed = true
+	close(d.closing)
+	d.mu.Unlock()
+	// A stalled node gets nothing done before the calls on it time out:
+	// close it at once, which ends them (and what they would have done
+	// there is left to the leases); wait for the others.
+	errs := make([]error, len(d.nodes))
+	stalled := make([]bool, len(d.nodes))
 	for i, n := range d.nodes {
-		if err := n.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("quorum: closing node %d: %w", i, err))
+		if stalled[i] = d.stalled[i].Load(); stalled[i] {
+			errs[i] = n.Close()
+		}
+	}
+	d.calls.Wait()
+	for i, n := range d.nodes {
+		if !stalled[i] {
+			errs[i] = n.Close()
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("quorum: closing %s: %w", d.name(i), err)
 		}
 	}
 	return errors.Join(errs...)
@@ -483,7 +643,7 @@ func (d *Driver) errs(answers []answer) error {
 	var errs []error
 	for i, a := range answers {
 		if a.vote == failed {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, a.err))
+			errs = append(errs, fmt.Errorf("%s: %w", d.name(i), a.err))
 		}
 	}
 	return errors.Join(errs...)

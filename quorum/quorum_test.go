@@ -773,7 +773,7 @@ func TestParallelFanout(t *testing.T) {
 }
 
 // A hung node does not hold up an acquisition: once the majority has
-// answered, the straggler gets a grace period and is then cancelled.
+// answered, the straggler runs on to its node timeout in the background.
 func TestHungNodeDoesNotBlock(t *testing.T) {
 	stores, nodes := memNodes(3)
 	release := make(chan struct{})
@@ -796,11 +796,12 @@ func TestHungNodeDoesNotBlock(t *testing.T) {
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire with a hung node = %+v, %v", res, err)
 	}
-	// Acquire does not wait for the straggler to return, only cancels it.
+	// Acquire does not wait for the straggler, which ends at its node
+	// timeout.
 	select {
 	case <-cancelled:
 	case <-time.After(time.Minute):
-		t.Error("the hung node's call was not cancelled")
+		t.Error("the hung node's call did not reach its node timeout")
 	}
 	if err := q.Release(ctx(t), r); err != nil {
 		t.Errorf("Release: %v", err)

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,20 +133,28 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		}
 		nodes = append(nodes, &redisNode{Driver: d, client: client})
 	}
-	// Every node gets a PING; a minority may be down.
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { errs[i] = n.(*redisNode).client.Ping(ctx).Err() })
+	// Every node gets a PING; a minority may be down or hung. Open
+	// returns as soon as a majority answered (or can no longer answer): a
+	// PING to a hung server ends at its read timeout, or when its client
+	// is closed.
+	type pong struct {
+		i   int
+		err error
 	}
-	wg.Wait()
+	majority := len(nodes)/2 + 1
+	pongs := make(chan pong, len(nodes))
+	for i, n := range nodes {
+		go func() { pongs <- pong{i, n.(*redisNode).client.Ping(ctx).Err()} }()
+	}
 	var failures []error
-	for i, err := range errs {
-		if err != nil {
-			failures = append(failures, fmt.Errorf("%s: %w", hosts[i], err))
+	for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
+		if p := <-pongs; p.err != nil {
+			failures = append(failures, fmt.Errorf("%s: %w", hosts[p.i], p.err))
+		} else {
+			up++
 		}
 	}
-	if len(nodes)-len(failures) < len(nodes)/2+1 {
+	if len(nodes)-len(failures) < majority {
 		closeAll()
 		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), ctxerr.Wrap(ctx, errors.Join(failures...)))
 	}
@@ -168,6 +175,9 @@ type redisNode struct {
 	*redisdlock.Driver
 	client *redis.Client
 }
+
+// String returns the server's address, which names the node in errors.
+func (n *redisNode) String() string { return n.client.Options().Addr }
 
 // Close closes the driver, then its client.
 func (n *redisNode) Close() error {

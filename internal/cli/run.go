@@ -88,10 +88,11 @@ Flags after COMMAND belong to COMMAND; "--" before COMMAND is optional.
 Exit status:
   COMMAND's    COMMAND ran and exited; 128+N if signal N killed it
   64           usage error: a bad flag or argument (COMMAND did not run)
-  69           the store cannot be opened or reached (COMMAND did not run)
+  69           the store cannot be opened or reached, or failed the last
+               attempt before --wait ran out (COMMAND did not run)
   71           dlock could not wait for COMMAND (an OS error); it killed it
   75           the lock was not acquired: it is held and --wait 0 was given,
-               or --wait ran out (COMMAND did not run)
+               or --wait ran out while it was held (COMMAND did not run)
   76           the lock was lost while COMMAND ran; COMMAND was terminated
   126, 127     COMMAND cannot be executed, or was not found
   128+N        dlock was interrupted by signal N while waiting for the lock
@@ -299,6 +300,10 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 		return nil, o.flagError(err)
 	case errors.Is(err, dlock.ErrModeMismatch):
 		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
+	case errors.Is(err, dlock.ErrUnavailable):
+		// The store failed, on the last attempt of a wait too: the lock
+		// may well be free.
+		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v; command not run", o.key, message(err))
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
 		return nil, exitf(ExitNotAcquired, "lock %q is held%s; command not run (--wait 0)", o.key, holderOf(c, o.key))
 	case errors.Is(err, dlock.ErrNotAcquired):
