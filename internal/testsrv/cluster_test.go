@@ -91,11 +91,7 @@ func TestRedisClusterFailover(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	last := time.Now()
-	step := func(what string) {
-		t.Logf("%s in %v", what, time.Since(last).Round(time.Millisecond))
-		last = time.Now()
-	}
+	step := stepper(t)
 	ms := s.Members()
 	if len(ms) != 6 {
 		t.Fatalf("%d members, want 3 masters and 3 replicas", len(ms))

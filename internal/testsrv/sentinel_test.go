@@ -68,11 +68,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	last := time.Now()
-	step := func(what string) {
-		t.Logf("%s in %v", what, time.Since(last).Round(time.Millisecond))
-		last = time.Now()
-	}
+	step := stepper(t)
 	ms := s.Members()
 	if len(ms) != 5 {
 		t.Fatalf("%d members, want master, replica and 3 sentinels", len(ms))

@@ -107,11 +107,7 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	}()
 	checkZooKeeperEnsemble(t, s)
 	c := newZKClient(t, s.Addrs...)
-	last := time.Now()
-	step := func(what string) {
-		t.Logf("%s in %v", what, time.Since(last).Round(time.Millisecond))
-		last = time.Now()
-	}
+	step := stepper(t)
 
 	leader, err := s.Leader(ctx)
 	if err != nil {
@@ -121,47 +117,17 @@ func TestZooKeeperEnsemble(t *testing.T) {
 		t.Fatalf("mntr on Leader() %s = %q, %v; want zk_server_state leader", leader.Addr, reply, err)
 	}
 
-	// A killed leader is replaced; the ensemble keeps serving.
-	if err := leader.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	next, err := s.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	step("new leader after Kill")
-	if next == leader {
-		t.Fatalf("Leader() after killing the leader %s is still it", leader.Addr)
-	}
-	eventually(ctx, t, "write without the killed leader", zkSet(c, "/testsrv-missed", "while down"))
-	step("write after Kill")
-	// Restarted, the server rejoins and catches up from the others.
-	if err := leader.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(ctx, t, "restarted server catches up", zkHas(newZKClient(t, leader.Addr), "/testsrv-missed", "while down"))
-	step("Restart and catch-up")
-
-	// A paused leader is replaced too, and catches up once resumed.
-	if err := next.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	third, err := s.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	step("new leader after Pause")
-	if third == next {
-		t.Fatalf("Leader() after pausing the leader %s is still it", next.Addr)
-	}
-	eventually(ctx, t, "write without the paused leader", zkSet(newZKClient(t, third.Addr), "/testsrv-missed", "while paused"))
-	step("write after Pause")
-	if err := next.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(ctx, t, "resumed server catches up", zkHas(newZKClient(t, next.Addr), "/testsrv-missed", "while paused"))
-	step("Resume and catch-up")
-	if _, err := s.Leader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// A killed or paused leader is replaced; the ensemble keeps serving,
+	// and the server catches up when back.
+	checkTakeovers(ctx, t, s, leader, replicated{
+		write: func(addr, key, value string) func(ctx context.Context) error {
+			if addr == "" {
+				return zkSet(c, key, value)
+			}
+			return zkSet(newZKClient(t, addr), key, value)
+		},
+		has: func(addr, key, value string) func(ctx context.Context) error {
+			return zkHas(newZKClient(t, addr), key, value)
+		},
+	}, "/testsrv-missed", step)
 }
