@@ -98,6 +98,16 @@ func await(t *testing.T, ch <-chan leader.Leader, what string, ok func(leader.Le
 	}
 }
 
+// ended waits for term to end.
+func ended(t *testing.T, term *leader.Term) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(30 * time.Second): // a bound, not a measurement
+		t.Fatal("the term did not end")
+	}
+}
+
 func forEach(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -239,10 +249,52 @@ func TestResignHandsOver(t *testing.T) {
 			t.Errorf("b's term %d is not after a's %d", bt.Number(), a.Number())
 		}
 		await(t, ch, "b leading", func(l leader.Leader) bool { return l.Value == "b" && l.Term == bt.Number() })
+		// A holder of another key that starts with this one is no
+		// leader of it.
+		other, err := open(t, url).Lock(ctx, key+"x", dlock.WithInfo("other"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Release(ctx)
 		if err := bt.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if l := await(t, ch, "a change", func(leader.Leader) bool { return true }); l.Elected() {
+			t.Errorf("after b resigned, the observer saw %+v; want nobody leading", l)
+		}
+	})
+}
+
+// TestObserveByNotification resigns a leader whose lease is long, with an
+// observer that polls once an hour: on the stores that notify releases the
+// observer learns of the end of the term all the same.
+func TestObserveByNotification(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx, url, key := dlocktest.Ctx(t), b.url(t), dlocktest.Key(t, "leader")
+		c := open(t, url)
+		if _, ok := c.Driver().(driver.Notifier); !ok {
+			t.Skip("the backend does not notify releases")
+		}
+		a, err := leader.Campaign(ctx, c, key, "a", leader.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ch, err := leader.Observe(octx, open(t, url), key, leader.WithPollInterval(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := <-ch; l.Term != a.Number() {
+			t.Fatalf("observer saw %+v first; want a's term %d", l, a.Number())
+		}
+		if err := a.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
 		await(t, ch, "nobody leading", func(l leader.Leader) bool { return !l.Elected() })
+		cancel()
+		for range ch {
+		}
 	})
 }
 
@@ -265,7 +317,7 @@ func TestLossObserved(t *testing.T) {
 		if n, err := cb.ForceRelease(ctx, key); err != nil || n != 1 {
 			t.Fatalf("ForceRelease = %d, %v", n, err)
 		}
-		<-a.Done() // at a's next renewal
+		ended(t, a) // at a's next renewal
 		if cause := context.Cause(a.Context()); !errors.Is(cause, dlock.ErrLost) {
 			t.Errorf("cause = %v; want ErrLost", cause)
 		}
@@ -342,7 +394,7 @@ func TestCloseEndsTerms(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		<-a.Done()
+		ended(t, a)
 		if cause := context.Cause(a.Context()); !errors.Is(cause, dlock.ErrClosed) {
 			t.Errorf("cause = %v; want ErrClosed", cause)
 		}

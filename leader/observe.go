@@ -34,8 +34,9 @@ func WithPollInterval(d time.Duration) ObserveOption {
 
 // Observe reads the leader of key and returns a channel that delivers it
 // first, and then the leader after every change: a new term, or nobody
-// leading (a zero Leader). A reader that is slow is not sent every
-// intermediate state, but always the latest one it has not seen.
+// leading (a zero Leader). Each value is the leader as last read; changes
+// that come and go between two reads (or while a slow reader has not taken
+// the last value) are not delivered, but term numbers delivered only grow.
 //
 // The first read is made before Observe returns: an error (the store cannot
 // be reached, the backend cannot list holders: dlock.ErrUnsupported, a bad
@@ -57,16 +58,19 @@ func Observe(ctx context.Context, c *dlock.Client, key string, opts ...ObserveOp
 	if cfg.poll <= 0 {
 		return nil, &dlock.ArgError{Name: "poll interval", Value: cfg.poll, Reason: "must be positive"}
 	}
-	cur, left, err := read(ctx, c, key)
-	if err != nil {
-		return nil, err
-	}
 	o := &observer{c: c, key: key, poll: cfg.poll, ch: make(chan Leader)}
 	if n, ok := c.Driver().(driver.Notifier); ok {
 		o.notifier = n
 		// The request names the key; the owner, which holds nothing,
 		// is one no campaigner uses.
 		o.req = driver.Request{Key: key, Owner: rand.Text(), TTL: dlock.DefaultTTL, Mode: driver.Exclusive}
+	}
+	// Subscribe before the first read, as before every read (see run).
+	o.subscribe(ctx)
+	cur, left, err := read(ctx, c, key)
+	if err != nil {
+		o.unsubscribe()
+		return nil, err
 	}
 	go o.run(ctx, cur, left)
 	return o.ch, nil
