@@ -92,7 +92,8 @@ func (o *observer) run(ctx context.Context, cur Leader, left time.Duration) {
 	if !o.send(ctx, cur) {
 		return
 	}
-	quick := minPoll
+	first := min(minPoll, o.poll)
+	quick := first
 	for {
 		// Wait for a reason to look again.
 		var wait time.Duration
@@ -149,7 +150,7 @@ func (o *observer) run(ctx context.Context, cur Leader, left time.Duration) {
 				}
 				break
 			}
-			cur, quick = next, minPoll
+			cur, quick = next, first
 			if !o.send(ctx, cur) {
 				return
 			}
