@@ -478,3 +478,32 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("Current = %q, %v; want the value stored whole", l.Value, err)
 	}
 }
+
+// TestObserveEndsWithClient closes the Client an observer reads through:
+// the channel is closed at the observer's next read.
+func TestObserveEndsWithClient(t *testing.T) {
+	c, err := dlock.New(memdlock.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := leader.Observe(dlocktest.Ctx(t), c, "k", leader.WithPollInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := <-ch; l.Elected() {
+		t.Fatalf("observer saw %+v; want nobody leading", l)
+	}
+	c.Close()
+	timeout := time.After(30 * time.Second) // a bound, not a measurement
+	for {
+		select {
+		case l, open := <-ch:
+			if !open {
+				return
+			}
+			t.Errorf("observer of a closed Client saw %+v", l)
+		case <-timeout:
+			t.Fatal("the observer did not end with its Client")
+		}
+	}
+}
