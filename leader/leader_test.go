@@ -350,7 +350,7 @@ func TestCancelledCampaign(t *testing.T) {
 		// whether or not it reached the store in time.
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		if _, err := leader.Campaign(wctx, cb, key, "b"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := leader.Campaign(wctx, cb, key, "b", leader.WithTTL(time.Minute)); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("cancelled Campaign = %v; want ErrNotAcquired and DeadlineExceeded", err)
 		}
 		if hs := holders(t, cb, key); len(hs) != 1 || hs[0].Info != "a" {
@@ -363,8 +363,12 @@ func TestCancelledCampaign(t *testing.T) {
 			t.Errorf("holders after Resign = %+v; want none", hs)
 		}
 		// A queue entry left by the cancelled campaign would hold a
-		// fresh attempt back on the stores that queue.
-		l, err := open(t, url).TryLock(ctx, key)
+		// fresh campaign back on the stores that queue, until the
+		// entry's lease of a minute ran out. (The clean-up may land
+		// after the cancelled Campaign returned, on a slow store.)
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		l, err := open(t, url).Lock(fctx, key)
 		if err != nil {
 			t.Fatalf("the key is not free after the cancelled campaign: %v", err)
 		}
