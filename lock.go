@@ -537,7 +537,7 @@ func (l *Lock) maxHoldReached() {
 	if state != held {
 		return
 	}
-	l.end(lost, fmt.Errorf("%w: %q: %w: held for its max hold of %v", ErrLost, l.req.Key, ErrMaxHold, l.maxHold))
+	l.end(lost, fmt.Errorf("%w: %q was held for its max hold of %v (%w)", ErrLost, l.req.Key, l.maxHold, ErrMaxHold))
 	l.stopRenewal()
 	if downgrading {
 		return // the abandoned Downgrade clears the hold once it lands
