@@ -39,7 +39,7 @@ import (
 // ErrSkipped is returned by Run when another instance holds the job's lock:
 // the job did not run this time, and that is normal. The error Run returns
 // also wraps dlock.ErrNotAcquired.
-var ErrSkipped = errors.New("job: skipped: the job's lock is held elsewhere")
+var ErrSkipped = errors.New("job: skipped")
 
 // Option configures Run.
 type Option func(*config)
@@ -126,7 +126,7 @@ func Run(ctx context.Context, c *dlock.Client, name string, fn func(ctx context.
 		case errors.As(err, &ae) && ae.Name == "max hold":
 			return &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: ae.Reason}
 		case errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil && !errors.Is(err, dlock.ErrClosed):
-			return fmt.Errorf("%w: %q: %w", ErrSkipped, name, err)
+			return fmt.Errorf("%w: %w", ErrSkipped, err)
 		}
 		return err
 	}
