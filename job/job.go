@@ -91,14 +91,46 @@ func WithLockOptions(opts ...dlock.LockOption) Option {
 // lock is dealt with) or runtime.Goexit, the lock is released, or kept until
 // AtLeast has passed. Bad arguments give a *dlock.ArgError.
 func Run(ctx context.Context, c *dlock.Client, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	if ctx == nil {
-		return &dlock.ArgError{Name: "ctx", Value: nil, Reason: "must not be nil"}
-	}
-	if c == nil {
-		return &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
-	}
 	if fn == nil {
 		return &dlock.ArgError{Name: "fn", Value: nil, Reason: "must not be nil"}
+	}
+	h, err := Acquire(ctx, c, name, opts...)
+	if err != nil {
+		return err
+	}
+	lctx := h.l.Context()
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, h.l))
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	defer func() {
+		// Runs on return, panic and Goexit alike.
+		stop()
+		cancel(nil)
+		if rerr := h.Release(ctx); err == nil {
+			err = rerr
+		}
+	}()
+	return fn(fctx)
+}
+
+// Hold is a job's lock, for schedulers that take it before a job and give it
+// back after, such as gocron's Locker: Acquire takes it and Release gives it
+// back, as Run does around its function.
+type Hold struct {
+	l       *dlock.Lock
+	begin   time.Time
+	atLeast time.Duration
+}
+
+// Acquire makes one attempt to take the lock of the job named name, as Run
+// does: if another instance holds it, the error wraps ErrSkipped (and
+// dlock.ErrNotAcquired). The options are Run's; AtLeast applies when the
+// Hold is released.
+func Acquire(ctx context.Context, c *dlock.Client, name string, opts ...Option) (*Hold, error) {
+	if ctx == nil {
+		return nil, &dlock.ArgError{Name: "ctx", Value: nil, Reason: "must not be nil"}
+	}
+	if c == nil {
+		return nil, &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
 	}
 	var cfg config
 	for _, o := range opts {
@@ -107,11 +139,11 @@ func Run(ctx context.Context, c *dlock.Client, name string, fn func(ctx context.
 	lockOpts := cfg.lockOps
 	switch {
 	case cfg.atLeast < 0:
-		return &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: "must not be negative"}
+		return nil, &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: "must not be negative"}
 	case cfg.atMost != nil && *cfg.atMost <= 0:
-		return &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: "must be positive"}
+		return nil, &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: "must be positive"}
 	case cfg.atMost != nil && cfg.atLeast > *cfg.atMost:
-		return &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: fmt.Sprintf("is longer than at most %v", *cfg.atMost)}
+		return nil, &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: fmt.Sprintf("is longer than at most %v", *cfg.atMost)}
 	}
 	if cfg.atMost != nil {
 		// dlock checks it (as "max hold"); it is reported as AtMost's.
@@ -124,30 +156,28 @@ func Run(ctx context.Context, c *dlock.Client, name string, fn func(ctx context.
 		var ae *dlock.ArgError
 		switch {
 		case errors.As(err, &ae) && ae.Name == "max hold":
-			return &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: ae.Reason}
+			return nil, &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: ae.Reason}
 		case errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil && !errors.Is(err, dlock.ErrClosed):
-			return fmt.Errorf("%w: %w", ErrSkipped, err)
+			return nil, fmt.Errorf("%w: %w", ErrSkipped, err)
 		}
-		return err
+		return nil, err
 	}
+	return &Hold{l: l, begin: begin, atLeast: cfg.atLeast}, nil
+}
 
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
-	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-	defer func() {
-		// Runs on return, panic and Goexit alike.
-		stop()
-		cancel(nil)
-		var rerr error
-		if hold := cfg.atLeast - time.Since(begin); hold > 0 {
-			rerr = l.ReleaseAfter(ctx, hold)
-		} else {
-			rerr = l.Release(ctx)
-		}
-		if err == nil {
-			err = rerr
-		}
-	}()
-	return fn(fctx)
+// Lock returns the held lock. Its context ends when the lock is lost or
+// reaches AtMost.
+func (h *Hold) Lock() *dlock.Lock { return h.l }
+
+// Release gives the lock back: at once, or, with AtLeast, by handing it to
+// its lease until AtLeast after Acquire began (dlock.Lock.ReleaseAfter). It
+// returns an error wrapping dlock.ErrLost if the lock was lost or reached
+// AtMost while held, and otherwise what dlock.Lock.Release returns.
+func (h *Hold) Release(ctx context.Context) error {
+	if hold := h.atLeast - time.Since(h.begin); hold > 0 {
+		return h.l.ReleaseAfter(ctx, hold)
+	}
+	return h.l.Release(ctx)
 }
 
 type lockKey struct{}

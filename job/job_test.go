@@ -300,3 +300,35 @@ func TestBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// Acquire and Hold.Release take and give back a job's lock around work that
+// a scheduler runs itself.
+func TestAcquire(t *testing.T) {
+	eachStore(t, func(t *testing.T, url string) {
+		ctx := testCtx(t)
+		a, b := open(t, url), open(t, url)
+		h, err := job.Acquire(ctx, a, "report")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Lock().Key() != "report" || h.Lock().Err() != nil {
+			t.Errorf("Lock() = %q, %v; want the held lock", h.Lock().Key(), h.Lock().Err())
+		}
+		if _, err := job.Acquire(ctx, b, "report"); !errors.Is(err, job.ErrSkipped) {
+			t.Errorf("Acquire while held = %v; want ErrSkipped", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h, err = job.Acquire(ctx, b, "report", job.AtLeast(time.Hour))
+		if err != nil {
+			t.Fatalf("Acquire after Release: %v", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := job.Acquire(ctx, a, "report"); !errors.Is(err, job.ErrSkipped) {
+			t.Errorf("Acquire after a Release with AtLeast = %v; want ErrSkipped", err)
+		}
+	})
+}
