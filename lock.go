@@ -66,24 +66,29 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
+	l.mu.Unlock()
 	if cfg.maxHold != nil {
 		l.maxHold = *cfg.maxHold
-		l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
 	}
-	l.mu.Unlock()
 	if renew {
 		l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	}
 	if !c.track(l) {
 		l.expiry.Stop()
-		if l.holdTimer != nil {
-			l.holdTimer.Stop()
-		}
 		l.cancel(ErrClosed)
 		if renew {
 			l.renewCancel()
 		}
 		return nil
+	}
+	if l.maxHold > 0 {
+		// Once tracked: at a max hold that passed already, the lock
+		// ends at once.
+		l.mu.Lock()
+		if l.state == held { // Close may have ended the lock already
+			l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
+		}
+		l.mu.Unlock()
 	}
 	if renew {
 		l.mu.Lock()
