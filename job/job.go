@@ -36,12 +36,15 @@ import (
 	"github.com/dlockhq/dlock"
 )
 
-// ErrSkipped is returned by Run when another instance holds the job's lock:
-// the job did not run this time, and that is normal. The error Run returns
-// also wraps dlock.ErrNotAcquired.
+// ErrSkipped is returned by Run and Acquire when their one attempt did not
+// get the job's lock because another instance holds it (or, rarely, because
+// the store answered too late to leave the lock any validity): the job did
+// not run this time, and that is normal. The error also wraps
+// dlock.ErrNotAcquired. A cancelled context, a closed Client or a store that
+// cannot be reached is no skip: those errors are returned as they are.
 var ErrSkipped = errors.New("job: skipped")
 
-// Option configures Run.
+// Option configures Run and Acquire.
 type Option func(*config)
 
 type config struct {
