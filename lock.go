@@ -616,7 +616,9 @@ func (l *Lock) stopRenewal() {
 // not positive, it releases at once; a d below the backend's minimum TTL is
 // raised to it, and on a store with a coarse lease clock
 // (Capabilities.TTLResolution) two units are added, so the hold lasts at
-// least d either way; a d above the maximum is an *ArgError. On a
+// least d either way; a d above the maximum is an *ArgError. A lock taken
+// WithMaxHold is not held past its max hold: d is shortened to the time
+// left until then (and the lock released at once if none is left). On a
 // re-entered lock, every call but the last only takes one acquisition back,
 // as Release does.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
