@@ -187,7 +187,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 					leave()
 					leave = func() {}
 				}
-				l := newLock(c, parent, req, res.Token, ttl, cfg.renew, sent, validUntil, leave)
+				l := newLock(c, parent, req, res.Token, ttl, cfg, sent, validUntil, leave)
 				if l == nil {
 					c.cleanup(ctx, req)
 					return nil, notAcquired(req.Key, ErrClosed)

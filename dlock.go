@@ -494,6 +494,9 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 			return cfg, argError("limit", *cfg.limit, "is above this backend's maximum of %d", c.caps.MaxLimit)
 		}
 	}
+	if err := c.checkMaxHold(cfg.maxHold); err != nil {
+		return cfg, err
+	}
 	if m, _ := cfg.mode(); !c.caps.Modes.Has(m) {
 		return cfg, fmt.Errorf("dlock: %s locks: %w", m, ErrUnsupported)
 	}

@@ -54,16 +54,22 @@ type Lock struct {
 	cause        error // why the lock ended; nil while held
 	validUntil   time.Time
 	expiry       *time.Timer
+	maxHold      time.Duration // WithMaxHold; zero without
+	holdTimer    *time.Timer   // ends the lock at its max hold; nil without
 }
 
 // newLock makes the handle of an acquired lock. Its context carries the lock
 // on top of the locks that acq, the acquisition's context, carries.
-func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, renew bool, sent, validUntil time.Time, leave func()) *Lock {
+func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, leave func()) *Lock {
+	renew := cfg.renew
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
 	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
+	if cfg.maxHold != nil {
+		l.maxHold = *cfg.maxHold
+	}
 	if renew {
 		l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
 	}
@@ -74,6 +80,15 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 			l.renewCancel()
 		}
 		return nil
+	}
+	if l.maxHold > 0 {
+		// Once tracked: at a max hold that passed already, the lock
+		// ends at once.
+		l.mu.Lock()
+		if l.state == held { // Close may have ended the lock already
+			l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
+		}
+		l.mu.Unlock()
 	}
 	if renew {
 		l.mu.Lock()
@@ -189,7 +204,8 @@ func (l *Lock) TTL() time.Duration { return l.ttl }
 
 // Context returns a context that is cancelled when the lock is released,
 // lost or its Client closed. context.Cause tells which: ErrNotHeld after
-// Release, an error wrapping ErrLost after a loss, ErrClosed after Close.
+// Release, an error wrapping ErrLost after a loss (and ErrMaxHold too when the
+// lock reached its WithMaxHold bound), ErrClosed after Close.
 //
 // The context also carries the lock: Lock, TryLock or Do on the same Client
 // and key with a context derived from it re-enters this lock (see Lock).
@@ -469,6 +485,9 @@ func (l *Lock) end(s lockState, cause error) {
 	}
 	l.state, l.cause = s, cause
 	l.expiry.Stop()
+	if l.holdTimer != nil {
+		l.holdTimer.Stop()
+	}
 	l.mu.Unlock()
 
 	l.cancel(cause)
@@ -499,6 +518,38 @@ func (l *Lock) checkExpiry() {
 	}
 	l.mu.Unlock()
 	l.end(lost, fmt.Errorf("%w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))
+}
+
+// maxHoldReached runs when the lock has been held for its max hold: it ends
+// the lock, so that its context is cancelled first, and releases it on the
+// store. It claims the end of the hold as Release does, so that a Release or
+// Close that comes meanwhile waits for the store's answer; and it counts as an
+// operation in progress, so that Close waits for it before closing the
+// backend.
+func (l *Lock) maxHoldReached() {
+	if l.ended() != nil || !l.c.enter() {
+		return // ended already, or Close releases it
+	}
+	defer l.c.ops.done()
+	first, _ := l.claimEnd()
+	if !first {
+		return // a release is under way
+	}
+	defer l.endClaim()
+	l.mu.Lock()
+	state, downgrading := l.state, l.downgrading
+	l.mu.Unlock()
+	if state != held {
+		return
+	}
+	l.end(lost, fmt.Errorf("%w: %q was held for its max hold of %v (%w)", ErrLost, l.req.Key, l.maxHold, ErrMaxHold))
+	l.stopRenewal()
+	if downgrading {
+		return // the abandoned Downgrade clears the hold once it lands
+	}
+	l.calls.Lock() // no Release while a Downgrade's Acquire runs
+	defer l.calls.Unlock()
+	l.c.cleanup(context.Background(), l.request())
 }
 
 // renewTick refreshes the lease; it runs on the renewal timer every third
@@ -565,7 +616,9 @@ func (l *Lock) stopRenewal() {
 // not positive, it releases at once; a d below the backend's minimum TTL is
 // raised to it, and on a store with a coarse lease clock
 // (Capabilities.TTLResolution) two units are added, so the hold lasts at
-// least d either way; a d above the maximum is an *ArgError. On a
+// least d either way; a d above the maximum is an *ArgError. A lock taken
+// WithMaxHold is not held past its max hold: d is shortened to the time
+// left until then (and the lock released at once if none is left). On a
 // re-entered lock, every call but the last only takes one acquisition back,
 // as Release does.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
@@ -582,6 +635,12 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	// more so that the hold lasts at least d.
 	if d > l.c.caps.MaxTTL {
 		return argError("d", d, "is above this backend's maximum lease of %v", l.c.caps.MaxTTL)
+	}
+	if l.maxHold > 0 {
+		// Not past the max hold.
+		if d = min(d, time.Until(l.acquiredAt.Add(l.maxHold))); d <= 0 {
+			return l.Release(ctx)
+		}
 	}
 	d = max(d+2*l.c.caps.TTLResolution, l.c.caps.MinTTL)
 	if err := l.c.checkTTL(d); err != nil {

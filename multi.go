@@ -191,7 +191,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 			lv() // as in acquireLoop: only exclusive holds keep the gate
 			lv = func() {}
 		}
-		l := newLock(c, ctx, req, res.Results[i].Token, ttl, cfgs[i].renew, begin, validUntil, lv)
+		l := newLock(c, ctx, req, res.Results[i].Token, ttl, cfgs[i], begin, validUntil, lv)
 		if l == nil {
 			cleanup(i)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -63,6 +64,7 @@ type lockConfig struct {
 	fair       bool
 	shared     bool
 	limit      *int
+	maxHold    *time.Duration
 }
 
 // WithTTL sets the lease of the lock: how long the store keeps it after the
@@ -85,6 +87,33 @@ func WithoutRenewal() LockOption {
 func WithBackoff(min, max time.Duration) LockOption {
 	return func(c *lockConfig) { c.minBackoff, c.maxBackoff = min, max }
 }
+
+// WithMaxHold bounds how long the lock is held: d after it was acquired
+// (measured from before the acquire request was sent), renewal stops, the
+// lock's context ends with a cause wrapping both ErrLost and ErrMaxHold, and
+// the lock is released on the store at once, so that other holders can take
+// it. The protected work must stop when the context ends, as it must on any
+// loss. It is ShedLock's lockAtMostFor: a bound on how long a job that hangs
+// keeps the others out. Lock.ReleaseAfter does not hold the lock past it
+// either.
+//
+// The lock is released rather than left to its lease: a live holder that hung
+// would otherwise keep others out for up to a TTL more, and the end of the
+// hold would depend on when the last renewal happened. A holder that cannot
+// reach the store at that moment (or that died before) leaves the lock to its
+// lease, which ends at most one TTL after its last renewal.
+//
+// d must be positive and at least the backend's minimum lease
+// (Capabilities.MinTTL, which is at least the store's TTLResolution): a
+// shorter hold is below what the store can time. Otherwise the acquisition
+// fails with an *ArgError named "max hold".
+func WithMaxHold(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.maxHold = &d }
+}
+
+// ErrMaxHold is wrapped, together with ErrLost, by the cause of a lock
+// context that ended because the lock reached its WithMaxHold bound.
+var ErrMaxHold = errors.New("dlock: max hold reached")
 
 // WithInfo overrides the Client's owner info for this lock.
 func WithInfo(info string) LockOption {
@@ -193,4 +222,18 @@ func (c *lockConfig) mode() (driver.Mode, int) {
 		return driver.Shared, 0
 	}
 	return driver.Exclusive, 0
+}
+
+// checkMaxHold checks a WithMaxHold bound, if one was given.
+func (c *Client) checkMaxHold(p *time.Duration) error {
+	if p == nil {
+		return nil
+	}
+	switch d := *p; {
+	case d <= 0:
+		return argError("max hold", d, "must be positive")
+	case d < max(c.caps.MinTTL, c.caps.TTLResolution):
+		return argError("max hold", d, "is below this backend's minimum lease of %v", max(c.caps.MinTTL, c.caps.TTLResolution))
+	}
+	return nil
 }

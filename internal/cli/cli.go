@@ -47,9 +47,10 @@ const (
 	ExitNotAcquired = 75
 
 	// ExitLost means the lock was lost while the command ran (its lease could
-	// not be renewed in time, or an operator forced its release): dlock sent
-	// SIGTERM to the command's process group, then SIGKILL after --kill-after,
-	// and the command's work may have overlapped another holder's.
+	// not be renewed in time, or an operator forced its release) or reached
+	// --max-hold: dlock sent SIGTERM to the command's process group, then
+	// SIGKILL after --kill-after, and the command's work may have overlapped
+	// another holder's.
 	ExitLost = 76
 
 	// ExitCannotRun means the command was found but could not be started

@@ -34,6 +34,8 @@ type runOptions struct {
 	wait        time.Duration
 	waitSet     bool // --wait was given; without it dlock waits forever
 	holdAtLeast time.Duration
+	maxHold     time.Duration
+	maxHoldSet  bool // --max-hold was given; without it the hold has no bound
 	killAfter   time.Duration
 	limit       int  // --limit: a semaphore of this many permits
 	limitSet    bool // --limit was given
@@ -83,6 +85,12 @@ scheduled on several hosts, so that a host whose clock is late does not run it
 again): dlock sets the lease to the time remaining and exits at once, and the
 store frees the lock then. 'dlock release --force KEY' frees it earlier.
 
+With --max-hold D the lock is held for at most D after it was acquired: dlock
+then stops renewing it, terminates COMMAND as when the lock is lost (SIGTERM,
+SIGKILL --kill-after later), releases the lock at once so that others can take
+it, and exits with status 76. It bounds how long a COMMAND that hangs keeps
+other hosts out; --hold-at-least cannot be longer.
+
 Flags after COMMAND belong to COMMAND; "--" before COMMAND is optional.
 
 Exit status:
@@ -93,7 +101,8 @@ Exit status:
   71           dlock could not wait for COMMAND (an OS error); it killed it
   75           the lock was not acquired: it is held and --wait 0 was given,
                or --wait ran out while it was held (COMMAND did not run)
-  76           the lock was lost while COMMAND ran; COMMAND was terminated
+  76           the lock was lost, or --max-hold ran out, while COMMAND ran;
+               COMMAND was terminated
   126, 127     COMMAND cannot be executed, or was not found
   128+N        dlock was interrupted by signal N while waiting for the lock
 When the status is dlock's own, dlock says why on stderr.`
@@ -123,6 +132,7 @@ func (a *app) runCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.waitSet = cmd.Flags().Changed("wait")
 			o.limitSet = cmd.Flags().Changed("limit")
+			o.maxHoldSet = cmd.Flags().Changed("max-hold")
 			if err := o.validate(cmd.Flags().Changed("key"), args); err != nil {
 				return err
 			}
@@ -135,6 +145,7 @@ func (a *app) runCommand() *cobra.Command {
 	f.DurationVar(&o.ttl, "ttl", DefaultRunTTL, "lease: the store frees the lock this long after its last renewal if dlock dies")
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
+	f.DurationVar(&o.maxHold, "max-hold", 0, "terminate COMMAND and release the lock this long after it was acquired, as if it were lost (default: no bound)")
 	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many commands hold it at once")
 	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared runs)")
@@ -153,6 +164,10 @@ func (o *runOptions) validate(keySet bool, args []string) error {
 		return usagef("invalid --wait %v: must not be negative (0 makes one attempt; leave --wait out to wait forever)", o.wait)
 	case o.holdAtLeast < 0:
 		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
+	case o.maxHoldSet && o.maxHold <= 0:
+		return usagef("invalid --max-hold %v: must be positive", o.maxHold)
+	case o.maxHoldSet && o.holdAtLeast > o.maxHold:
+		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
 	case o.killAfter < 0:
 		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
 	case o.limitSet && o.limit < 1:
@@ -275,6 +290,9 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	if o.shared {
 		opts = append(opts, dlock.Shared())
 	}
+	if o.maxHoldSet {
+		opts = append(opts, dlock.WithMaxHold(o.maxHold))
+	}
 	var l *dlock.Lock
 	var err error
 	begin := time.Now()
@@ -328,6 +346,8 @@ func (o *runOptions) flagError(err error) error {
 			return usagef("invalid --key %q: %s", o.key, ae.Reason)
 		case "limit":
 			return usagef("invalid --limit %d: %s", o.limit, ae.Reason)
+		case "max hold":
+			return usagef("invalid --max-hold %v: %s", o.maxHold, ae.Reason)
 		}
 	}
 	return &usageError{err}
@@ -421,7 +441,11 @@ wait:
 		case <-lockDone:
 			lockDone = nil
 			lost = true
-			a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
+			if errors.Is(l.Err(), dlock.ErrMaxHold) {
+				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
+			} else {
+				a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
+			}
 			if err := a.signalCommand(pid, sigTerm); err != nil {
 				a.logf("cannot send SIGTERM to the command: %v", err)
 			}
@@ -451,6 +475,9 @@ wait:
 		// The lock is gone: nothing of the command may keep running.
 		_ = signalGroup(pid, sigKill)
 		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
+		if errors.Is(l.Err(), dlock.ErrMaxHold) {
+			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
+		}
 		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
 	}
 
