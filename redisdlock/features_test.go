@@ -268,7 +268,7 @@ func TestReplicaAckFailure(t *testing.T) {
 		{testsrv.Redis, "script", "1"},
 		{testsrv.Redis, "tx", "1"},
 		{testsrv.Redis, "legacy", "1"},
-		{testsrv.RedisCluster, "script", "2"}, // each master has one replica
+		{testsrv.RedisCluster, "script", "2"},  // each master has one replica
 		{testsrv.RedisSentinel, "script", "2"}, // it has one replica
 		{testsrv.RedisSentinel, "tx", "2"},
 	}
