@@ -44,6 +44,14 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
+// running reports whether the process runs: started, not killed, not
+// paused.
+func (s *Server) running() bool {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	return s.cmd != nil && !s.paused
+}
+
 // Pause stops every process of the server with SIGSTOP: its ports still
 // accept connections (the kernel completes the handshake) but nothing is
 // answered until Resume.
@@ -60,6 +68,8 @@ func (s *Server) signal(sig syscall.Signal) error {
 			errs = append(errs, fmt.Errorf("testsrv: %s is not running", m.Name))
 		} else if err := m.cmd.Process.Signal(sig); err != nil {
 			errs = append(errs, fmt.Errorf("testsrv: %s: %v: %w", m.Name, sig, err))
+		} else {
+			m.paused = sig == syscall.SIGSTOP
 		}
 		m.faultMu.Unlock()
 	}
@@ -78,7 +88,7 @@ func (s *Server) Kill() error {
 		} else {
 			_ = m.cmd.Process.Kill()
 			_ = m.cmd.Wait()
-			m.cmd = nil
+			m.cmd, m.paused = nil, false
 		}
 		m.faultMu.Unlock()
 	}

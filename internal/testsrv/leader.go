@@ -61,7 +61,9 @@ func (s *Server) Leader(ctx context.Context) (*Server, error) {
 }
 
 // askMembers calls ask for every member in parallel, each with
-// memberTimeout, and returns the answers and errors in member order.
+// memberTimeout, and returns the answers and errors in member order. A
+// member that Kill or Pause stopped is not asked (a process just sent
+// SIGSTOP may still answer for a moment, and its peers still name it).
 func askMembers[T any](ctx context.Context, members []*Server, ask func(ctx context.Context, m *Server) (T, error)) ([]T, []error) {
 	answers := make([]T, len(members))
 	errs := make([]error, len(members))
@@ -70,6 +72,10 @@ func askMembers[T any](ctx context.Context, members []*Server, ask func(ctx cont
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if !m.running() {
+				errs[i] = fmt.Errorf("%s is killed or paused", m.Addr)
+				return
+			}
 			ctx, cancel := context.WithTimeout(ctx, memberTimeout)
 			defer cancel()
 			answers[i], errs[i] = ask(ctx, m)

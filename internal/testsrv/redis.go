@@ -465,30 +465,14 @@ func redisBaseArgs(port int, dir, logPath string) []string {
 // loopbackAddr returns "127.0.0.1:port".
 func loopbackAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-// clusterPort returns a port below 55536 that was free a moment ago on
-// 127.0.0.1 together with its cluster bus port (port + 10000).
+// clusterPort returns a port that was free a moment ago on 127.0.0.1
+// together with its cluster bus port (port + 10000), see freePortBelow.
 func clusterPort() (int, error) {
-	var lastErr error
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("testsrv: finding a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if port+clusterBusOffset > 65535 {
-			l.Close()
-			continue
-		}
-		bus, err := net.Listen("tcp", loopbackAddr(port+clusterBusOffset))
-		l.Close()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		bus.Close()
-		return port, nil
+	port, err := freePortBelow(clusterBusOffset)
+	if err != nil {
+		return 0, fmt.Errorf("testsrv: no free port with a free cluster bus port (port+%d): %w", clusterBusOffset, err)
 	}
-	return 0, fmt.Errorf("testsrv: no free port with a free cluster bus port (port+%d) found: %v", clusterBusOffset, lastErr)
+	return port, nil
 }
 
 // newRedisClient returns a client for the harness's own connections: one

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -146,6 +147,7 @@ type Server struct {
 	// launched is set once the process has been ready: a start function
 	// called again after that is a Restart, which keeps the data.
 	launched bool
+	paused   bool // stopped by Pause, not yet resumed
 	newDB    func(ctx context.Context, db string) error
 	dbURL    func(db string) (url, dsn string)
 }
@@ -436,13 +438,64 @@ func waitReady(ctx context.Context, cmd *exec.Cmd, ready func(ctx context.Contex
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("testsrv: finding a free port: %w", err)
+func freePort() (int, error) { return freePortBelow(0) }
+
+// lowestPort is the lowest port freePortBelow picks.
+const lowestPort = 10000
+
+// freePortBelow returns a port on 127.0.0.1 that was free a moment ago,
+// together with port+offset if offset is not 0 (a Redis Cluster node's bus
+// port). The ports are below the kernel's ephemeral range where it leaves
+// room: a server restarted on its port (Restart) must not find it taken by
+// the local end of some client's connection, which the kernel picks from
+// that range. Otherwise it lets the kernel pick.
+func freePortBelow(offset int) (int, error) {
+	top := ephemeralLow() - 1 - offset
+	var lastErr error
+	for range 100 {
+		port := 0
+		if top > lowestPort+1000 {
+			port = lowestPort + rand.IntN(top-lowestPort)
+		}
+		l, err := net.Listen("tcp", loopbackAddr(port))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		if offset == 0 {
+			l.Close()
+			return port, nil
+		}
+		if port+offset > 65535 {
+			l.Close()
+			continue
+		}
+		other, err := net.Listen("tcp", loopbackAddr(port+offset))
+		l.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		other.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("testsrv: finding a free port: %v", lastErr)
+}
+
+// ephemeralLow returns the lowest port of the kernel's ephemeral range
+// (Linux), or 0 if it is not known.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
 }
 
 // makeTempDir creates the server's temporary directory (owned by cred's
