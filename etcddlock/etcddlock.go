@@ -33,9 +33,8 @@ const (
 	minTTL = 10 * time.Millisecond
 	// backgroundTimeout bounds each request the driver makes on its own (a
 	// session grant, the deletion of an expired hold, the revocation of an
-	// ended session), with all its attempts (see retry), and each attempt
-	// of the transaction that creates an entry, which runs to its reply
-	// even if its caller's context ends first.
+	// ended session) and the transaction that creates an entry, which runs
+	// to its reply even if its caller's context ends first.
 	backgroundTimeout = 10 * time.Second
 	// closeTimeout bounds the revocation of the session leases on Close.
 	closeTimeout = 5 * time.Second

@@ -191,8 +191,8 @@ func (d *Driver) expire(id string, rec record) {
 	}
 	delay := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
-		_, _, err := d.txn(ctx, rec.is(), clientv3.OpDelete(rec.name))
+		ctx, cancel := context.WithTimeout(d.ctx, attemptTimeout)
+		_, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
 		cancel()
 		if err == nil {
 			rec.slot.free()
