@@ -162,49 +162,35 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 	sl := d.claim(s, req.Key, req.Mode, req.Limit)
 	qp := d.queuePrefix(req.Key)
 	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit)
+	first := d.firstOp(req.Key)
 	guarded := req.Queue || req.Mode != driver.Exclusive
 	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
 	then := []clientv3.Op{clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id))}
-	els := []clientv3.Op{d.firstOp(req.Key)}
 	if guarded {
 		// Never overwrite: a Put on an existing key keeps its
 		// CreateRevision, which would hand out an old token.
 		cond = append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
-		ahead := d.aheadOp(req.Key, req.Mode, req.Limit, 0, false)
-		then = append(then, ahead)
-		// The entry, if another attempt created it, and what decides
-		// whether it holds the key.
-		els = append(els, clientv3.OpGet(sl.name), ahead)
+		then = append(then, d.aheadOp(req.Key, req.Mode, req.Limit, 0, false))
 	}
-	// mine returns the CreateRevision of the owner's entry as a reply
-	// shows it: created by this attempt, or found by it, created by
-	// another; 0 if there is none.
-	mine := func(resp *clientv3.TxnResponse) int64 {
-		var kv *mvccpb.KeyValue
-		switch {
-		case resp.Succeeded:
-			return resp.Header.Revision
-		case guarded:
-			kv = firstKV(resp.Responses[1])
-		default:
-			kv = firstKV(resp.Responses[0])
+	created := func(resp *clientv3.TxnResponse) (record, bool) {
+		if !resp.Succeeded {
+			return record{}, false
 		}
-		if kv != nil && string(kv.Key) == sl.name && clientv3.LeaseID(kv.Lease) == s.id && ownerOf(kv) == req.Owner {
-			return kv.CreateRevision
+		rec := record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: true}
+		if guarded {
+			rec.held = admits(rangeKVs(resp.Responses[1]), sl.name, req.Mode)
 		}
-		return 0
-	}
-	// ahead returns the entries a reply read to decide whether the
-	// owner's entry holds the key.
-	ahead := func(resp *clientv3.TxnResponse) []*mvccpb.KeyValue {
-		if resp.Succeeded {
-			return rangeKVs(resp.Responses[1])
-		}
-		return rangeKVs(resp.Responses[2])
+		return rec, true
 	}
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
-	resp, rev, err := d.commitCreate(ctx, sl, s, cond, then, els, mine)
+	// The transaction runs to its reply even if ctx ends first: a
+	// creation cancelled on the wire may still be applied by the server,
+	// after the Release that follows has looked for it. With the outcome
+	// known, the entry is recorded and that Release removes it.
+	tctx, cancel := d.detach(ctx)
+	resp, err := d.cli.Txn(tctx).If(cond...).Then(then...).Else(first).Commit()
+	cancel()
 	if err != nil {
 		p.stop()
 		err = fmt.Errorf("etcddlock: acquire %q: %w", req.Key, withCtx(ctx, err))
@@ -219,13 +205,8 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		// finds the entry by its owner.
 		return driver.Result{}, false, err
 	}
-	ok := rev != 0
-	var rec record
+	rec, ok := created(resp)
 	if ok {
-		rec = record{name: sl.name, rev: rev, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: true}
-		if guarded {
-			rec.held = admits(ahead(resp), sl.name, req.Mode)
-		}
 		d.table.Put(id, rec, req.TTL)
 	}
 	if _, kerr := p.wait(); kerr != nil {
@@ -240,7 +221,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		if rec.held {
 			return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
 		}
-		kv := elsewhere(ahead(resp), sl.name, req.Owner)
+		kv := elsewhere(rangeKVs(resp.Responses[1]), sl.name, req.Owner)
 		if kv == nil && req.Queue {
 			return driver.Result{}, false, nil // queued
 		}
@@ -315,94 +296,4 @@ func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvcc
 		}
 	}
 	return driver.Result{Acquired: true, Token: uint64(kv.CreateRevision), TTL: min(req.TTL, session)}, nil
-}
-
-// maxCreateAttempts bounds the attempts of one creating transaction.
-const maxCreateAttempts = 5
-
-// commitCreate commits the transaction that creates an owner's entry (in
-// slot sl of session s) and returns the reply it decides on, with the
-// entry's CreateRevision as mine reads it from that reply (0: none).
-//
-// The transaction runs to its reply even if ctx ends first: a creation
-// cancelled on the wire may still be applied by the server, after the
-// Release that follows has looked for it. With the outcome known, the
-// entry is recorded and that Release removes it. So that a member that
-// hangs, or a leader that fails, does not hold the caller up, the
-// transaction is sent again (to the next member), up to maxCreateAttempts
-// times, when the attempts have had no reply for hedgeDelay, or failed
-// for want of a leader, while ctx lives. The attempts compare the same things, so one that is applied
-// while an earlier one's entry exists creates nothing, and its reply shows
-// that entry (see mine). The first reply decides; the attempts still in
-// flight then run to their replies in the background, and an entry one of
-// them created after all (the entry the decision saw, or its absence, had
-// changed meanwhile) is deleted again.
-func (d *Driver) commitCreate(ctx context.Context, sl *slot, s *session, cond []clientv3.Cmp, then, els []clientv3.Op, mine func(*clientv3.TxnResponse) int64) (*clientv3.TxnResponse, int64, error) {
-	replies := make(chan txnReply, maxCreateAttempts)
-	sent, outstanding := 0, 0
-	send := func() {
-		sent++
-		outstanding++
-		tctx, cancel := d.detach(ctx)
-		go func() {
-			defer cancel()
-			resp, err := d.cli.Txn(tctx).If(cond...).Then(then...).Else(els...).Commit()
-			replies <- txnReply{resp, err}
-		}()
-	}
-	send()
-	timer := time.NewTimer(hedgeDelay)
-	defer timer.Stop()
-	var last txnReply
-	for {
-		select {
-		case r := <-replies:
-			outstanding--
-			if r.err == nil {
-				rev := mine(r.resp)
-				if outstanding > 0 {
-					d.straggle(sl.name, s, rev, outstanding, replies)
-				}
-				return r.resp, rev, nil
-			}
-			last = r
-			if outstanding == 0 {
-				if sent == maxCreateAttempts || !retriable(ctx, r.err) || isLeaseNotFound(r.err) {
-					return nil, 0, r.err
-				}
-				timer.Reset(minAttemptDelay)
-			}
-		case <-timer.C:
-			if ctx.Err() == nil && sent < maxCreateAttempts {
-				send()
-			} else if outstanding == 0 {
-				return nil, 0, last.err
-			}
-			timer.Reset(hedgeDelay)
-		}
-	}
-}
-
-// txnReply is the reply to one attempt of a transaction.
-type txnReply struct {
-	resp *clientv3.TxnResponse
-	err  error
-}
-
-// straggle waits in the background for the n attempts of a creating
-// transaction still in flight once a reply was decided on, and deletes an
-// entry named name that one of them created, unless it is the entry of
-// revision rev that the decision recorded.
-func (d *Driver) straggle(name string, s *session, rev int64, n int, replies <-chan txnReply) {
-	wait := func() {
-		for range n {
-			r := <-replies
-			if r.err == nil && r.resp.Succeeded && r.resp.Header.Revision != rev {
-				d.expire("", record{name: name, rev: r.resp.Header.Revision, sess: s, released: true})
-			}
-		}
-	}
-	if !d.background(wait) {
-		wait() // the driver is closed: the attempts end at once
-	}
 }

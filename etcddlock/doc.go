@@ -162,14 +162,13 @@
 //     values of the key's queue, and each is deleted only if it is still
 //     the incarnation read.
 //   - Every request honours its context, except the transaction that
-//     creates an entry: its attempts (see Failover) run to their replies
-//     (for at most ten seconds, or until Close) even if the context ends
-//     first, because the server may apply a creation cancelled on the wire
-//     after a Release that followed has looked for it. Its outcome
-//     recorded, the Release that package dlock makes after an abandoned
-//     Acquire removes what it created, so nothing stays behind. Package
-//     dlock, not the driver, returns to its caller promptly (see
-//     "Contexts" in package driver).
+//     creates an entry: it runs to its reply (for at most ten seconds, or
+//     until Close) even if the context ends first, because the server may
+//     apply a creation cancelled on the wire after a Release that followed
+//     has looked for it. Its outcome recorded, the Release that package
+//     dlock makes after an abandoned Acquire removes what it created, so
+//     nothing stays behind. Package dlock, not the driver, returns to its
+//     caller promptly (see "Contexts" in package driver).
 //
 // # Failover
 //
@@ -179,26 +178,16 @@
 // forwarded to a leader that has just failed is lost: the member answers
 // only when its own request timeout passes (about seven seconds). So that
 // neither holds up a lock for longer than the cluster needs to elect a new
-// leader, every request whose repetition is harmless is made in attempts:
-// when an attempt has had no reply for half a second, another is sent
-// alongside it, which the client's balancer sends to the next member (up
-// to three at a time); the first reply wins and the others are cancelled.
-// An attempt gives up after two seconds, and one that the cluster answers
-// with the error of a leader election is followed by another. Such are
-// every read, a waiter's or holder's later Acquire and Refresh (each
-// compares the entry's incarnation first), and every deletion: Release,
-// the deletion of an entry whose deadline passed, which is retried until
-// it succeeds, and the session's grant, renewals and revocation. A Release
-// whose other attempt may have deleted the entry reports success.
-//
-// The transaction that creates an entry is sent again in the same way, up
-// to five times, but no attempt is cancelled: each runs to its reply (see
-// above). The attempts make the same comparisons (the entry's name is
-// free; for a TryLock, the queue is empty), so while the entry one of them
-// created exists, the others create nothing, and the reply of each shows
-// the entry if it is there. The first reply decides; an attempt that
-// creates an entry after that (the one the decision saw having gone
-// meanwhile) has its entry deleted again when its reply comes.
+// leader, every request whose repetition is harmless is made in attempts
+// of two seconds each: after an attempt that times out, or that the cluster
+// answers with the error of a leader election, the request is sent again,
+// and the client's balancer sends it to the next member. Such are every
+// read, a waiter's or holder's later Acquire and Refresh (each compares the
+// entry's incarnation first), and every deletion: Release, the deletion of
+// an entry whose deadline passed, which is retried until it succeeds, and
+// the session's grant, renewals and revocation. A Release whose earlier
+// attempt may have deleted the entry reports success. The transaction that
+// creates an entry is not repeated this way (see above).
 //
 // A client opened from a URL also pings each connection that has requests
 // in flight after 10s without a reply (gRPC's shortest interval) and

@@ -201,22 +201,6 @@ func notHeld(key, why string) error {
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
-// background runs f on a goroutine that Close waits for, and reports
-// false, without running it, if the driver is closed.
-func (d *Driver) background(f func()) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return false
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // detach returns a context with ctx's values that ends backgroundTimeout
 // from now or when the driver closes, whichever comes first, but not with
 // ctx.

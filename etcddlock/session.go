@@ -165,25 +165,18 @@ func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID, s *sessi
 	p := &proof{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(p.done)
-		type renewal struct {
-			ttl  time.Duration
-			sent time.Time
-		}
-		r, _, err := retry(ctx, func(ctx context.Context) (renewal, error) {
-			sent := time.Now()
-			resp, err := d.cli.KeepAliveOnce(ctx, lease)
-			if err != nil {
-				return renewal{}, err
-			}
-			return renewal{time.Duration(resp.TTL) * time.Second, sent}, nil
+		var sent time.Time
+		resp, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			sent = time.Now()
+			return d.cli.KeepAliveOnce(ctx, lease)
 		})
 		if err != nil {
 			p.err = err
 			return
 		}
-		p.ttl = r.ttl
+		p.ttl = time.Duration(resp.TTL) * time.Second
 		if s != nil {
-			s.proved(r.sent)
+			s.proved(sent)
 		}
 	}()
 	return p
