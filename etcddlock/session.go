@@ -90,11 +90,7 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 	defer s.cancel()
 	gctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
 	s.start = time.Now()
-	// A grant that times out may still be applied: its lease, with
-	// nothing attached, expires on its own.
-	g, _, err := retry(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
-		return d.cli.Grant(ctx, d.sessionTTL)
-	})
+	g, err := d.cli.Grant(gctx, d.sessionTTL)
 	cancel()
 	if err != nil {
 		s.err = fmt.Errorf("etcddlock: starting a session: %w", err)
@@ -127,10 +123,7 @@ func (d *Driver) revoke(s *session) {
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
 	defer cancel()
-	_, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
-		return d.cli.Revoke(ctx, s.id)
-	})
-	if err == nil || isLeaseNotFound(err) {
+	if _, err := d.cli.Revoke(ctx, s.id); err == nil || isLeaseNotFound(err) {
 		d.mu.Lock()
 		delete(d.leases, s.id)
 		d.mu.Unlock()
@@ -157,19 +150,15 @@ type proof struct {
 // transaction. A successful reply proves that the lease existed when the
 // request arrived and that the server then moved its expiry to at least its
 // TTL from then, hence from the time the request was sent. If s is not nil
-// (lease is s's), s records that time. The request is made in attempts
-// (see retry), each of which counts from its own sending, and gives up
-// after limit, when the proof would be of no use.
+// (lease is s's), s records that time. The request gives up after limit,
+// when the proof would be of no use.
 func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID, s *session, limit time.Duration) *proof {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	p := &proof{done: make(chan struct{}), cancel: cancel}
+	sent := time.Now()
 	go func() {
 		defer close(p.done)
-		var sent time.Time
-		resp, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-			sent = time.Now()
-			return d.cli.KeepAliveOnce(ctx, lease)
-		})
+		resp, err := d.cli.KeepAliveOnce(ctx, lease)
 		if err != nil {
 			p.err = err
 			return
