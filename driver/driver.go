@@ -39,7 +39,8 @@
 //     and so is sending one attempt to several members of a replicated store
 //     at once, or again to another member when one does not answer, where
 //     the store makes the copies idempotent and the first answer stands: a
-//     hedged request, as etcddlock makes, is still one attempt.)
+//     hedged request is still one attempt. A copy that lands after the
+//     answer was taken must not undo what the answer promised.)
 //   - No lost state. A driver never leaves state behind for an owner after
 //     Release, after the owner's lease expired and the key was taken over, or
 //     after Acquire returned an error. The only state that may outlive a lock
