@@ -131,19 +131,5 @@ func (s *Server) startZooKeeperMember(ctx context.Context, java, classpath strin
 // must be answered "imok", and "srvr" must report the server leader or
 // follower (it serves requests).
 func zkMemberReady(ctx context.Context, port int) error {
-	reply, err := zkCommand(ctx, loopbackAddr(port), "ruok")
-	if err != nil {
-		return err
-	}
-	if reply != "imok" {
-		return fmt.Errorf("ruok: reply %q", reply)
-	}
-	reply, err = zkCommand(ctx, loopbackAddr(port), "srvr")
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(reply, "Mode: leader") && !strings.Contains(reply, "Mode: follower") {
-		return fmt.Errorf("srvr: reply %q", strings.TrimSpace(reply))
-	}
-	return nil
+	return zkServing(ctx, port, "leader", "follower")
 }

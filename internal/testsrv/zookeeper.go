@@ -160,7 +160,11 @@ func zkJavaArgs(dir, classpath, main, cfg string, props ...string) []string {
 // "imok", and "srvr" must report the standalone mode. (A server answers
 // "imok" as soon as it accepts connections, a moment before it serves
 // requests; until then "srvr" answers that it is not serving.)
-func zkReady(ctx context.Context, port int) error {
+func zkReady(ctx context.Context, port int) error { return zkServing(ctx, port, "standalone") }
+
+// zkServing reports whether the server on port answers "ruok" with "imok"
+// and "srvr" with one of modes ("Mode: " + mode).
+func zkServing(ctx context.Context, port int, modes ...string) error {
 	reply, err := zkCommand(ctx, loopbackAddr(port), "ruok")
 	if err != nil {
 		return err
@@ -172,10 +176,12 @@ func zkReady(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(reply, "Mode: standalone") {
-		return fmt.Errorf("srvr: reply %q", strings.TrimSpace(reply))
+	for _, m := range modes {
+		if strings.Contains(reply, "Mode: "+m) {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("srvr: reply %q", strings.TrimSpace(reply))
 }
 
 // zkCommand sends a ZooKeeper four-letter word over a new connection and
