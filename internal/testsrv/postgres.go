@@ -17,7 +17,8 @@ import (
 
 // StartPostgres initialises a PostgreSQL cluster in a new temporary
 // directory, starts it on a free port on 127.0.0.1 (trust authentication,
-// superuser "postgres", fsync off), waits until it accepts connections, and
+// superuser "postgres", fsync off, so that a commit survives a crash of the
+// server but not of the machine), waits until it accepts connections, and
 // creates the database "dlock". When the test process runs as root, initdb
 // and postgres run as the "postgres" system user. The error wraps ErrMissing
 // if initdb or postgres cannot be found.
@@ -51,7 +52,6 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 			"-c", "listen_addresses=127.0.0.1",
 			"-c", "unix_socket_directories=" + dir,
 			"-c", "fsync=off",
-			"-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off",
 			"-c", "shared_buffers=16MB",
 			"-c", "max_connections=200",
