@@ -71,13 +71,21 @@
 //     retrying until that succeeds or the session ends). A lock therefore
 //     frees at its TTL while its process lives and at most S after its
 //     process stopped talking to etcd.
-//   - If the session ends (the lessor's keep-alive stops because the lease
-//     expired or went unanswered for S, or a request finds the lease gone),
-//     every hold and queue entry of it is lost: Refresh and Release report
-//     driver.ErrNotHeld, and so does a waiter's next Acquire (its place in
-//     the queue is gone; package dlock ends the wait with dlock.ErrLost).
-//     The driver revokes the old lease (in case it is still alive on the
-//     server) and grants a new one for the next acquisition.
+//   - The lessor's keep-alive stream stops when it goes unanswered for S (it
+//     ran on a member that died or hangs) or the server says the lease
+//     expired. The driver then renews the lease once, on whichever member
+//     answers, for as long as its latest proven renewal still covers the
+//     lease: if the lease lives, the session goes on with a new stream and
+//     no hold is lost.
+//   - Otherwise the session ends (as it does when a request finds the lease
+//     gone): every hold and queue entry of it is lost. Refresh and Release
+//     report driver.ErrNotHeld, and so does a waiter's next Acquire (its
+//     place in the queue is gone; package dlock ends the wait with
+//     dlock.ErrLost). The next acquisition grants a new lease. The old one
+//     is revoked, in case it is still alive on the server, but only once
+//     its latest proven renewal has run out: the driver reported holds on
+//     it valid until then, and revoking earlier would free their keys for
+//     other clients while the holders may still work.
 //   - Close revokes the lease, which deletes every entry of the driver at
 //     once.
 //
@@ -96,7 +104,16 @@
 // on the server, so package dlock's validity (measured from before the
 // request was sent, less its drift margin) ends before the server can
 // expire the lease. This assumes that the client's and the leader's clocks
-// run at about the same rate, as every lease does.
+// run at about the same rate, as every lease does, and that the server
+// revokes a lease only once it has expired. etcd breaks the latter when a
+// leader is paused (SIGSTOP, a stalled disk, a starved VM) for longer than
+// S and then resumes: it revokes the leases that expired in its frozen
+// view, and the cluster applies the revocations although their clients have
+// renewed the leases with the new leader meanwhile (etcd-io/etcd#15247;
+// mitigated, not entirely, from etcd 3.4.30 and 3.5.13). A hold can then be
+// taken by another client while it is valid. Keep S above the longest pause
+// a member may suffer (the default 15s is), and guard writes with the
+// fencing token.
 //
 // # Modes
 //

@@ -14,10 +14,11 @@ import (
 // client's lessor. Every entry the driver creates is attached to the current
 // session; when the session ends, its entries are gone.
 type session struct {
-	ready  chan struct{} // closed when the grant has finished
-	done   chan struct{} // closed when the session has ended (or failed to start)
-	cancel context.CancelFunc
-	lost   atomic.Bool // the server no longer knows the lease
+	ready   chan struct{} // closed when the grant has finished
+	done    chan struct{} // closed when the session has ended (or failed to start)
+	cancel  context.CancelFunc
+	lost    atomic.Bool // the server no longer knows the lease
+	stopped atomic.Bool // the keep-alive has stopped for good: no new entries join
 
 	// Set before ready is closed.
 	id    clientv3.LeaseID
@@ -35,7 +36,7 @@ type session struct {
 // lease expired, or went unanswered for its TTL) or a request found the
 // lease gone.
 func (s *session) ended() bool {
-	if s.lost.Load() {
+	if s.lost.Load() || s.stopped.Load() {
 		return true
 	}
 	select {
@@ -109,10 +110,58 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 		return
 	}
 	close(s.ready)
-	for range ch {
+	for {
+		for range ch {
+		}
+		if ctx.Err() != nil || s.lost.Load() {
+			break
+		}
+		// The keep-alive went unanswered for the lease's TTL (its
+		// stream was on a member that died or hangs), or the server
+		// said the lease is gone. A renewal proven since may still
+		// hold the lease: ask once, and keep the session on a new
+		// stream if it lives.
+		if !d.stillAlive(ctx, s) {
+			break
+		}
+		if ch, err = d.cli.KeepAlive(ctx, s.id); err != nil {
+			break
+		}
 	}
-	s.lost.Store(true)
+	s.stopped.Store(true)
+	// The driver reported holds on this session valid until the latest
+	// proven renewal plus the TTL (session.left). Unless the server said
+	// the lease is gone, it may still be alive, and revoking it now would
+	// end those holds early, so it is revoked once that time has passed.
+	if !s.lost.Load() {
+		sleep(ctx, s.left(time.Now()))
+	}
 	d.revoke(s)
+}
+
+// stillAlive renews s's lease once, after its keep-alive stopped, and
+// reports whether it lives. The renewal is retried, on whichever member
+// answers, while an earlier proof still vouches for the lease; a reply that
+// the lease is gone kills the session.
+func (d *Driver) stillAlive(ctx context.Context, s *session) bool {
+	delay := 50 * time.Millisecond
+	for {
+		left := s.left(time.Now())
+		if left <= 0 {
+			return false
+		}
+		_, err := d.keepAlive(ctx, s.id, s, left).wait()
+		switch {
+		case err == nil:
+			return true
+		case isLeaseNotFound(err):
+			s.kill()
+			return false
+		case !sleep(ctx, delay):
+			return false
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
 }
 
 // revoke revokes an ended session's lease, so that entries it may still have
