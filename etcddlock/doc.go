@@ -106,14 +106,15 @@
 // expire the lease. This assumes that the client's and the leader's clocks
 // run at about the same rate, as every lease does, and that the server
 // revokes a lease only once it has expired. etcd breaks the latter when a
-// leader is paused (SIGSTOP, a stalled disk, a starved VM) for longer than
-// S and then resumes: it revokes the leases that expired in its frozen
+// leader is paused (SIGSTOP, a stalled disk, a starved VM) for more than
+// about two thirds of S (the lessor renews every third of S) and then
+// resumes: it revokes the leases that expired in its frozen
 // view, and the cluster applies the revocations although their clients have
 // renewed the leases with the new leader meanwhile (etcd-io/etcd#15247;
 // mitigated, not entirely, from etcd 3.4.30 and 3.5.13). A hold can then be
-// taken by another client while it is valid. Keep S above the longest pause
-// a member may suffer (the default 15s is), and guard writes with the
-// fencing token.
+// taken by another client while it is valid. Keep the pauses a member may
+// suffer under two thirds of S (10s with the default 15s), and guard writes
+// with the fencing token.
 //
 // # Modes
 //
