@@ -188,6 +188,33 @@
 //     nothing stays behind. Package dlock, not the driver, returns to its
 //     caller promptly (see "Contexts" in package driver).
 //
+// # Failover
+//
+// The client spreads requests over the members of the cluster. A member
+// that hangs (a stopped process, a network that drops its packets) keeps
+// the requests sent to it without an answer, and a request that a member
+// forwarded to a leader that has just failed is lost: the member answers
+// only when its own request timeout passes (about seven seconds). So that
+// neither holds up a lock for longer than the cluster needs to elect a new
+// leader, every request whose repetition is harmless is made in attempts
+// of two seconds each: after an attempt that times out, or that the cluster
+// answers with the error of a leader election, the request is sent again,
+// and the client's balancer sends it to the next member. Such are every
+// read, a waiter's or holder's later Acquire and Refresh (each compares the
+// entry's incarnation first), and every deletion: Release, the deletion of
+// an entry whose deadline passed, which is retried until it succeeds, and
+// the session's grant, renewals and revocation. A Release whose earlier
+// attempt may have deleted the entry reports driver.ErrNotHeld when a later
+// one finds it gone: the safe side. The transaction that
+// creates an entry is not repeated this way (see above).
+//
+// A client opened from a URL also pings each connection that has requests
+// in flight after 10s without a reply (gRPC's shortest interval) and
+// closes it if the ping goes unanswered for 3s: the requests and streams of
+// a member that hangs for longer (the lessor's keep-alive, watches) move to
+// the other members. A client passed to New keeps its own settings
+// (clientv3.Config's DialKeepAliveTime and DialKeepAliveTimeout).
+//
 // # Fencing tokens and guarded writes
 //
 // The token of a hold is its entry's CreateRevision: the store's revision

@@ -91,7 +91,11 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 	defer s.cancel()
 	gctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
 	s.start = time.Now()
-	g, err := d.cli.Grant(gctx, d.sessionTTL)
+	// A grant that times out may still be applied: its lease, with
+	// nothing attached, expires on its own.
+	g, _, err := retry(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return d.cli.Grant(ctx, d.sessionTTL)
+	})
 	cancel()
 	if err != nil {
 		s.err = fmt.Errorf("etcddlock: starting a session: %w", err)
@@ -172,7 +176,10 @@ func (d *Driver) revoke(s *session) {
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
 	defer cancel()
-	if _, err := d.cli.Revoke(ctx, s.id); err == nil || isLeaseNotFound(err) {
+	_, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+		return d.cli.Revoke(ctx, s.id)
+	})
+	if err == nil || isLeaseNotFound(err) {
 		d.mu.Lock()
 		delete(d.leases, s.id)
 		d.mu.Unlock()
@@ -199,15 +206,19 @@ type proof struct {
 // transaction. A successful reply proves that the lease existed when the
 // request arrived and that the server then moved its expiry to at least its
 // TTL from then, hence from the time the request was sent. If s is not nil
-// (lease is s's), s records that time. The request gives up after limit,
-// when the proof would be of no use.
+// (lease is s's), s records that time. The request is made in attempts
+// (see retry), each of which counts from its own sending, and gives up
+// after limit, when the proof would be of no use.
 func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID, s *session, limit time.Duration) *proof {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	p := &proof{done: make(chan struct{}), cancel: cancel}
-	sent := time.Now()
 	go func() {
 		defer close(p.done)
-		resp, err := d.cli.KeepAliveOnce(ctx, lease)
+		var sent time.Time
+		resp, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			sent = time.Now()
+			return d.cli.KeepAliveOnce(ctx, lease)
+		})
 		if err != nil {
 			p.err = err
 			return
