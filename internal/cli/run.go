@@ -211,11 +211,7 @@ func (a *app) run(o *runOptions, args []string) error {
 		}
 		return err
 	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			a.log.Warn("closing the store", "err", err)
-		}
-	}()
+	defer a.close(c)
 	// The hold becomes a lease two resolution units longer (see
 	// Lock.ReleaseAfter): refuse it now rather than after the command ran.
 	if caps := c.Capabilities(); caps.MaxTTL > 0 && o.holdAtLeast+2*caps.TTLResolution > caps.MaxTTL {

@@ -95,8 +95,30 @@ func (a *app) withClient(fn func(ctx context.Context, c *dlock.Client) error) er
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer a.close(c)
 	return fn(ctx, c)
+}
+
+// closeGrace bounds how long the CLI waits for Client.Close before it exits.
+// Close waits for the store's requests still in flight, which on a server
+// that hangs (one node of a Redlock, say) last until the client library's
+// timeouts; by then the CLI has released its lock wherever the store
+// answers, and what a hung server keeps ends with its lease. Exiting ends
+// the rest.
+const closeGrace = time.Second
+
+// close closes c, waiting at most closeGrace.
+func (a *app) close(c *dlock.Client) {
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			a.log.Warn("closing the store", "err", err)
+		}
+	case <-time.After(closeGrace):
+		a.log.Debug("the store is still closing; exiting without waiting for servers that do not answer")
+	}
 }
 
 // storeError turns an error from a store operation into an exitError.
