@@ -233,19 +233,31 @@ func (l *Limiter) Allow(ctx context.Context) (bool, error) {
 // was taken. Goroutines of one Client waiting on the same key queue locally
 // and take the slots in turn.
 //
-// Wait (and Allow) also return an error, without admitting the call, if the
-// slot was lost before it could be handed to its lease (an error wrapping
-// dlock.ErrLost: the store no longer had it, for example after a forced
-// release) or the Client was closed (dlock.ErrClosed).
+// A slot can be lost between its grant and its hand-over to the lease, and
+// a waiter's place in the store's queue (a lease of window too) can end
+// while it waits: when the store took longer to answer than the window
+// leaves, or an operator forced the key's release meanwhile. Wait then
+// waits again; Allow returns an error wrapping dlock.ErrLost. Both return
+// an error wrapping dlock.ErrClosed, without admitting the call, if the
+// Client was closed.
 func (l *Limiter) Wait(ctx context.Context) error {
 	if ctx == nil {
 		return &dlock.ArgError{Name: "ctx", Value: nil, Reason: "must not be nil"}
 	}
-	lk, err := l.client.Lock(ctx, l.key, l.opts...)
-	if err != nil {
-		return fmt.Errorf("ratelimit: %w", err)
+	for {
+		lk, err := l.client.Lock(ctx, l.key, l.opts...)
+		if err == nil {
+			err = l.keep(ctx, lk, time.Now())
+		} else {
+			err = fmt.Errorf("ratelimit: %w", err)
+		}
+		if !errors.Is(err, dlock.ErrLost) || ctx.Err() != nil {
+			return err
+		}
+		// The slot, or the place in the store's queue, ended before
+		// it could be kept (a store slower than the window, or a
+		// forced release): wait again.
 	}
-	return l.keep(ctx, lk, time.Now())
 }
 
 // keep hands the slot lk, granted by the store before granted (a local
