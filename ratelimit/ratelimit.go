@@ -52,7 +52,13 @@
 //     --rate` refuses them.
 //
 // An operator's forced release of the key (`dlock release --force`,
-// dlock.Client.ForceRelease) frees its slots early.
+// dlock.Client.ForceRelease) frees its slots early. On stores that queue
+// waiters (Capabilities.FIFO), a place in the queue is a lease of window
+// too: a process killed while it waits in Wait holds up the waiters behind
+// it for up to window.
+//
+// The key is used as it is, and a key with N of 1 is a plain lock: do not
+// use a rate limit's key as a lock too.
 package ratelimit
 
 import (

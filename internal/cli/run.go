@@ -358,7 +358,10 @@ func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
 		return exitf(ExitNotAcquired, "rate limit %q is in use in another mode or with another N%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
 	case errors.Is(err, dlock.ErrUnavailable):
 		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
-	case errors.Is(err, dlock.ErrNotAcquired), errors.Is(err, dlock.ErrLost):
+	case errors.Is(err, dlock.ErrLost):
+		// The slot ended before it could be kept: not admitted.
+		return exitf(ExitNotAcquired, "rate limit %q of %s: %v; command not run", o.key, o.rate, message(err))
+	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitf(ExitNotAcquired, "rate limit %q of %s: no slot freed after waiting %v; command not run", o.key, o.rate, o.wait)
 	default:
 		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
