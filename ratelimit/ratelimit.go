@@ -8,8 +8,9 @@
 // the store's clock measures it, whatever the caller does next: it is never
 // given back early. So in any interval of length window at most N calls are
 // admitted, across every process that uses the same store, key and N. There
-// are no fixed buckets and no refill rate: a slot frees exactly window
-// after it was taken, and a waiting caller (Wait) takes it then.
+// are no fixed buckets and no refill rate: a slot frees window after it was
+// taken (see below how precisely), and a waiting caller (Wait) takes it
+// then.
 //
 // Each slot is a permit of a dlock semaphore with N permits on the key (a
 // plain lock when N is 1), taken with a lease of window and no renewal.
@@ -21,8 +22,10 @@
 // `dlock run --rate`).
 //
 // A slot stays taken for at least window and, on most stores, for at most a
-// round trip to the store more (the hand-over to the lease is a second
-// request, and the time it takes counts against the window, never for it).
+// round trip to the store more: the hand-over to the lease is a second
+// request, which sets the lease to the rest of the window as measured from
+// after the grant's answer arrived, so that it can make the slot last
+// longer, never shorter.
 // Every user of a key must give the same N (an error wrapping
 // dlock.ErrModeMismatch otherwise); users may give different windows, each
 // slot then lasting its taker's window.
@@ -32,10 +35,11 @@
 // The guarantee is as good as the store's leases:
 //
 //   - Stores that time leases on their own clock to the millisecond or
-//     better (Redis in script mode, PostgreSQL, MySQL/MariaDB, SQLite, and
-//     the in-process memdlock within one process): at most N admissions in
-//     any window as that clock measures it. SQLite's clock is the one of the
-//     host whose processes share the file.
+//     better (Redis in its default script mode, PostgreSQL, MySQL/MariaDB,
+//     SQLite, and the in-process memdlock within one process): at most N
+//     admissions in any window as that clock measures it. SQLite's clock is
+//     the wall clock of the host whose processes share the file, so a step
+//     of that clock moves the slots' ends with it.
 //   - Stores with a coarse lease clock (Capabilities.TTLResolution;
 //     memcached counts whole seconds and may end a lease up to a second
 //     early): each lease is asked for two units longer than window, so that

@@ -380,3 +380,31 @@ func (d plainDriver) Capabilities() driver.Capabilities {
 	caps.Modes = driver.Modes(driver.Exclusive)
 	return caps
 }
+
+// WithInfo names the taker of each slot in listings.
+func TestWithInfo(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := dlock.New(memdlock.New(), dlock.WithOwnerInfo("client-info"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := ratelimit.New(c, "api", 2, time.Hour, ratelimit.WithInfo("billing-sync"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !allow(t, ctx, l) || !allow(t, ctx, newLimiter(t, c, "api", 2, time.Hour)) {
+		t.Fatal("call refused")
+	}
+	hs, err := c.List(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos := map[string]bool{}
+	for _, h := range hs {
+		infos[h.Info] = true
+	}
+	if len(hs) != 2 || !infos["billing-sync"] || !infos["client-info"] {
+		t.Errorf("holders %+v: want one slot with the Limiter's info and one with the Client's", hs)
+	}
+}

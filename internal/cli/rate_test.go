@@ -237,3 +237,39 @@ func TestRateUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// --rate needs a store whose leases outlive dlock, and semaphores for N > 1.
+func TestRateUnsupportedStores(t *testing.T) {
+	start := func(t *testing.T, startSrv func(context.Context) (*testsrv.Server, error)) string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		srv, err := startSrv(ctx)
+		if errors.Is(err, testsrv.ErrMissing) {
+			t.Skip(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Stop() })
+		return srv.URL
+	}
+	t.Run("etcd", func(t *testing.T) {
+		url := start(t, testsrv.StartEtcd)
+		r := runMain(t, "run", "--url", url, "--key", "api", "--rate", "3/1m", "--wait", "0", "--", "true")
+		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "does not support it: its holds end with dlock's session") {
+			t.Errorf("exit status %d, stderr %q; want %d and a message", r.code, r.stderr, cli.ExitUnavailable)
+		}
+	})
+	t.Run("memcached", func(t *testing.T) {
+		url := start(t, testsrv.StartMemcached) + "?prefix=" + testsrv.DatabaseName(t.Name()) + ":"
+		r := runMain(t, "run", "--url", url, "--key", "api", "--rate", "2/1m", "--wait", "0", "--", "true")
+		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "admits 1/DURATION only") {
+			t.Errorf("--rate 2/1m: exit status %d, stderr %q; want %d and a message", r.code, r.stderr, cli.ExitUnavailable)
+		}
+		for i, want := range []int{0, cli.ExitNotAcquired} {
+			if r := runMain(t, "run", "--url", url, "--key", "api", "--rate", "1/1m", "--wait", "0", "--", "true"); r.code != want {
+				t.Errorf("--rate 1/1m, run %d: exit status %d, want %d", i+1, r.code, want)
+			}
+		}
+	})
+}
