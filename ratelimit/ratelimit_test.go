@@ -20,7 +20,7 @@ import (
 	_ "github.com/dlockhq/dlock/sqldlock"
 )
 
-func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Redis, testsrv.Memcached) }
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Redis, testsrv.Postgres, testsrv.Memcached) }
 
 // store is a store the tests run on: url returns a URL private to the test.
 type store struct {
@@ -35,6 +35,15 @@ var stores = []store{
 	}},
 	{"sqlite", func(t *testing.T) string {
 		return (&url.URL{Scheme: "sqlite", Path: filepath.Join(t.TempDir(), "locks.db")}).String()
+	}},
+	{"postgres", func(t *testing.T) string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		url, _, err := testsrv.Get(t, testsrv.Postgres).NewDatabase(ctx, t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return url
 	}},
 }
 
