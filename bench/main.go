@@ -193,16 +193,18 @@ type cell struct {
 
 // procCells returns the hot-key-across-processes cells of a store: every
 // goroutine has a Client of its own (its own connection pool, session or
-// subscription), as separate processes would. They are the fleet's cells
-// (cfg.fleet processes, CS=0 and CS=1ms) and the waiter-scaling cells
+// subscription), as separate processes would. They are the counterparts of
+// the shared-Client hot key cells (G=8) and the fleet's cells (cfg.fleet
+// processes), both with CS=0 and CS=1ms, and the waiter-scaling cells
 // (cfg.waiters processes, CS=1ms), in the order of G.
 func procCells(cfg config, store string) []cell {
-	gs := append([]int{cfg.fleet}, cfg.waiters...)
+	both := []int{8, cfg.fleet}
+	gs := append(slices.Clone(both), cfg.waiters...)
 	slices.Sort(gs)
 	var cs []cell
 	for _, g := range slices.Compact(gs) {
 		for _, d := range []time.Duration{0, time.Millisecond} {
-			if d == 0 && g != cfg.fleet {
+			if d == 0 && !slices.Contains(both, g) {
 				continue
 			}
 			cs = append(cs, cell{store: store, workload: "hotkey-procs", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true,

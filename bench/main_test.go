@@ -26,8 +26,8 @@ func TestAllWorkloads(t *testing.T) {
 		clients:  2,
 		slices:   2,
 		stores:   storeNames(),
-		// Hot key across processes with few of them: 3 processes with
-		// CS=0 and 1ms, waiter scaling over 2 and 3.
+		// Hot key across processes with few of them: 3 and 8 processes
+		// with CS=0 and 1ms, waiter scaling over 2, 3 and 8.
 		fleet:    3,
 		waiters:  []int{2, 3},
 		procPool: 2,
