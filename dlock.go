@@ -102,9 +102,21 @@ type Holder = driver.Holder
 // Capabilities describe what a backend does natively.
 type Capabilities = driver.Capabilities
 
-// Mode is the kind of a lock: driver.Exclusive, driver.Shared (the read side
-// of a read-write lock) or driver.Semaphore.
+// Mode is the kind of a lock: ModeExclusive, ModeShared (the read side of a
+// read-write lock) or ModeSemaphore. Lock.Mode and Holder.Mode report it.
 type Mode = driver.Mode
+
+// The modes of a lock (the same values as package driver's).
+const (
+	// ModeExclusive: at most one holder per key (Lock, TryLock, Do
+	// without Shared or WithLimit).
+	ModeExclusive = driver.Exclusive
+	// ModeShared: the read side of a read-write lock (the Shared option).
+	ModeShared = driver.Shared
+	// ModeSemaphore: up to a limit of holders per key (the WithLimit
+	// option).
+	ModeSemaphore = driver.Semaphore
+)
 
 // Client acquires locks from one backend. It is safe for concurrent use.
 // Close it to release its locks and the backend's resources.
