@@ -40,7 +40,7 @@
 //   - a URL that does not parse or names an unknown scheme.
 //
 // Misuse is reported with sentinels and changes nothing on the store:
-// Release or Refresh of a released lock gives ErrNotHeld; Release or Refresh
+// Release or Refresh of a released or detached lock gives ErrNotHeld; Release or Refresh
 // of a lost lock gives ErrLost; any use of a closed Client (and of its locks)
 // gives ErrClosed.
 //
@@ -53,6 +53,21 @@
 // the store (or who is handed Client.Driver and a token) can act as the
 // owner; guard the store as you guard the data the lock protects. Listings
 // show only OwnerID, a hash of the token.
+//
+// # Holds that outlive the process
+//
+// A hold can outlive the Client and the process that took it, and be acted
+// on from another: Lock.HoldID names it (its key and owner token, a secret
+// like the token), Lock.Detach lets go of it without releasing it (it then
+// lasts until its lease ends), and Client.Resume, given the hold ID in any
+// process that uses the same store, checks it against the store and returns
+// a Lock that extends (Refresh, or Resume with WithTTL), releases or
+// detaches it again. A payment hold is one: taken when the order is placed,
+// released on another server when the payment is confirmed. It needs a
+// backend whose holds live on the store alone (Capabilities.PortableHolds:
+// the SQL stores, Redis, Redlock, memcached and the in-process store);
+// etcd's and ZooKeeper's holds end with the session of the client that took
+// them, and Detach and Resume return ErrUnsupported there.
 package dlock
 
 import (
@@ -347,7 +362,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 // Close shuts the Client down. It ends every acquisition in progress at once
 // (Lock, TryLock and Do return errors wrapping ErrClosed), waits until their
 // attempts are cleaned up on the store, releases every lock the Client holds
-// (their contexts end with cause ErrClosed), waits for requests still in
+// but detached ones (their contexts end with cause ErrClosed), waits for requests still in
 // flight (each bounded by its own timeout), and then closes the backend. Later
 // calls on the Client or its locks return ErrClosed. Close is idempotent, and
 // a concurrent second call returns once the first has finished.

@@ -135,7 +135,8 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // HoldID returns a string that names this hold, for Client.Resume to act on
 // it from another Client, in this process or another one: its key, owner
 // token, mode, limit, fencing token and lease, in a versioned base64url
-// encoding ("dlh1." and about 50 characters more for a short key).
+// encoding ("dlh1." and then about 4/3 of the key's length plus 60
+// characters).
 //
 // A hold ID is a secret, as the owner token in it is: its bearer can extend
 // or release the hold. Hand it only to processes that may do so, keep it

@@ -124,7 +124,7 @@ const runExample = `  # Serialise deploys across hosts that share a PostgreSQL d
   dlock run --key nightly-report --wait 0 --hold-at-least 10m -- ./report.sh`
 
 func (a *app) runCommand() *cobra.Command {
-	var o runOptions
+	o := runOptions{notDone: "command not run"}
 	cmd := &cobra.Command{
 		Use:     "run --key KEY [flags] [--] COMMAND [ARG...]",
 		Short:   "Run a command while holding a lock (a distributed flock)",
@@ -142,7 +142,6 @@ func (a *app) runCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.SetInterspersed(false) // flags after COMMAND are COMMAND's
 	o.lockFlags(f, DefaultRunTTL, "lease: the store frees the lock this long after its last renewal if dlock dies", "commands")
-	o.notDone = "command not run"
 	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "terminate COMMAND and release the lock this long after it was acquired, as if it were lost (default: no bound)")
 	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
