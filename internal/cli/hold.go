@@ -20,13 +20,14 @@ import (
 const holdIDEnv = "DLOCK_HOLD"
 
 // holdIDHelp says where a hold ID comes from, for the help of the commands
-// that take one.
-const holdIDHelp = `The hold ID is given by --hold ID; by --hold -, which reads it from the
-first line of stdin; or, without --hold, by the DLOCK_HOLD environment
-variable. A hold ID is a secret: whoever has it can extend or release the
-hold. Other users of the host can see a command's arguments (ps), though not
-its environment or stdin: prefer --hold - or DLOCK_HOLD. dlock never prints
-a hold ID except on the stdout of 'dlock hold'.`
+// that deal with one.
+const holdIDHelp = `'dlock extend' and 'dlock release' take the hold ID from --hold ID; from
+the first line of stdin with --hold -; or, without --hold, from the
+DLOCK_HOLD environment variable. A hold ID is a secret: whoever has it can
+extend or release the hold. Other users of the host can see a command's
+arguments (ps), though not its environment or stdin: prefer --hold - or
+DLOCK_HOLD. dlock never prints a hold ID except on the stdout of 'dlock
+hold'.`
 
 const holdLong = `Take the lock KEY and leave it held after dlock exits, for --ttl (required),
 and print its hold ID on stdout: a secret string that 'dlock extend' and
