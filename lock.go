@@ -22,7 +22,7 @@ const (
 
 // Lock is a held lock: a lease on a key with an owner and a fencing token.
 // It renews itself in the background (unless WithoutRenewal was given) until
-// Release is called or the lock is lost. Its methods are safe for concurrent
+// Release or Detach is called or the lock is lost. Its methods are safe for concurrent
 // use.
 type Lock struct {
 	c          *Client
