@@ -322,3 +322,45 @@ func TestLockHidesSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A detached hold ends with its lease: a waiter gets the key then, not
+// before.
+func TestDetachedHoldEndsWithItsLease(t *testing.T) {
+	ctx := context.Background()
+	store := memdlock.New()
+	a, err := dlock.New(store.Share())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 300 * time.Millisecond
+	begin := time.Now() // the store applies the lease after this
+	l, err := a.Lock(ctx, "k", dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, store.Share())
+	if _, err := b.TryLock(ctx, "k"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock after Detach and Close: %v; want ErrNotAcquired", err)
+	}
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	next, err := b.Lock(wait, "k")
+	if err != nil {
+		t.Fatalf("Lock once the lease ends: %v", err)
+	}
+	if waited := time.Since(begin); waited < ttl {
+		t.Errorf("the key was free %v after it was taken, before its lease of %v ended", waited, ttl)
+	}
+	if next.Token() <= l.Token() {
+		t.Errorf("token %d after the detached hold's %d", next.Token(), l.Token())
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
