@@ -144,9 +144,11 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // password (dlock never shows it, nor the token in it). It is not
 // encrypted: anyone who has it can read the key in it.
 //
-// The ID stays the same while the hold lasts (a Downgrade changes the mode
-// it records, though: take the ID after it). It is still returned after the
-// lock has ended, but then names a hold that Resume refuses.
+// It records the lock's lease, which Resume takes by default, and its mode
+// (take it after a Downgrade). The IDs that handles of one hold return
+// (the Lock that took it, Locks resumed from it) all name that hold. HoldID
+// still answers after the lock has ended, but then names a hold that Resume
+// refuses.
 func (l *Lock) HoldID() string {
 	req := l.request()
 	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: l.ttl}.encode()
@@ -172,9 +174,9 @@ func (c *Client) portable(what string) error {
 // WithoutRenewal is given, and can be refreshed, released, detached, and
 // resumed again elsewhere with its HoldID.
 //
-// The lease is the one the hold was taken with, unless WithTTL gives
-// another one: Resume then sets the hold's lease to it from now, which
-// extends or shortens the hold. WithMaxHold counts from the call to
+// The lease is the one the ID records (the lease of the Lock that gave
+// it), unless WithTTL gives another one: Resume sets the hold's lease to it
+// from now, which extends or shortens the hold. WithMaxHold counts from the call to
 // Resume. The mode, limit, fairness and owner info of the hold are those it
 // was taken with: Shared or WithLimit that disagree with the ID's mode make
 // Resume fail with ErrModeMismatch, and WithInfo and Fair are ignored.
