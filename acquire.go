@@ -104,6 +104,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if leave, err = c.gates.enter(ctx, req.Key); err != nil {
 			return nil, stopped()
 		}
+	} else if req.Mode != driver.Exclusive {
+		// Readers and permits of one Client may hold at once: an
+		// attempt that does not wait asks the store even while another
+		// goroutine of this Client acquires the key.
+		leave = func() {}
 	} else if leave = c.gates.tryEnter(req.Key); leave == nil {
 		return nil, fmt.Errorf("%w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 	}
@@ -179,7 +184,14 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		reached, failure = true, nil
 		if res.Acquired {
 			ttl, validUntil := lease(req, res, sent)
-			if time.Now().Before(validUntil) {
+			usableUntil := validUntil
+			if cfg.maxHold != nil {
+				// A max hold counts from the same instant: a reply
+				// that comes after it would hand out a lock that has
+				// already ended.
+				usableUntil = minTime(usableUntil, sent.Add(*cfg.maxHold))
+			}
+			if time.Now().Before(usableUntil) {
 				if req.Mode != driver.Exclusive {
 					// Readers and permits of one Client hold at
 					// the same time: the gate serialises only
@@ -194,10 +206,13 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				}
 				return l, nil
 			}
-			// The reply came too late to leave any validity: never hand
-			// that lock out.
+			// The reply came too late to leave any validity (or any of
+			// the max hold): never hand that lock out.
 			c.cleanup(ctx, req)
 			if !wait {
+				if usableUntil.Before(validUntil) {
+					return nil, fmt.Errorf("%w: %q: the store answered after the max hold of %v had run out", ErrNotAcquired, req.Key, *cfg.maxHold)
+				}
 				return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
 			}
 			c.cfg.logger.Warn("dlock: acquired lock had no validity left; retrying", "key", req.Key, "ttl", ttl)
@@ -428,4 +443,12 @@ func (g *gates) leaver(key string, gt *gate) func() {
 			g.put(key, gt)
 		})
 	}
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

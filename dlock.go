@@ -25,10 +25,31 @@
 //
 // # Errors
 //
-// Every error wraps one of the sentinel errors (ErrNotAcquired, ErrNotHeld,
-// ErrLost, ErrInvalidArgument, ErrClosed, ErrUnsupported), a context error, or
-// an error from the store. Bad input is rejected before anything reaches the
-// store, with an *ArgError naming the bad value:
+// Every error wraps one of the sentinel errors, a context error, or an error
+// from the store. The sentinels:
+//
+//   - ErrNotAcquired: Lock, TryLock or Do did not get the lock (it is held,
+//     or the wait ended), with the reason where there is one (a context
+//     error, ErrUnavailable, ErrClosed, ErrLost for a waiter whose place in
+//     the queue ended);
+//   - ErrNotHeld: Release, Refresh or ReleaseAfter of a lock that is not
+//     held (released already, expired, detached), and Resume of a hold ID
+//     whose hold the store no longer has;
+//   - ErrLost: a held lock can no longer be trusted (it appears as the cause
+//     of Lock.Context), and ErrMaxHold with it when WithMaxHold ended it;
+//   - ErrInvalidArgument: bad input, as an *ArgError (below);
+//   - ErrClosed: the Client was closed;
+//   - ErrUnsupported: the backend cannot do what was asked (a mode, a fair
+//     lock, listing holders, a forced release, a hold that outlives its
+//     Client);
+//   - ErrModeMismatch: the key is held in another mode than asked (a
+//     Semaphore with another limit, a lock asked of a semaphore's key);
+//   - ErrUpgrade: the holder of a read lock asked for the write lock;
+//   - ErrUnavailable: the store could not be reached, or failed the last
+//     attempt of a wait.
+//
+// Bad input is rejected before anything reaches the store, with an
+// *ArgError naming the bad value:
 //
 //   - a nil context;
 //   - an empty key, a key longer than the backend's limit, a key that is not
@@ -37,15 +58,16 @@
 //     maximum, or so short that the drift margin (DriftMargin) leaves no
 //     validity;
 //   - backoff bounds that are not positive or out of order;
-//   - a URL that does not parse or names an unknown scheme.
+//   - a URL that does not parse or names an unknown scheme;
+//   - a malformed hold ID (which the error does not show).
 //
 // Misuse is reported with sentinels and changes nothing on the store:
-// Release or Refresh of a released or detached lock gives ErrNotHeld; Release or Refresh
-// of a lost lock gives ErrLost; any use of a closed Client (and of its locks)
-// gives ErrClosed.
+// Release or Refresh of a released or detached lock gives ErrNotHeld;
+// Release or Refresh of a lost lock gives ErrLost; any use of a closed
+// Client (and of its locks) gives ErrClosed.
 //
-// Each acquisition has an owner token, 130 random bits that the Lock handle
-// keeps and the store compares on every refresh and release. It protects
+// Each acquisition has an owner token, 26 base32 characters from
+// crypto/rand (130 random bits), that the Lock handle keeps and the store compares on every refresh and release. It protects
 // against mistakes, not against an adversary with access to the store: another
 // process, or a stale handle of this one, cannot release or extend a hold it
 // does not own, even one it held earlier, because its token no longer

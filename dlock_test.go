@@ -239,6 +239,21 @@ func TestLateReplyIsNotHandedOut(t *testing.T) {
 	}
 }
 
+// TestLateReplyAfterMaxHold checks that a lock whose reply came after its
+// max hold had run out is not handed out, already ended.
+func TestLateReplyAfterMaxHold(t *testing.T) {
+	store := memdlock.New()
+	f := &faulty{Driver: store.Share(), acquireDelay: 60 * time.Millisecond}
+	c := newClient(t, f)
+	_, err := c.TryLock(context.Background(), "k", dlock.WithMaxHold(20*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock whose reply came after the max hold = %v; want ErrNotAcquired", err)
+	}
+	if n := store.Count(""); n != 0 {
+		t.Errorf("store keeps %d records; want 0", n)
+	}
+}
+
 func TestReleaseAfter(t *testing.T) {
 	store := memdlock.New()
 	a, b := newClient(t, store.Share()), newClient(t, store.Share())

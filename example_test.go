@@ -140,3 +140,40 @@ func ExampleClient_Resume() {
 	// released: true
 	// spent: true
 }
+
+// Idempotent consumption: a queue that delivers at least once may hand the
+// same message to two consumers. Each consumer takes the message's lock
+// with TryLock; the one that gets it processes the message and then keeps
+// the lock for the deduplication window with ReleaseAfter, so a redelivery
+// within the window is skipped, whichever consumer it reaches.
+func ExampleLock_ReleaseAfter_idempotentConsumer() {
+	ctx := context.Background()
+	client, err := dlock.Open(ctx, "mem://example-consumer") // the fleet's shared store
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	consume := func(consumer, messageID string) {
+		l, err := client.TryLock(ctx, "msg:"+messageID)
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			fmt.Printf("%s: %s already taken, skipped\n", consumer, messageID)
+			return
+		} else if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: processing %s\n", consumer, messageID)
+		// Keep the key for ten minutes after the work: redeliveries
+		// in that window find it taken.
+		if err := l.ReleaseAfter(ctx, 10*time.Minute); err != nil {
+			panic(err)
+		}
+	}
+	consume("consumer-a", "m-1001")
+	consume("consumer-b", "m-1001") // redelivered
+	consume("consumer-b", "m-1002")
+	// Output:
+	// consumer-a: processing m-1001
+	// consumer-b: m-1001 already taken, skipped
+	// consumer-b: processing m-1002
+}

@@ -94,7 +94,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 	}
 	start := time.Now()
 	p := d.renewal(ctx, rec.sess, start, req)
-	resp, err := d.cli.Txn(ctx).If(rec.is()...).Then(then...).Commit()
+	resp, _, err := d.txn(ctx, rec.is(), then...)
 	if err != nil {
 		p.stop()
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
@@ -286,9 +286,8 @@ func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvcc
 	}
 	if downgrade {
 		name := string(kv.Key)
-		resp, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision)...).
-			Then(clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0), clientv3.WithIgnoreLease())).
-			Commit()
+		resp, _, err := d.txn(ctx, isEntry(name, kv.CreateRevision),
+			clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
 		switch {
 		case err != nil:
 			return driver.Result{}, fmt.Errorf("etcddlock: downgrade %q: %w", req.Key, err)

@@ -71,13 +71,21 @@
 //     retrying until that succeeds or the session ends). A lock therefore
 //     frees at its TTL while its process lives and at most S after its
 //     process stopped talking to etcd.
-//   - If the session ends (the lessor's keep-alive stops because the lease
-//     expired or went unanswered for S, or a request finds the lease gone),
-//     every hold and queue entry of it is lost: Refresh and Release report
-//     driver.ErrNotHeld, and so does a waiter's next Acquire (its place in
-//     the queue is gone; package dlock ends the wait with dlock.ErrLost).
-//     The driver revokes the old lease (in case it is still alive on the
-//     server) and grants a new one for the next acquisition.
+//   - The lessor's keep-alive stream stops when it goes unanswered for S (it
+//     ran on a member that died or hangs) or the server says the lease
+//     expired. The driver then renews the lease once, on whichever member
+//     answers, for as long as its latest proven renewal still covers the
+//     lease: if the lease lives, the session goes on with a new stream and
+//     no hold is lost.
+//   - Otherwise the session ends (as it does when a request finds the lease
+//     gone): every hold and queue entry of it is lost. Refresh and Release
+//     report driver.ErrNotHeld, and so does a waiter's next Acquire (its
+//     place in the queue is gone; package dlock ends the wait with
+//     dlock.ErrLost). The next acquisition grants a new lease. The old one
+//     is revoked, in case it is still alive on the server, but only once
+//     its latest proven renewal has run out: the driver reported holds on
+//     it valid until then, and revoking earlier would free their keys for
+//     other clients while the holders may still work.
 //   - Close revokes the lease, which deletes every entry of the driver at
 //     once.
 //
@@ -96,7 +104,17 @@
 // on the server, so package dlock's validity (measured from before the
 // request was sent, less its drift margin) ends before the server can
 // expire the lease. This assumes that the client's and the leader's clocks
-// run at about the same rate, as every lease does.
+// run at about the same rate, as every lease does, and that the server
+// revokes a lease only once it has expired. etcd breaks the latter when a
+// leader is paused (SIGSTOP, a stalled disk, a starved VM) for more than
+// about two thirds of S (the lessor renews every third of S) and then
+// resumes: it revokes the leases that expired in its frozen
+// view, and the cluster applies the revocations although their clients have
+// renewed the leases with the new leader meanwhile (etcd-io/etcd#15247;
+// mitigated, not entirely, from etcd 3.4.30 and 3.5.13). A hold can then be
+// taken by another client while it is valid. Keep the pauses a member may
+// suffer under two thirds of S (10s with the default 15s), and guard writes
+// with the fencing token.
 //
 // # Modes
 //
@@ -169,6 +187,33 @@
 //     dlock makes after an abandoned Acquire removes what it created, so
 //     nothing stays behind. Package dlock, not the driver, returns to its
 //     caller promptly (see "Contexts" in package driver).
+//
+// # Failover
+//
+// The client spreads requests over the members of the cluster. A member
+// that hangs (a stopped process, a network that drops its packets) keeps
+// the requests sent to it without an answer, and a request that a member
+// forwarded to a leader that has just failed is lost: the member answers
+// only when its own request timeout passes (about seven seconds). So that
+// neither holds up a lock for longer than the cluster needs to elect a new
+// leader, every request whose repetition is harmless is made in attempts
+// of two seconds each: after an attempt that times out, or that the cluster
+// answers with the error of a leader election, the request is sent again,
+// and the client's balancer sends it to the next member. Such are every
+// read, a waiter's or holder's later Acquire and Refresh (each compares the
+// entry's incarnation first), and every deletion: Release, the deletion of
+// an entry whose deadline passed, which is retried until it succeeds, and
+// the session's grant, renewals and revocation. A Release whose earlier
+// attempt may have deleted the entry reports driver.ErrNotHeld when a later
+// one finds it gone: the safe side. The transaction that
+// creates an entry is not repeated this way (see above).
+//
+// A client opened from a URL also pings each connection that has requests
+// in flight after 10s without a reply (gRPC's shortest interval) and
+// closes it if the ping goes unanswered for 3s: the requests and streams of
+// a member that hangs for longer (the lessor's keep-alive, watches) move to
+// the other members. A client passed to New keeps its own settings
+// (clientv3.Config's DialKeepAliveTime and DialKeepAliveTimeout).
 //
 // # Fencing tokens and guarded writes
 //

@@ -33,7 +33,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return notHeld(req.Key, "the session of its entry ended")
 	}
 	p := d.keepAlive(ctx, rec.sess.id, rec.sess, rec.sess.ttl)
-	resp, err := d.cli.Txn(ctx).If(rec.is()...).Commit()
+	resp, _, err := d.txn(ctx, rec.is())
 	if err != nil {
 		p.stop()
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
@@ -60,7 +60,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 // refreshUnknown is Refresh of an owner whose entry the driver does not
 // record: it succeeds only for a hold made by another driver.
 func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request) error {
-	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := d.get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
@@ -116,13 +116,16 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 // fails, the record goes back to the table with its deadline passed, so that
 // expire deletes the entry, retrying.
 func (d *Driver) remove(ctx context.Context, id string, rec record) (deleted bool, _ error) {
-	resp, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
+	resp, _, err := d.txn(ctx, rec.is(), clientv3.OpDelete(rec.name))
 	if err != nil {
 		rec.released = true
 		d.table.Put(id, rec, 0)
 		return false, err
 	}
 	rec.slot.free()
+	// An earlier attempt whose outcome is unknown may have deleted it:
+	// the entry is then reported gone, which errs on the safe side (the
+	// holder hears that its lock may have ended before the release).
 	return resp.Succeeded, nil
 }
 
@@ -134,7 +137,7 @@ func (d *Driver) remove(ctx context.Context, id string, rec record) (deleted boo
 // is never deleted. The slots of entries of this driver found here stay in use
 // for the rest of their session.
 func (d *Driver) releaseUnknown(ctx context.Context, req driver.Request) error {
-	resp, err := d.cli.Get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix())
+	resp, err := d.get(ctx, d.queuePrefix(req.Key), clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
 	}
@@ -144,7 +147,7 @@ func (d *Driver) releaseUnknown(ctx context.Context, req driver.Request) error {
 			continue
 		}
 		name := string(kv.Key)
-		r, err := d.cli.Txn(ctx).If(isEntry(name, kv.CreateRevision)...).Then(clientv3.OpDelete(name)).Commit()
+		r, _, err := d.txn(ctx, isEntry(name, kv.CreateRevision), clientv3.OpDelete(name))
 		if err != nil {
 			return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
 		}
@@ -190,7 +193,7 @@ func (d *Driver) expire(id string, rec record) {
 	}
 	delay := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+		ctx, cancel := context.WithTimeout(d.ctx, attemptTimeout)
 		_, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
 		cancel()
 		if err == nil {

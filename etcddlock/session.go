@@ -14,10 +14,11 @@ import (
 // client's lessor. Every entry the driver creates is attached to the current
 // session; when the session ends, its entries are gone.
 type session struct {
-	ready  chan struct{} // closed when the grant has finished
-	done   chan struct{} // closed when the session has ended (or failed to start)
-	cancel context.CancelFunc
-	lost   atomic.Bool // the server no longer knows the lease
+	ready   chan struct{} // closed when the grant has finished
+	done    chan struct{} // closed when the session has ended (or failed to start)
+	cancel  context.CancelFunc
+	lost    atomic.Bool // the server no longer knows the lease
+	stopped atomic.Bool // the keep-alive has stopped for good: no new entries join
 
 	// Set before ready is closed.
 	id    clientv3.LeaseID
@@ -35,7 +36,7 @@ type session struct {
 // lease expired, or went unanswered for its TTL) or a request found the
 // lease gone.
 func (s *session) ended() bool {
-	if s.lost.Load() {
+	if s.lost.Load() || s.stopped.Load() {
 		return true
 	}
 	select {
@@ -90,7 +91,11 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 	defer s.cancel()
 	gctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
 	s.start = time.Now()
-	g, err := d.cli.Grant(gctx, d.sessionTTL)
+	// A grant that times out may still be applied: its lease, with
+	// nothing attached, expires on its own.
+	g, _, err := retry(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return d.cli.Grant(ctx, d.sessionTTL)
+	})
 	cancel()
 	if err != nil {
 		s.err = fmt.Errorf("etcddlock: starting a session: %w", err)
@@ -109,10 +114,58 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 		return
 	}
 	close(s.ready)
-	for range ch {
+	for {
+		for range ch {
+		}
+		if ctx.Err() != nil || s.lost.Load() {
+			break
+		}
+		// The keep-alive went unanswered for the lease's TTL (its
+		// stream was on a member that died or hangs), or the server
+		// said the lease is gone. A renewal proven since may still
+		// hold the lease: ask once, and keep the session on a new
+		// stream if it lives.
+		if !d.stillAlive(ctx, s) {
+			break
+		}
+		if ch, err = d.cli.KeepAlive(ctx, s.id); err != nil {
+			break
+		}
 	}
-	s.lost.Store(true)
+	s.stopped.Store(true)
+	// The driver reported holds on this session valid until the latest
+	// proven renewal plus the TTL (session.left). Unless the server said
+	// the lease is gone, it may still be alive, and revoking it now would
+	// end those holds early, so it is revoked once that time has passed.
+	if !s.lost.Load() {
+		sleep(ctx, s.left(time.Now()))
+	}
 	d.revoke(s)
+}
+
+// stillAlive renews s's lease once, after its keep-alive stopped, and
+// reports whether it lives. The renewal is retried, on whichever member
+// answers, while an earlier proof still vouches for the lease; a reply that
+// the lease is gone kills the session.
+func (d *Driver) stillAlive(ctx context.Context, s *session) bool {
+	delay := 50 * time.Millisecond
+	for {
+		left := s.left(time.Now())
+		if left <= 0 {
+			return false
+		}
+		_, err := d.keepAlive(ctx, s.id, s, left).wait()
+		switch {
+		case err == nil:
+			return true
+		case isLeaseNotFound(err):
+			s.kill()
+			return false
+		case !sleep(ctx, delay):
+			return false
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
 }
 
 // revoke revokes an ended session's lease, so that entries it may still have
@@ -123,7 +176,10 @@ func (d *Driver) revoke(s *session) {
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
 	defer cancel()
-	if _, err := d.cli.Revoke(ctx, s.id); err == nil || isLeaseNotFound(err) {
+	_, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+		return d.cli.Revoke(ctx, s.id)
+	})
+	if err == nil || isLeaseNotFound(err) {
 		d.mu.Lock()
 		delete(d.leases, s.id)
 		d.mu.Unlock()
@@ -150,15 +206,19 @@ type proof struct {
 // transaction. A successful reply proves that the lease existed when the
 // request arrived and that the server then moved its expiry to at least its
 // TTL from then, hence from the time the request was sent. If s is not nil
-// (lease is s's), s records that time. The request gives up after limit,
-// when the proof would be of no use.
+// (lease is s's), s records that time. The request is made in attempts
+// (see retry), each of which counts from its own sending, and gives up
+// after limit, when the proof would be of no use.
 func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID, s *session, limit time.Duration) *proof {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	p := &proof{done: make(chan struct{}), cancel: cancel}
-	sent := time.Now()
 	go func() {
 		defer close(p.done)
-		resp, err := d.cli.KeepAliveOnce(ctx, lease)
+		var sent time.Time
+		resp, _, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			sent = time.Now()
+			return d.cli.KeepAliveOnce(ctx, lease)
+		})
 		if err != nil {
 			p.err = err
 			return

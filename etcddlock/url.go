@@ -24,6 +24,14 @@ func init() {
 const (
 	defaultPort        = "2379"
 	defaultDialTimeout = 5 * time.Second
+	// keepAliveTime and keepAliveTimeout are the gRPC keepalive of the
+	// client's connections: a connection with requests in flight that
+	// has received nothing for keepAliveTime is pinged, and closed if the
+	// ping goes unanswered for keepAliveTimeout, so that a member that
+	// hangs loses its requests and streams (the lessor's keep-alive, the
+	// watches) to the other members. keepAliveTime is gRPC's minimum.
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 3 * time.Second
 )
 
 // open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=].
@@ -38,7 +46,13 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if len(hosts) == 0 {
 		return nil, urlutil.Error(u, "names no server")
 	}
-	cfg := clientv3.Config{Endpoints: hosts, DialTimeout: defaultDialTimeout, Logger: zap.NewNop()}
+	cfg := clientv3.Config{
+		Endpoints:            hosts,
+		DialTimeout:          defaultDialTimeout,
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		Logger:               zap.NewNop(),
+	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()

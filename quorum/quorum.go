@@ -608,19 +608,26 @@ func (d *Driver) Close() error {
 	// A stalled node gets nothing done before the calls on it time out:
 	// close it at once, which ends them (and what they would have done
 	// there is left to the leases); wait for the others.
+	// Nodes close in parallel: closing one that hangs can take as long
+	// as its client's timeouts (a Redis pub/sub connection waits out its
+	// reconnection), and those are not added up.
 	errs := make([]error, len(d.nodes))
 	stalled := make([]bool, len(d.nodes))
-	for i, n := range d.nodes {
-		if stalled[i] = d.stalled[i].Load(); stalled[i] {
-			errs[i] = n.Close()
+	var wg sync.WaitGroup
+	closeNodes := func(which bool) {
+		for i, n := range d.nodes {
+			if stalled[i] == which {
+				wg.Go(func() { errs[i] = n.Close() })
+			}
 		}
 	}
+	for i := range d.nodes {
+		stalled[i] = d.stalled[i].Load()
+	}
+	closeNodes(true)
 	d.calls.Wait()
-	for i, n := range d.nodes {
-		if !stalled[i] {
-			errs[i] = n.Close()
-		}
-	}
+	closeNodes(false)
+	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			errs[i] = fmt.Errorf("quorum: closing %s: %w", d.name(i), err)

@@ -172,3 +172,47 @@ func ExampleClaim_One() {
 	// Output:
 	// claimed: [1 2 3]
 }
+
+// ID ranges: several servers take blocks of IDs from one counter row, each
+// block exactly once, without holding a lock while they use it. A server
+// reads the row, claims the next block with a versioned update, and reads
+// again after a conflict (another server took that block first).
+func ExampleVersioned_Update_idRanges() {
+	db, _, cleanup := tempDB()
+	defer cleanup()
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE TABLE sequences (name TEXT PRIMARY KEY, next_id INTEGER NOT NULL, version INTEGER NOT NULL)`,
+		`INSERT INTO sequences VALUES ('order_id', 1000, 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			log.Fatal(err)
+		}
+	}
+	sequences := sqldlock.Versioned{Table: "sequences", IDColumn: "name", VersionColumn: "version", Dialect: sqldlock.SQLite}
+
+	// nextBlock claims the next n IDs: [first, first+n).
+	nextBlock := func(n int64) (first int64, err error) {
+		for {
+			var version int64
+			if err := db.QueryRowContext(ctx, `SELECT next_id, version FROM sequences WHERE name = 'order_id'`).Scan(&first, &version); err != nil {
+				return 0, err
+			}
+			_, err := sequences.Update(ctx, db, "order_id", version, map[string]any{"next_id": first + n})
+			if !errors.Is(err, sqldlock.ErrConflict) {
+				return first, err
+			}
+		}
+	}
+	for range 3 {
+		first, err := nextBlock(100)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("IDs %d to %d\n", first, first+99)
+	}
+	// Output:
+	// IDs 1000 to 1099
+	// IDs 1100 to 1199
+	// IDs 1200 to 1299
+}

@@ -117,16 +117,21 @@ func dbURL(t *testing.T, s *testsrv.Server) string {
 	return u
 }
 
-// knownUnsafe: on the 3-member etcd cluster, a worker was seen to acquire
-// while another's lock was still valid, about once in five runs of either
-// leader fault (killed or SIGSTOPped). etcd promises safety there; until the
-// cause in etcddlock is found and fixed, these cases are reported (the
-// verdict is logged with the table), not asserted.
+// staleLeader: on the 3-member etcd cluster, a leader resumed after a
+// SIGSTOP longer than the sessions' TTL revokes, as it wakes, the leases
+// that expired in its frozen view, and the cluster applies those
+// revocations although the clients renewed the leases with the new leader
+// meanwhile (etcd-io/etcd#15247; mitigated only from etcd 3.4.30 and 3.5.13,
+// and not entirely). A lock taken on such a session can then be taken by
+// another client while it is still valid: seen about once in twenty runs of
+// this case with the 2s sessions used here and Debian's etcd 3.4. The case
+// runs and its outcome is reported, not asserted; the README tells users to
+// keep the session TTL above the pauses they expect and to fence.
 var storeFaults = []storeFault{
 	{name: "etcd-cluster/leader-kill", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartEtcdCluster(ctx, 3) },
-		url: sessionURL, victims: leader, safe: false /* see knownUnsafe */},
+		url: sessionURL, victims: leader, safe: true},
 	{name: "etcd-cluster/leader-stop", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartEtcdCluster(ctx, 3) },
-		url: sessionURL, victims: leader, pause: true, safe: false /* see knownUnsafe */},
+		url: sessionURL, victims: leader, pause: true, safe: false /* see staleLeader */},
 	{name: "zookeeper-ensemble/leader-kill", start: func(ctx context.Context) (*testsrv.Server, error) {
 		return testsrv.StartZooKeeperEnsemble(ctx, 3)
 	}, url: sessionURL, victims: leader, safe: true},
@@ -221,6 +226,9 @@ func runStoreFault(t *testing.T, c storeFault) string {
 	t.Log(line)
 	if len(rep.ErrorSamples) > 0 {
 		t.Logf("errors: %q", rep.ErrorSamples)
+	}
+	for _, v := range rep.ViolationSamples {
+		t.Logf("violation: %s", v)
 	}
 	if c.safe {
 		if !rep.OK {

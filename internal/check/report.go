@@ -45,6 +45,10 @@ type Report struct {
 	// for.
 	Overlaps   int `json:"overlapping_holds"`
 	Violations int `json:"overlaps_while_valid"`
+	// ViolationSamples describe the first few violations: which worker
+	// held the lock with which token, until when it was valid, and when
+	// which worker acquired it meanwhile (times from the start).
+	ViolationSamples []string `json:"violation_samples,omitempty"`
 
 	// Counter: increments acknowledged by the store, increments whose
 	// outcome is unknown (the request failed), the final value, and the
@@ -236,6 +240,9 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 			rep.Overlaps++
 			if b.acq < a.valid || (a.released && a.releaseErr == "") {
 				rep.Violations++
+				if len(rep.ViolationSamples) < maxSamples {
+					rep.ViolationSamples = append(rep.ViolationSamples, violation(a, b, start))
+				}
 				continue
 			}
 			excused++
@@ -334,7 +341,21 @@ func acquisitionTimes(holds []*hold) []int64 {
 	return ts
 }
 
-// maxSamples bounds Report.ErrorSamples.
+// violation describes b's acquisition during a's hold.
+func violation(a, b *hold, start int64) string {
+	at := func(t int64) string { return fmt.Sprintf("%.3fs", time.Duration(t-start).Seconds()) }
+	s := fmt.Sprintf("worker %d acquired at %s (token %d) while worker %d held the lock (token %d, acquired at %s, valid until %s",
+		b.worker, at(b.acq), b.token, a.worker, a.token, at(a.acq), at(a.valid))
+	if a.lost != 0 {
+		s += ", told lost at " + at(a.lost)
+	}
+	if a.released && a.releaseErr == "" {
+		s += ", released successfully at " + at(a.end)
+	}
+	return s + ")"
+}
+
+// maxSamples bounds Report.ErrorSamples and Report.ViolationSamples.
 const maxSamples = 5
 
 // sample keeps err as an example, if it is new and there is room. (The
@@ -459,6 +480,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(&b, "results")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  overlapping holds\t%d (%d while the holder's lock was valid)\n", rep.Overlaps, rep.Violations)
+	for _, v := range rep.ViolationSamples {
+		fmt.Fprintf(tw, "  \t%s\n", v)
+	}
 	unknown := ""
 	if rep.Unknown > 0 {
 		unknown = fmt.Sprintf(" (and %d unknown)", rep.Unknown)

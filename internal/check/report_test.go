@@ -64,6 +64,9 @@ func TestAnalyseOverlapWhileValid(t *testing.T) {
 	if c := checkNamed(t, rep, "no unexplained lost update"); c.OK {
 		t.Errorf("lost update while mutual exclusion was broken judged OK: %s", c.Detail)
 	}
+	if len(rep.ViolationSamples) != 1 || !strings.Contains(rep.ViolationSamples[0], "worker 2 acquired") {
+		t.Errorf("violation samples = %q; want one naming worker 2's acquisition", rep.ViolationSamples)
+	}
 }
 
 // A holder that went on past its lock's validity (paused) and was told it

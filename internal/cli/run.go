@@ -9,10 +9,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/etcddlock"
+	"github.com/dlockhq/dlock/ratelimit"
+	"github.com/dlockhq/dlock/zkdlock"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -38,10 +42,16 @@ type runOptions struct {
 	maxHold     time.Duration
 	maxHoldSet  bool // --max-hold was given; without it the hold has no bound
 	killAfter   time.Duration
-	limit       int    // --limit: a semaphore of this many permits
-	limitSet    bool   // --limit was given
-	shared      bool   // --shared: the read side of a read-write lock
-	notDone     string // what does not happen when the lock is not acquired
+	limit       int           // --limit: a semaphore of this many permits
+	limitSet    bool          // --limit was given
+	shared      bool          // --shared: the read side of a read-write lock
+	rate        string        // --rate N/DURATION, as given
+	rateSet     bool          // --rate was given
+	rateN       int           // --rate's N
+	rateWindow  time.Duration // --rate's DURATION
+	ttlSet      bool          // --ttl was given
+	holdSet     bool          // --hold-at-least was given
+	notDone     string        // what does not happen when the lock is not acquired
 }
 
 const runLong = `Run COMMAND while holding the lock KEY: a distributed flock(1).
@@ -81,6 +91,20 @@ holding a permit of its own (every user of KEY must give the same N). With
 runs alone; once a writer waits, new readers wait behind it. Both need a store
 that supports them natively (dlock says so otherwise, status 69).
 
+With --rate N/DURATION (as in 3/1m) KEY is a rate limit rather than a lock:
+COMMAND runs only if it is admitted, and at most N runs are admitted in any
+DURATION, across hosts. An admitted run takes one of N slots, and the store
+frees the slot DURATION after it granted it, however long COMMAND runs and
+even if dlock exits at once. --wait 0 makes one attempt (status 75 when all
+N slots are taken); --wait D waits up to D for a slot to free; without
+--wait dlock waits for one. No lock is held while COMMAND runs (admitted
+runs may overlap, and DLOCK_TOKEN is not set). Every user of KEY must give
+the same N, and KEY should not also be used as a lock. --rate excludes
+--limit, --shared, --ttl, --hold-at-least and --max-hold. A slot must
+outlive dlock, so --rate needs a store whose leases do (status 69 on etcd
+and ZooKeeper, whose holds end with dlock's session); a store without
+semaphores (memcached, redlock) admits 1/DURATION only.
+
 With --hold-at-least D the lock stays held until D after COMMAND started,
 whatever COMMAND's exit status, even if COMMAND finished sooner (for a job
 scheduled on several hosts, so that a host whose clock is late does not run it
@@ -102,7 +126,8 @@ Exit status:
                attempt before --wait ran out (COMMAND did not run)
   71           dlock could not wait for COMMAND (an OS error); it killed it
   75           the lock was not acquired: it is held and --wait 0 was given,
-               or --wait ran out while it was held (COMMAND did not run)
+               or --wait ran out while it was held; with --rate, no slot
+               was free (COMMAND did not run)
   76           the lock was lost, or --max-hold ran out, while COMMAND ran;
                COMMAND was terminated
   126, 127     COMMAND cannot be executed, or was not found
@@ -114,6 +139,10 @@ const runExample = `  # Serialise deploys across hosts that share a PostgreSQL d
 
   # At most 3 concurrent exports against the warehouse:
   dlock run --key warehouse-export --limit 3 -- ./export.sh
+
+  # At most 3 calls to the partner's API per minute, across hosts; skip
+  # this one if the limit is reached:
+  dlock run --key partner-api --rate 3/1m --wait 0 -- ./sync.sh
 
   # Readers share the key; a migration (without --shared) runs alone:
   dlock run --key schema --shared -- ./read-report.sh
@@ -133,6 +162,9 @@ func (a *app) runCommand() *cobra.Command {
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.maxHoldSet = cmd.Flags().Changed("max-hold")
+			o.rateSet = cmd.Flags().Changed("rate")
+			o.ttlSet = cmd.Flags().Changed("ttl")
+			o.holdSet = cmd.Flags().Changed("hold-at-least")
 			if err := o.validate(cmd, args); err != nil {
 				return err
 			}
@@ -145,6 +177,7 @@ func (a *app) runCommand() *cobra.Command {
 	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "terminate COMMAND and release the lock this long after it was acquired, as if it were lost (default: no bound)")
 	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
+	f.StringVar(&o.rate, "rate", "", "run only if admitted by a rate limit on KEY of at most N runs in any DURATION (`N/DURATION`, e.g. 3/1m); excludes --limit, --shared, --ttl, --hold-at-least, --max-hold")
 	return cmd
 }
 
@@ -193,12 +226,48 @@ func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
 		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
 	case o.killAfter < 0:
 		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
+	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
+		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	case len(args) == 0:
 		return usagef("no command to run: give it after the flags, as in 'dlock run --key %s -- COMMAND [ARG...]'", o.key)
 	case args[0] == "":
 		return usagef("invalid command %q: must not be empty", args[0])
 	}
+	if o.rateSet {
+		n, window, err := parseRate(o.rate)
+		if err != nil {
+			return usagef("invalid --rate %q: %v", o.rate, err)
+		}
+		o.rateN, o.rateWindow = n, window
+	}
 	return nil
+}
+
+// parseRate parses --rate's N/DURATION: a decimal N of at least 1, a slash,
+// and a positive Go duration with its unit.
+func parseRate(s string) (int, time.Duration, error) {
+	num, dur, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, errors.New("want N/DURATION, as in 3/1m")
+	}
+	if num == "" || strings.Trim(num, "0123456789") != "" {
+		return 0, 0, fmt.Errorf("N %q is not a number", num)
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return 0, 0, fmt.Errorf("N %q is out of range", num)
+	}
+	if n < 1 {
+		return 0, 0, fmt.Errorf("N %d must be at least 1", n)
+	}
+	window, err := time.ParseDuration(dur)
+	if err != nil {
+		return 0, 0, fmt.Errorf("DURATION %q is not a duration with a unit, as in 30s or 1m", dur)
+	}
+	if window <= 0 {
+		return 0, 0, fmt.Errorf("DURATION %v must be positive", window)
+	}
+	return n, window, nil
 }
 
 // signalError is the cause of a wait ended by a signal.
@@ -230,11 +299,7 @@ func (a *app) run(o *runOptions, args []string) error {
 		}
 		return err
 	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			a.log.Warn("closing the store", "err", err)
-		}
-	}()
+	defer a.close(c)
 	// The hold becomes a lease two resolution units longer (see
 	// Lock.ReleaseAfter): refuse it now rather than after the command ran.
 	if caps := c.Capabilities(); caps.MaxTTL > 0 && o.holdAtLeast+2*caps.TTLResolution > caps.MaxTTL {
@@ -242,11 +307,19 @@ func (a *app) run(o *runOptions, args []string) error {
 		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, caps.MaxTTL-2*caps.TTLResolution)
 	}
 
-	l, err := a.acquire(ctx, c, o)
+	var l *dlock.Lock // nil with --rate: nothing is held while COMMAND runs
+	if o.rateSet {
+		err = a.admit(ctx, c, o)
+	} else {
+		l, err = a.acquire(ctx, c, o)
+	}
 	stopWatch()
 	if se := interrupted(ctx); se != nil {
 		if l != nil {
 			_ = a.release(l, o.ttl)
+		}
+		if o.rateSet {
+			return exitf(signalStatus(se.sig), "%s while waiting for a slot of rate limit %q; command not run", se, o.key)
 		}
 		return exitf(signalStatus(se.sig), "%s while waiting for lock %q; command not run", se, o.key)
 	}
@@ -254,6 +327,60 @@ func (a *app) run(o *runOptions, args []string) error {
 		return err
 	}
 	return a.supervise(c, l, o, path, args, sigs)
+}
+
+// admit takes a slot of the --rate limit on KEY, as --wait says.
+func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
+	switch c.Driver().(type) {
+	case *etcddlock.Driver, *zkdlock.Driver:
+		return exitf(ExitUnavailable, "--rate %s: this store does not support it: its holds end with dlock's session, so a slot would not outlive this run", o.rate)
+	}
+	lim, err := ratelimit.New(c, o.key, o.rateN, o.rateWindow)
+	var ae *dlock.ArgError
+	switch {
+	case errors.As(err, &ae) && ae.Name == "key":
+		return usagef("invalid --key %q: %s", o.key, ae.Reason)
+	case errors.As(err, &ae):
+		return usagef("invalid --rate %q: %s %v %s", o.rate, ae.Name, ae.Value, ae.Reason)
+	case errors.Is(err, dlock.ErrUnsupported):
+		return exitf(ExitUnavailable, "--rate %s: this store does not support it (%s); it admits 1/DURATION only", o.rate, message(err))
+	case err != nil:
+		return exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
+	}
+	begin := time.Now()
+	switch {
+	case o.waitSet && o.wait == 0:
+		var ok bool
+		if ok, err = lim.Allow(ctx); err == nil && !ok {
+			return exitf(ExitNotAcquired, "rate limit %q of %s reached: no slot is free; command not run (--wait 0)", o.key, o.rate)
+		}
+	case !o.waitSet:
+		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate)
+		err = lim.Wait(ctx)
+	default:
+		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate, "wait", o.wait)
+		wctx, wcancel := context.WithTimeout(ctx, o.wait)
+		err = lim.Wait(wctx)
+		wcancel()
+	}
+	switch {
+	case err == nil:
+		a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
+		return nil
+	case interrupted(ctx) != nil:
+		return err // run reports it
+	case errors.Is(err, dlock.ErrModeMismatch):
+		return exitf(ExitNotAcquired, "rate limit %q is in use in another mode or with another N%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
+	case errors.Is(err, dlock.ErrUnavailable):
+		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
+	case errors.Is(err, dlock.ErrLost):
+		// The slot ended before it could be kept: not admitted.
+		return exitf(ExitNotAcquired, "rate limit %q of %s: %v; command not run", o.key, o.rate, message(err))
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return exitf(ExitNotAcquired, "rate limit %q of %s: no slot freed after waiting %v; command not run", o.key, o.rate, o.wait)
+	default:
+		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
+	}
 }
 
 // cannotRunStatus returns the exit status for a command that could not be
@@ -404,7 +531,10 @@ func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
 func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
-	cmd.Env = append(os.Environ(), "DLOCK_KEY="+o.key, "DLOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
+	cmd.Env = append(os.Environ(), "DLOCK_KEY="+o.key)
+	if l != nil {
+		cmd.Env = append(cmd.Env, "DLOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
 	cmd.SysProcAttr = sysProcAttr()
 	// Only matters when a stream is not a file (Main called from Go): do
@@ -423,11 +553,17 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		_ = a.release(l, o.ttl)
+		if l != nil {
+			_ = a.release(l, o.ttl)
+		}
 		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
 	}
 	pid := cmd.Process.Pid
-	a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
+	if l != nil {
+		a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
+	} else {
+		a.log.Debug("started the command", "key", o.key, "pid", pid, "terminal", tty != nil)
+	}
 	if tty != nil {
 		// Take the terminal back however the command ends: dlock may
 		// still print, and the shell expects its job's group to have it.
@@ -440,7 +576,10 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	lockDone := l.Done()
+	var lockDone <-chan struct{} // never ready without a lock
+	if l != nil {
+		lockDone = l.Done()
+	}
 	var killTimer *time.Timer
 	var killC <-chan time.Time
 	lost := false
@@ -484,12 +623,21 @@ wait:
 	if cmd.ProcessState == nil {
 		// Waiting itself failed: the command's fate is unknown.
 		_ = signalGroup(pid, sigKill)
-		_ = a.release(l, o.ttl)
+		if l != nil {
+			_ = a.release(l, o.ttl)
+		}
 		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
 	}
 	status := exitStatus(cmd.ProcessState)
 	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
 
+	if l == nil {
+		// --rate: the slot lasts its window whatever happens now.
+		if status == 0 {
+			return nil
+		}
+		return &exitError{code: status}
+	}
 	if lost {
 		// The lock is gone: nothing of the command may keep running.
 		_ = signalGroup(pid, sigKill)

@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,32 +11,17 @@ import (
 	"github.com/dlockhq/dlock/internal/redact"
 )
 
+// DefaultStorePath returns the file of the embedded default store (see
+// dlock.DefaultStorePath).
+func DefaultStorePath() (string, error) { return dlock.DefaultStorePath() }
+
+// SQLiteURL returns the dlock URL of the SQLite database file at the absolute
+// path p (see dlock.SQLiteURL).
+func SQLiteURL(p string) string { return dlock.SQLiteURL(p) }
+
 // storeDirMode is the mode of the default store's directory when dlock
 // creates it (the XDG base directory specification asks for 0700).
 const storeDirMode = 0o700
-
-// DefaultStorePath returns the file of the embedded default store:
-// $XDG_STATE_HOME/dlock/dlock.db when XDG_STATE_HOME is set to an absolute
-// path, else ~/.local/state/dlock/dlock.db.
-func DefaultStorePath() (string, error) {
-	if x := env("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "dlock", "dlock.db"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	if !filepath.IsAbs(home) {
-		return "", fmt.Errorf("home directory %q is not an absolute path", home)
-	}
-	return filepath.Join(home, ".local", "state", "dlock", "dlock.db"), nil
-}
-
-// SQLiteURL returns the dlock URL of the SQLite database file at the absolute
-// path p: sqlite:///abs/path, with reserved characters escaped.
-func SQLiteURL(p string) string {
-	return (&url.URL{Scheme: "sqlite", Path: filepath.ToSlash(p)}).String()
-}
 
 // storeURL resolves the store: --url, else $DLOCK_URL, else the default
 // SQLite file, whose directory it creates. It checks that a URL given by the
@@ -95,8 +78,30 @@ func (a *app) withClient(fn func(ctx context.Context, c *dlock.Client) error) er
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer a.close(c)
 	return fn(ctx, c)
+}
+
+// closeGrace bounds how long the CLI waits for Client.Close before it exits.
+// Close waits for the store's requests still in flight, which on a server
+// that hangs (one node of a Redlock, say) last until the client library's
+// timeouts; by then the CLI has released its lock wherever the store
+// answers, and what a hung server keeps ends with its lease. Exiting ends
+// the rest.
+const closeGrace = time.Second
+
+// close closes c, waiting at most closeGrace.
+func (a *app) close(c *dlock.Client) {
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			a.log.Warn("closing the store", "err", err)
+		}
+	case <-time.After(closeGrace):
+		a.log.Debug("the store is still closing; exiting without waiting for servers that do not answer")
+	}
 }
 
 // storeError turns an error from a store operation into an exitError.
