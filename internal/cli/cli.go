@@ -1,6 +1,8 @@
 // Package cli implements the dlock command-line tool: `dlock run` (a
-// distributed flock), `dlock ls`, `dlock release --force`, `dlock schema`,
-// `dlock check` (the safety checker) and `dlock version`. The binary in cmd/dlock only calls Main.
+// distributed flock), `dlock hold`, `dlock extend` and `dlock release --hold`
+// (a hold that outlives the process), `dlock ls`, `dlock release --force`,
+// `dlock schema`, `dlock check` (the safety checker) and `dlock version`. The
+// binary in cmd/dlock only calls Main.
 package cli
 
 import (
@@ -32,8 +34,8 @@ const (
 
 	// ExitUnavailable (EX_UNAVAILABLE) means the lock store could not be used:
 	// it cannot be opened or reached, it failed a request, or it does not
-	// support the operation (listing, forced release, schema creation). No
-	// command ran.
+	// support the operation (listing, forced release, schema creation, a
+	// hold that outlives dlock). No command ran.
 	ExitUnavailable = 69
 
 	// ExitOSError (EX_OSERR) means an operating-system call that should not
@@ -41,16 +43,17 @@ const (
 	// killed the command's process group and released the lock.
 	ExitOSError = 71
 
-	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` did not get the lock:
-	// it was held and --wait 0 was given, or --wait ran out. The command did
-	// not run.
+	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` or `dlock hold` did
+	// not get the lock: it was held and --wait 0 was given, or --wait ran
+	// out. The command did not run; no hold was taken.
 	ExitNotAcquired = 75
 
 	// ExitLost means the lock was lost while the command ran (its lease could
 	// not be renewed in time, or an operator forced its release) or reached
 	// --max-hold: dlock sent SIGTERM to the command's process group, then
 	// SIGKILL after --kill-after, and the command's work may have overlapped
-	// another holder's.
+	// another holder's. From `dlock extend` and `dlock release --hold` it
+	// means the hold is no longer held: it was released, or its lease ended.
 	ExitLost = 76
 
 	// ExitCannotRun means the command was found but could not be started
@@ -182,7 +185,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "store URL (default: $DLOCK_URL, else the SQLite file in the user's state directory)")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log lock events to stderr")
-	root.AddCommand(a.runCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
+	root.AddCommand(a.runCommand(), a.holdCommand(), a.extendCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
 	return root
 }
 
