@@ -304,7 +304,7 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 		return st, err
 	}
 	if len(u.Where) == 0 {
-		return st, &dlock.ArgError{Name: "where", Value: "", Reason: "must not be empty: it would update every row"}
+		return st, &dlock.ArgError{Name: "where", Value: nil, Reason: "must not be empty: it would update every row"}
 	}
 	if err := checkToken(token, true); err != nil {
 		return st, err
