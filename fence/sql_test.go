@@ -623,4 +623,3 @@ func TestStaleTokenError(t *testing.T) {
 		t.Errorf("message %q, want %q", got, want)
 	}
 }
-
