@@ -81,8 +81,8 @@ func (r *Redis) Set(ctx context.Context, key, value string, token uint64, ttl ti
 	case int64:
 		return nil
 	case string:
-		seen, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
+		seen, ok := parseToken(v)
+		if !ok {
 			return fmt.Errorf("fence: setting %q: the stored token %q is not a token", key, v)
 		}
 		return &StaleTokenError{Resource: key, Token: token, Seen: seen}
@@ -98,14 +98,21 @@ func (r *Redis) Get(ctx context.Context, key string) (value string, token uint64
 	if err != nil {
 		return "", 0, fmt.Errorf("fence: getting %q: %w", key, err)
 	}
-	v, ok1 := vs[0].(string)
-	t, ok2 := vs[1].(string)
-	if !ok1 || !ok2 {
+	v, hasValue := vs[0].(string)
+	t, hasToken := vs[1].(string)
+	if !hasValue || !hasToken {
 		return "", 0, fmt.Errorf("fence: getting %q: %w", key, redis.Nil)
 	}
-	token, err = strconv.ParseUint(t, 10, 64)
-	if err != nil {
+	token, ok := parseToken(t)
+	if !ok {
 		return "", 0, fmt.Errorf("fence: getting %q: the stored token %q is not a token", key, t)
 	}
 	return v, token, nil
+}
+
+// parseToken parses a token as Set stores it: a decimal number from 1 to
+// math.MaxUint64 without leading zeros, the form the script compares.
+func parseToken(s string) (uint64, bool) {
+	t, err := strconv.ParseUint(s, 10, 64)
+	return t, err == nil && t > 0 && strconv.FormatUint(t, 10) == s
 }
