@@ -623,3 +623,56 @@ func TestStaleTokenError(t *testing.T) {
 		t.Errorf("message %q, want %q", got, want)
 	}
 }
+
+// A transaction that read before it writes (the usual read-modify-write,
+// which takes a snapshot at MySQL's REPEATABLE READ) is refused if a higher
+// token was written after its read: the guards compare with the rows as
+// they are, not as the snapshot saw them. SQLite lets no writer in between.
+func TestAfterSnapshot(t *testing.T) {
+	eachDialect(t, func(t *testing.T, s sqlStore) {
+		if s.d == fence.SQLite {
+			t.Skip("SQLite serializes the transactions")
+		}
+		ctx := testCtx(t)
+		createItems(t, s)
+		f := newFence(t, s, "")
+		update := func(q Querier, qty int, token uint64) error {
+			return f.Update(ctx, q, fence.Update{Table: "select", Set: map[string]any{"qty": qty}, Where: map[string]any{"id": 1}}, token)
+		}
+		if err := update(s.db, 9, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Check(ctx, s.db, "r", 2); err != nil {
+			t.Fatal(err)
+		}
+
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		var qty int
+		if err := tx.QueryRowContext(ctx, `SELECT qty FROM `+quote(s.d, "select")+` WHERE id = 1`).Scan(&qty); err != nil {
+			t.Fatal(err)
+		}
+		// Another holder writes with a higher token.
+		if err := update(s.db, qty-1, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Check(ctx, s.db, "r", 5); err != nil {
+			t.Fatal(err)
+		}
+
+		wantStale(t, update(tx, qty-1, 3), "select id=1", 3, 5)
+		wantStale(t, f.Check(ctx, tx, "r", 3), "r", 3, 5)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if qty, tok := itemRow(t, s, 1); qty != 8 || tok.Int64 != 5 {
+			t.Fatalf("qty %d, token %v; want 8, 5", qty, tok)
+		}
+		if h := highest(t, s, f, "r"); h != 5 {
+			t.Fatalf("highest %d, want 5", h)
+		}
+	})
+}
