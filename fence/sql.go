@@ -71,7 +71,9 @@ type SQL struct {
 	table string // quoted
 	name  string // as given
 
-	upsert, highest, highestLocked string
+	upsert  string
+	highest string // reads a resource's token
+	current string // reads it as it is, locked, past MySQL's snapshot
 }
 
 // NewSQL returns the guards of dialect d with the fence table table
@@ -90,17 +92,18 @@ func NewSQL(d Dialect, table string) (*SQL, error) {
 	}
 	s := &SQL{d: d, table: d.quote(table), name: table}
 	t := s.table
-	switch d {
-	case MySQL:
+	if d == MySQL {
 		s.upsert = `INSERT INTO ` + t + ` (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = GREATEST(token, ?)`
-		s.highestLocked = `SELECT token FROM ` + t + ` WHERE resource = ? FOR UPDATE`
-	default:
+	} else {
 		s.upsert = `INSERT INTO ` + t + ` (resource, token) VALUES (` + d.placeholder(1) + `, ` + d.placeholder(2) + `)
 ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE ` + t + `.token <= excluded.token
 RETURNING token`
-		s.highestLocked = `SELECT token FROM ` + t + ` WHERE resource = ` + d.placeholder(1)
 	}
 	s.highest = `SELECT token FROM ` + t + ` WHERE resource = ` + d.placeholder(1)
+	s.current = s.highest
+	if d != SQLite { // SQLite's writers are serialized
+		s.current += ` FOR UPDATE`
+	}
 	return s, nil
 }
 
@@ -170,7 +173,7 @@ func (s *SQL) Check(ctx context.Context, q Querier, resource string, token uint6
 			return nil
 		}
 		var seen int64
-		if err := q.QueryRowContext(ctx, s.highestLocked, resource).Scan(&seen); err != nil {
+		if err := q.QueryRowContext(ctx, s.current, resource).Scan(&seen); err != nil {
 			return fmt.Errorf("fence: checking %q: %w", resource, err)
 		}
 		if seen > tok {
@@ -189,7 +192,7 @@ func (s *SQL) Check(ctx context.Context, q Querier, resource string, token uint6
 	// The row holds a higher token (and is locked by the upsert).
 	stale := &StaleTokenError{Resource: resource, Token: token}
 	var seen int64
-	if err := q.QueryRowContext(ctx, s.highestLocked, resource).Scan(&seen); err != nil {
+	if err := q.QueryRowContext(ctx, s.current, resource).Scan(&seen); err != nil {
 		return errors.Join(stale, fmt.Errorf("fence: reading the token of %q: %w", resource, err))
 	}
 	stale.Seen = uint64(seen)
@@ -225,22 +228,26 @@ type Update struct {
 	// Set gives the columns to write and their values; it may be empty,
 	// to record the token alone. It must not name the token column.
 	Set map[string]any
-	// Where selects the rows by equality of each column with its value
-	// (all must hold); it must not be empty, and no value may be nil.
+	// Where selects the row by equality of each column with its value
+	// (all must hold): give its key. It must not be empty, and no value may
+	// be nil. Should it select several rows, each is guarded on its own:
+	// those that hold no higher token are written.
 	Where map[string]any
 	// TokenColumn is the token column (DefaultTokenColumn if empty).
 	TokenColumn string
 }
 
-// Update writes u's columns and token to the rows u selects if none of them
-// holds a higher token (equal tokens pass). If one does, nothing is changed
-// and the error is a *StaleTokenError whose Seen is the highest token among
-// the rows; if no row matches, the error wraps sql.ErrNoRows. Bad names or
-// values, the token 0 and a token above math.MaxInt64 are a
-// *dlock.ArgError.
+// Update writes u's columns and token to the row u selects if it holds no
+// higher token (equal tokens pass: one holder may write twice). If it holds
+// one, nothing is changed and the error is a *StaleTokenError with the
+// row's token as Seen; if no row matches, the error wraps sql.ErrNoRows.
+// Bad names or values, the token 0 and a token above math.MaxInt64 are a
+// *dlock.ArgError, and nothing is sent.
 //
-// In a transaction, the rows stay locked until it ends, so the outcome
-// holds until the commit.
+// In a transaction, the row stays locked until it ends, so the outcome
+// holds until the commit, and a read earlier in the transaction does not
+// mislead it: the token is compared as the row is, not as the transaction's
+// snapshot saw it.
 func (s *SQL) Update(ctx context.Context, q Querier, u Update, token uint64) error {
 	stmt, err := s.buildUpdate(u, token)
 	if err != nil {
@@ -290,6 +297,7 @@ type updateStmt struct {
 	resource             string // table and key, for messages
 }
 
+// buildUpdate checks u and token and builds their statements.
 func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 	var st updateStmt
 	d := s.d
@@ -341,8 +349,8 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 		b.WriteString(d.quote(c) + " = " + arg(u.Set[c]) + ", ")
 	}
 	b.WriteString(col + " = " + arg(tok) + " WHERE ")
-	// The conditions, numbered after the parameters before them.
-	conds := func(arg func(any) string) string {
+	// conds writes the conditions, numbered after the parameters in args.
+	conds := func() string {
 		var w strings.Builder
 		for i, c := range where {
 			if i > 0 {
@@ -352,11 +360,11 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 		}
 		return w.String()
 	}
-	b.WriteString(conds(arg) + " AND COALESCE(" + col + ", 0) <= " + arg(tok))
+	b.WriteString(conds() + " AND COALESCE(" + col + ", 0) <= " + arg(tok))
 	st.update, st.updateArgs = b.String(), args
 
 	args = nil
-	st.read = "SELECT COALESCE(" + col + ", 0) FROM " + d.quote(u.Table) + " WHERE " + conds(arg)
+	st.read = "SELECT COALESCE(" + col + ", 0) FROM " + d.quote(u.Table) + " WHERE " + conds()
 	if d != SQLite {
 		st.read += " FOR UPDATE" // a current read, not MySQL's snapshot
 	}
@@ -365,6 +373,8 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 	return st, nil
 }
 
+// sortedKeys returns the keys of m in order, so that the statement of an
+// Update is the same each time.
 func sortedKeys(m map[string]any) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
