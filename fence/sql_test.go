@@ -676,3 +676,46 @@ func TestAfterSnapshot(t *testing.T) {
 		}
 	})
 }
+
+// At PostgreSQL's REPEATABLE READ, a Check that waited for a transaction
+// which then committed fails with a serialization error, and the
+// transaction run again is refused.
+func TestCheckRepeatableRead(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t, fence.Postgres)
+	f := newFence(t, s, "")
+	if err := checkTx(t, s, f, "r", 3); err != nil {
+		t.Fatal(err)
+	}
+	tx1, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback()
+	if err := f.Check(ctx, tx1, "r", 6); err != nil {
+		t.Fatal(err)
+	}
+	check := func() error {
+		tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := f.Check(ctx, tx, "r", 5); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	done := make(chan error, 1)
+	go func() { done <- check() }()
+	if !waitBlocked(t, s, done) {
+		t.Error("Check(5) did not wait")
+	}
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !retryable(err) {
+		t.Fatalf("err = %v, want a serialization failure", err)
+	}
+	wantStale(t, check(), "r", 5, 6)
+}
