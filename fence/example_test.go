@@ -26,17 +26,6 @@ func exampleDB() *sql.DB {
 	return db
 }
 
-// pausedHolder takes the lock on key with a short lease that nothing renews
-// and returns once the lease has run out: the holder was paused past it.
-func pausedHolder(ctx context.Context, c *dlock.Client, key string) *dlock.Lock {
-	l, err := c.Lock(ctx, key, dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		log.Fatal(err)
-	}
-	<-l.Done()
-	return l
-}
-
 // A payment is made under a lock on the buyer's phone number. Buyer A takes
 // the lock, then pauses past its lease; buyer B takes the lock and pays. When
 // A wakes up and pays too, the fence table refuses its older token, and the
@@ -79,7 +68,11 @@ func ExampleSQL_Check() {
 	}
 
 	const phone = "13800000000"
-	a := pausedHolder(ctx, client, "phone:"+phone)
+	a, err := client.Lock(ctx, "phone:"+phone, dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-a.Done() // A pauses past its lease
 
 	b, err := client.Lock(ctx, "phone:"+phone)
 	if err != nil {
