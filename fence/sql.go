@@ -135,6 +135,8 @@ func (s *SQL) CreateTable(ctx context.Context, db Querier) error {
 // Check records token as the highest accepted for resource if it is at least
 // the highest accepted so far (equal tokens pass: one holder may write
 // twice), and otherwise changes nothing and returns a *StaleTokenError.
+// resource names what the lock protects, usually the lock's key; the
+// tokens of one resource must all come from one lock key.
 //
 // Run it in the transaction that writes the resource, before the write, and
 // commit only if it returned nil: Check locks the resource's row of the fence
