@@ -154,23 +154,33 @@ func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlock",
 		Short: "Distributed locks from the command line",
-		Long: `dlock takes distributed locks (leases with fencing tokens) in a shared store:
-SQLite, PostgreSQL or MySQL/MariaDB.
+		Long: `dlock takes distributed locks (leases with fencing tokens) in a shared store.
 
 The store is named by a URL: --url, else the DLOCK_URL environment variable,
 else an SQLite file in the user's state directory
 ($XDG_STATE_HOME/dlock/dlock.db, or ~/.local/state/dlock/dlock.db), so that
-processes on one host coordinate with no set-up. Examples:
+processes on one host coordinate with no set-up. The stores, by URL:
 
-  sqlite:///var/lib/myapp/locks.db
-  postgres://user:password@db.example.com:5432/app
-  mysql://user:password@db.example.com:3306/app
+  sqlite:///var/lib/myapp/locks.db                  SQLite file (one host)
+  postgres://user:password@db.example.com:5432/app  PostgreSQL
+  mysql://user:password@db.example.com:3306/app     MySQL or MariaDB
+  redis://user:password@redis.example.com:6379/0    Redis (rediss:// for TLS)
+  redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster
+  redis+cluster://node1:6379,node2:6379             Redis Cluster
+  redlock://redis1:6379,redis2:6379,redis3:6379     Redlock over N Redis servers
+  memcached://cache1:11211                          memcached
+  etcd://etcd1:2379,etcd2:2379?session=15s          etcd
+  zk://zk1:2181,zk2:2181/chroot?session=15s         ZooKeeper
 
 The SQL stores keep their locks in the table dlock_locks unless the URL says
-otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
+otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit
+status 0 is success; 64 a usage error; 69 a store that cannot be reached;
+75 a lock that is held; 76 a lock lost (see each command's help).`,
+		Version: version(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
 	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
 		if c.Flags().Changed("url") && strings.TrimSpace(a.url) == "" {

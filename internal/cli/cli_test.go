@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -363,9 +364,25 @@ func TestStoreUnavailable(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	r := runMain(t, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "mem") || !strings.Contains(r.stdout, "postgres") {
-		t.Errorf("version: exit status %d, stdout %q", r.code, r.stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runMain(t, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "mem") || !strings.Contains(r.stdout, "postgres") {
+			t.Errorf("%s: exit status %d, stdout %q", args[0], r.code, r.stdout)
+		}
+	}
+}
+
+// TestHelpListsStores checks that dlock --help gives a URL example for every
+// store the CLI is built with.
+func TestHelpListsStores(t *testing.T) {
+	r := runMain(t, "--help")
+	for _, scheme := range []string{"sqlite", "postgres", "mysql", "redis", "redis+sentinel", "redis+cluster", "redlock", "memcached", "etcd", "zk"} {
+		if !slices.Contains(dlock.Schemes(), scheme) {
+			t.Errorf("the CLI is not built with %s://", scheme)
+		}
+		if !strings.Contains(r.stdout, "  "+scheme+"://") {
+			t.Errorf("dlock --help has no URL example of %s://", scheme)
+		}
 	}
 }
 

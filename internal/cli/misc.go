@@ -52,13 +52,18 @@ func (a *app) versionCommand() *cobra.Command {
 		Short: "Print the version and the supported stores",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintf(a.stdout, "dlock %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			fmt.Fprintf(a.stdout, "stores: %s\n", strings.Join(dlock.Schemes(), ", "))
+			fmt.Fprintln(a.stdout, version())
 			return nil
 		},
 	}
+}
+
+// version returns what 'dlock version' and 'dlock --version' print: the
+// module version, the Go version and platform, and the URL schemes built in.
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return fmt.Sprintf("dlock %s %s %s/%s\nstores: %s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(dlock.Schemes(), ", "))
 }
