@@ -394,3 +394,36 @@ func TestHelpListsExitStatuses(t *testing.T) {
 		}
 	}
 }
+
+// TestConflictExitCode checks that a run that does not get the lock exits
+// with --conflict-exit-code's status and, with --quiet, says nothing: what
+// cron needs so that the hosts that skip send no mail.
+func TestConflictExitCode(t *testing.T) {
+	url := memURL(t)
+	l, err := openClient(t, url).TryLock(context.Background(), "cron")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	r := runMain(t, "run", "--url", url, "--key", "cron", "--wait", "0", "--quiet", "--conflict-exit-code", "0", "--", "true")
+	if r.code != 0 || r.stderr != "" || r.stdout != "" {
+		t.Errorf("--quiet --conflict-exit-code 0 on a held lock: exit %d, stdout %q, stderr %q; want 0 and nothing printed", r.code, r.stdout, r.stderr)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "cron", "--wait", "0", "-E", "3", "--", "true")
+	if r.code != 3 || !strings.Contains(r.stderr, "held") {
+		t.Errorf("-E 3 on a held lock: exit %d, stderr %q; want 3 and the reason", r.code, r.stderr)
+	}
+	r = runMain(t, "hold", "--url", url, "--key", "cron", "--ttl", "1m", "--wait", "0", "-q")
+	if r.code != cli.ExitNotAcquired || r.stderr != "" {
+		t.Errorf("hold -q on a held lock: exit %d, stderr %q; want %d and nothing printed", r.code, r.stderr, cli.ExitNotAcquired)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "free", "-E", "300", "--", "true")
+	if r.code != cli.ExitUsage {
+		t.Errorf("-E 300: exit %d; want a usage error", r.code)
+	}
+	// A store that cannot be reached is no conflict: its status stays.
+	r = runMain(t, "run", "--url", "redis://127.0.0.1:1", "--key", "k", "--wait", "0", "-q", "-E", "0", "--", "true")
+	if r.code != cli.ExitUnavailable {
+		t.Errorf("unreachable store with -E 0: exit %d; want %d", r.code, cli.ExitUnavailable)
+	}
+}

@@ -73,7 +73,7 @@ func (a *app) holdCommand() *cobra.Command {
 			if err := o.validateLock(cmd); err != nil {
 				return err
 			}
-			return a.hold(&o)
+			return o.notAcquired(a.hold(&o))
 		},
 	}
 	o.lockFlags(cmd.Flags(), 0, "how long the hold lasts (required)", "holders")

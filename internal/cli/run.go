@@ -52,6 +52,8 @@ type runOptions struct {
 	ttlSet      bool          // --ttl was given
 	holdSet     bool          // --hold-at-least was given
 	notDone     string        // what does not happen when the lock is not acquired
+	quiet       bool          // --quiet: say nothing when the lock is not acquired
+	conflict    int           // --conflict-exit-code: the status when the lock is not acquired
 }
 
 const runLong = `Run COMMAND while holding the lock KEY: a distributed flock(1).
@@ -127,7 +129,8 @@ Exit status:
   71           dlock could not wait for COMMAND (an OS error); it killed it
   75           the lock was not acquired: it is held and --wait 0 was given,
                or --wait ran out while it was held; with --rate, no slot
-               was free (COMMAND did not run)
+               was free (COMMAND did not run). --conflict-exit-code N
+               makes it N, and --quiet silences its message
   76           the lock was lost, or --max-hold ran out, while COMMAND ran;
                COMMAND was terminated
   126, 127     COMMAND cannot be executed, or was not found
@@ -168,7 +171,7 @@ func (a *app) runCommand() *cobra.Command {
 			if err := o.validate(cmd, args); err != nil {
 				return err
 			}
-			return a.run(&o, args)
+			return o.notAcquired(a.run(&o, args))
 		},
 	}
 	f := cmd.Flags()
@@ -190,6 +193,22 @@ func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, ho
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
 	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared "+holders+")")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing when the lock is not acquired (for cron: a host that skips sends no mail)")
+	f.IntVarP(&o.conflict, "conflict-exit-code", "E", ExitNotAcquired, "exit status when the lock is not acquired (held, or --wait ran out), as flock -E")
+}
+
+// notAcquired applies --quiet and --conflict-exit-code to err, the outcome
+// of a command that did not acquire the lock (exit status ExitNotAcquired).
+func (o *runOptions) notAcquired(err error) error {
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != ExitNotAcquired {
+		return err
+	}
+	out := &exitError{code: o.conflict, err: ee.err}
+	if o.quiet {
+		out.err = nil
+	}
+	return out
 }
 
 // validateLock checks the flags of lockFlags.
@@ -209,6 +228,8 @@ func (o *runOptions) validateLock(cmd *cobra.Command) error {
 		return usagef("invalid --limit %d: must be at least 1", o.limit)
 	case o.limitSet && o.shared:
 		return usagef("--limit and --shared exclude each other: a key is a semaphore or a read-write lock")
+	case o.conflict < 0 || o.conflict > 255:
+		return usagef("invalid --conflict-exit-code %d: must be between 0 and 255", o.conflict)
 	}
 	return nil
 }
