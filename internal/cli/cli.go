@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -176,12 +177,12 @@ The SQL stores keep their locks in the table dlock_locks unless the URL says
 otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit
 status 0 is success; 64 a usage error; 69 a store that cannot be reached;
 75 a lock that is held; 76 a lock lost (see each command's help).`,
-		Version: version(),
+		Version:       version(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{suggestUnit(err)} })
 	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
 		if c.Flags().Changed("url") && strings.TrimSpace(a.url) == "" {
 			return usagef("invalid --url %q: must not be empty", a.url)
@@ -250,3 +251,15 @@ func message(err error) string {
 
 // env returns the environment variable name, treating blank values as unset.
 func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }
+
+// missingUnit matches the flag error of a duration given without a unit.
+var missingUnit = regexp.MustCompile(`missing unit in duration "(-?[0-9.]+)"`)
+
+// suggestUnit adds to the error of a duration flag given without a unit
+// ("--wait 10") what was probably meant.
+func suggestUnit(err error) error {
+	if m := missingUnit.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%w (durations need a unit: %ss for seconds, or ms, m, h)", err, m[1])
+	}
+	return err
+}

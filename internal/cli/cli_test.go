@@ -340,9 +340,9 @@ func init() {
 }
 
 func TestUnsupported(t *testing.T) {
-	for _, args := range [][]string{{"ls"}, {"release", "--force", "k"}, {"schema"}} {
+	for _, args := range [][]string{{"ls"}, {"release", "--force", "k"}} {
 		r := runMain(t, append(args, "--url", "plain://")...)
-		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "not support") && !strings.Contains(r.stderr, "no schema") {
+		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "not support") {
 			t.Errorf("%s: exit status %d, stderr %q; want %d and a message", args[0], r.code, r.stderr, cli.ExitUnavailable)
 		}
 	}
@@ -425,5 +425,32 @@ func TestConflictExitCode(t *testing.T) {
 	r = runMain(t, "run", "--url", "redis://127.0.0.1:1", "--key", "k", "--wait", "0", "-q", "-E", "0", "--", "true")
 	if r.code != cli.ExitUnavailable {
 		t.Errorf("unreachable store with -E 0: exit %d; want %d", r.code, cli.ExitUnavailable)
+	}
+}
+
+// TestUsageMistakes checks the usage errors that name what was probably
+// meant: a duration without its unit, a key given twice.
+func TestUsageMistakes(t *testing.T) {
+	url := memURL(t)
+	r := runMain(t, "run", "--url", url, "-w", "10", "--key", "k", "--", "true")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "10s") {
+		t.Errorf("-w 10: exit %d, stderr %q; want a usage error suggesting 10s", r.code, r.stderr)
+	}
+	r = runMain(t, "hold", "--url", url, "--ttl", "30", "--key", "k")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "30s") {
+		t.Errorf("--ttl 30: exit %d, stderr %q; want a usage error suggesting 30s", r.code, r.stderr)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "a", "-k", "b", "--", "true")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "twice") {
+		t.Errorf("--key twice: exit %d, stderr %q; want a usage error", r.code, r.stderr)
+	}
+}
+
+// TestSchemaWithoutSchema checks that dlock schema on a store that keeps no
+// table succeeds with a note.
+func TestSchemaWithoutSchema(t *testing.T) {
+	r := runMain(t, "schema", "--url", memURL(t))
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to create") {
+		t.Errorf("schema on mem://: exit %d, stdout %q; want 0 and a note", r.code, r.stdout)
 	}
 }

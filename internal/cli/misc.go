@@ -27,14 +27,18 @@ anyway; this command is for teams that manage their schema explicitly and
 run dlock with a database user that cannot create tables. It does nothing
 if the table exists.
 
-Exit status: 0 on success, 64 on a usage error, 69 if the store cannot be
-reached or needs no schema.`,
+On a store that keeps no table (Redis, etcd, ZooKeeper, memcached) there is
+nothing to create: dlock says so and exits 0.
+
+Exit status: 0 on success (or nothing to create), 64 on a usage error, 69 if
+the store cannot be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
 				sc, ok := c.Driver().(schemaCreator)
 				if !ok {
-					return exitf(ExitUnavailable, "this store has no schema to create")
+					fmt.Fprintln(a.stdout, "this store keeps no schema: nothing to create")
+					return nil
 				}
 				if err := sc.CreateSchema(ctx); err != nil {
 					return storeError("cannot create the schema", err)

@@ -188,7 +188,7 @@ func (a *app) runCommand() *cobra.Command {
 // wait for it (--key, --ttl, --wait, --limit, --shared), for `dlock run`
 // and `dlock hold`; holders names what holds the lock, in --limit's help.
 func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, holders string) {
-	f.StringVarP(&o.key, "key", "k", "", "name of the lock (required)")
+	f.VarP((*onceString)(&o.key), "key", "k", "name of the lock (required; given once)")
 	f.DurationVar(&o.ttl, "ttl", ttl, ttlUsage)
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
@@ -748,4 +748,19 @@ func (a *app) commandChanged(pid int, tty *terminal, key string) {
 			}
 		}
 	}
+}
+
+// onceString is a string flag that may be given only once: a second --key
+// would silently win over the first.
+type onceString string
+
+func (s *onceString) String() string { return string(*s) }
+func (s *onceString) Type() string   { return "string" }
+
+func (s *onceString) Set(v string) error {
+	if *s != "" {
+		return fmt.Errorf("given twice (%q, then %q): a command takes one lock", string(*s), v)
+	}
+	*s = onceString(v)
+	return nil
 }
