@@ -791,3 +791,44 @@ func TestLs(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitingNotice checks that a dlock run waiting on a terminal says, once,
+// what it waits for and who holds it. The terminal is script(1)'s.
+func TestWaitingNotice(t *testing.T) {
+	scriptBin, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) is not installed")
+	}
+	e := newEnv(t, sqliteStore)
+	holder := e.start("run", "--key", "busy", "--", "sh", "-c", holdScript)
+	holder.started()
+
+	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
+	defer cancel()
+	waiter := e.command(ctx, "run", "--key", "busy", "--", "echo", "ran")
+	cmd := exec.CommandContext(ctx, scriptBin, "-qec", strings.Join(waiter.Args, " "), "/dev/null")
+	cmd.Env = waiter.Env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(out)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(line, `waiting for "busy", held by`) || !strings.Contains(line, "token") {
+		t.Errorf("first line on the terminal %q (%v); want the waiting notice naming the holder", line, err)
+	}
+	holder.stdin.Close() // the holder releases; the waiter runs
+	rest, _ := io.ReadAll(rd)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("waiter: %v", err)
+	}
+	if !strings.Contains(string(rest), "ran") || strings.Contains(string(rest), "waiting for") {
+		t.Errorf("after the notice: %q; want the command's output and no second notice", rest)
+	}
+	if code, _ := holder.wait(); code != 0 {
+		t.Errorf("holder: exit status %d", code)
+	}
+}

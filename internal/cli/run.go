@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/etcddlock"
+	"github.com/dlockhq/dlock/internal/check"
 	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/zkdlock"
 	"github.com/spf13/cobra"
@@ -312,7 +313,7 @@ func (a *app) run(o *runOptions, args []string) error {
 	defer cancel(nil) // not before: the store may keep the context Open got
 	stopWatch := watchSignals(sigs, cancel)
 
-	c, err := a.open(ctx)
+	c, err := a.open(ctx, dlock.WithObserver(dlock.ObserverFunc(a.warnRenewal)))
 	if err != nil {
 		stopWatch()
 		if se := interrupted(ctx); se != nil {
@@ -466,13 +467,17 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	switch {
 	case !o.waitSet:
 		a.log.Debug("waiting for the lock", "key", o.key)
+		stop := a.waitingNotice(c, o.key)
 		l, err = c.Lock(ctx, o.key, opts...)
+		stop()
 	case o.wait == 0:
 		l, err = c.TryLock(ctx, o.key, opts...)
 	default:
 		a.log.Debug("waiting for the lock", "key", o.key, "wait", o.wait)
 		wctx, wcancel := context.WithTimeout(ctx, o.wait)
+		stop := a.waitingNotice(c, o.key)
 		l, err = c.Lock(wctx, o.key, opts...)
+		stop()
 		wcancel()
 	}
 	switch {
@@ -524,16 +529,51 @@ func (o *runOptions) flagError(err error) error {
 func holderOf(c *dlock.Client, key string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	hs, err := c.List(ctx, key)
-	if err != nil {
+	hs, err := c.Holders(ctx, key)
+	if err != nil || len(hs) == 0 {
 		return ""
 	}
-	for _, h := range hs {
-		if h.Key == key {
-			return fmt.Sprintf(" by %s (token %d, lease ends in %s)", display(h.Info), h.Token, formatLeft(h.TTL))
-		}
+	h := hs[0]
+	return fmt.Sprintf(" by %s (token %d, lease ends in %s)", display(h.Info), h.Token, formatLeft(h.TTL))
+}
+
+// waitingNoticeAfter is how long a wait lasts before dlock says on a
+// terminal what it waits for.
+const waitingNoticeAfter = time.Second
+
+// waitingNotice prints one line on stderr, if it is a terminal, once a wait
+// for key has lasted waitingNoticeAfter: what dlock waits for and who holds
+// it. The returned function ends the watch (and waits for a line being
+// printed), before the acquisition's outcome is reported.
+func (a *app) waitingNotice(c *dlock.Client, key string) (stop func()) {
+	f, ok := a.stderr.(*os.File)
+	if !ok || !check.IsTerminal(f) {
+		return func() {}
 	}
-	return ""
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTimer(waitingNoticeAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			a.logf("waiting for %q, held%s", key, holderOf(c, key))
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+// warnRenewal reports, with or without --verbose, a renewal of the lock that
+// failed: the lock stays valid until its lease runs out, and dlock keeps
+// trying until then.
+func (a *app) warnRenewal(e dlock.Event) {
+	if e.Kind == dlock.EventRenewFailed {
+		a.logf("warning: renewing lock %q failed (%v); retrying while its lease lasts", e.Key, message(e.Err))
+	}
 }
 
 // release releases l, reporting a failure on stderr; the store frees the
