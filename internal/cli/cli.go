@@ -44,6 +44,10 @@ const (
 	// killed the command's process group and released the lock.
 	ExitOSError = 71
 
+	// ExitCantCreate (EX_CANTCREAT) means `dlock man` could not write its
+	// pages into the directory given.
+	ExitCantCreate = 73
+
 	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` or `dlock hold` did
 	// not get the lock: it was held and --wait 0 was given, or --wait ran
 	// out. The command did not run; no hold was taken.
@@ -196,7 +200,7 @@ status 0 is success; 64 a usage error; 69 a store that cannot be reached;
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "store URL (default: $DLOCK_URL, else the SQLite file in the user's state directory)")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log lock events to stderr")
-	root.AddCommand(a.runCommand(), a.holdCommand(), a.extendCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
+	root.AddCommand(a.runCommand(), a.holdCommand(), a.extendCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand(), a.manCommand())
 	return root
 }
 

@@ -454,3 +454,22 @@ func TestSchemaWithoutSchema(t *testing.T) {
 		t.Errorf("schema on mem://: exit %d, stdout %q; want 0 and a note", r.code, r.stdout)
 	}
 }
+
+// TestMan checks that dlock man writes a page for dlock and for each
+// command, and that --dir is required.
+func TestMan(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "man1")
+	r := runMain(t, "man", "--dir", dir)
+	if r.code != 0 {
+		t.Fatalf("man: exit %d", r.code)
+	}
+	for _, page := range []string{"dlock.1", "dlock-run.1", "dlock-hold.1", "dlock-check.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil || !bytes.Contains(b, []byte(".TH \"DLOCK\" \"1\"")) {
+			t.Errorf("%s: %v; want a section 1 page", page, err)
+		}
+	}
+	if r := runMain(t, "man"); r.code != cli.ExitUsage {
+		t.Errorf("man without --dir: exit %d; want a usage error", r.code)
+	}
+}

@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
 
 	"github.com/dlockhq/dlock"
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 )
 
 // schemaCreator is implemented by drivers whose store needs a schema (the
@@ -70,4 +72,40 @@ func version() string {
 		v = bi.Main.Version
 	}
 	return fmt.Sprintf("dlock %s %s %s/%s\nstores: %s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(dlock.Schemes(), ", "))
+}
+
+// manCommand writes the manual pages of the command tree.
+func (a *app) manCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "man --dir DIR",
+		Short: "Write dlock's manual pages (section 1) into a directory",
+		Long: `Write a manual page for dlock and one for each of its commands (dlock.1,
+dlock-run.1, ...) into DIR, generated from the same help as --help. To
+install them system-wide:
+
+  sudo dlock man --dir /usr/local/share/man/man1 && sudo mandb -q
+
+Exit status: 0 on success, 64 on a usage error, 73 if DIR cannot be
+written.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				return usagef("--dir is required: the directory to write the pages into")
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return exitf(ExitCantCreate, "cannot create %s: %v", dir, err)
+			}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			header := &doc.GenManHeader{Title: "DLOCK", Section: "1", Source: "dlock", Manual: "dlock manual"}
+			if err := doc.GenManTree(root, header, dir); err != nil {
+				return exitf(ExitCantCreate, "cannot write the pages: %v", err)
+			}
+			fmt.Fprintf(a.stdout, "wrote the manual pages into %s\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory to write the pages into (created if missing)")
+	return cmd
 }
