@@ -221,7 +221,7 @@ func TestEventsOfFailures(t *testing.T) {
 					end = e
 				}
 			}
-			if end.Kind != dlock.EventLost || !errors.Is(end.Err, dlock.ErrLost) || end.Token != l.Token() || end.Held <= 0 {
+			if end.Kind != dlock.EventLost || !errors.Is(end.Err, dlock.ErrLost) || end.Token != l.Token() || end.Held <= 0 || end.Reason() != "expired" {
 				t.Errorf("holder: end %v (%v, held %v); want lost", end.Kind, end.Err, end.Held)
 			}
 			var failures int
@@ -239,6 +239,9 @@ func TestEventsOfFailures(t *testing.T) {
 		case "try", "wait":
 			if len(evs) != 2 || last.Kind != dlock.EventNotAcquired || !errors.Is(last.Err, dlock.ErrNotAcquired) {
 				t.Errorf("%s: events %v (%v); want acquiring, not_acquired", name, kindsOf(evs), last.Err)
+			}
+			if want := map[string]string{"try": "held", "wait": "timeout"}[name]; last.Reason() != want {
+				t.Errorf("%s: Reason() = %q; want %q", name, last.Reason(), want)
 			}
 			if name == "wait" && (last.Wait < 50*time.Millisecond || !errors.Is(last.Err, context.DeadlineExceeded)) {
 				t.Errorf("wait: waited %v (%v); want the context's 50ms", last.Wait, last.Err)
@@ -419,5 +422,39 @@ func TestEventsOfLockAll(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("keys %v", got)
+	}
+}
+
+func TestEventReason(t *testing.T) {
+	wrap := func(errs ...error) error {
+		f := "x"
+		args := make([]any, len(errs))
+		for i, e := range errs {
+			f += ": %w"
+			args[i] = e
+		}
+		return fmt.Errorf(f, args...)
+	}
+	for _, tc := range []struct {
+		kind dlock.EventKind
+		err  error
+		want string
+	}{
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired), "held"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, context.DeadlineExceeded), "timeout"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, context.Canceled), "cancelled"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, dlock.ErrClosed), "closed"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, context.DeadlineExceeded, dlock.ErrUnavailable), "unavailable"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, dlock.ErrLost), "other"},
+		{dlock.EventNotAcquired, errors.New("boom"), "other"},
+		{dlock.EventLost, wrap(dlock.ErrLost, dlock.ErrMaxHold), "max_hold"},
+		{dlock.EventLost, wrap(dlock.ErrLost, driver.ErrNotHeld), "not_held"},
+		{dlock.EventLost, wrap(dlock.ErrLost), "expired"},
+		{dlock.EventReleased, nil, ""},
+		{dlock.EventRenewFailed, errors.New("boom"), ""},
+	} {
+		if got := (dlock.Event{Kind: tc.kind, Err: tc.err}).Reason(); got != tc.want {
+			t.Errorf("%v %v: Reason() = %q; want %q", tc.kind, tc.err, got, tc.want)
+		}
 	}
 }
