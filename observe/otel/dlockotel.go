@@ -68,17 +68,17 @@ import (
 // ScopeName is the instrumentation scope of the tracer and meter.
 const ScopeName = "github.com/dlockhq/dlock/observe/otel"
 
-// Attribute keys.
+// Attribute keys of spans and metrics.
 const (
-	KeyAttr     = attribute.Key("dlock.key")
-	ModeAttr    = attribute.Key("dlock.mode")
-	LimitAttr   = attribute.Key("dlock.limit")
-	OutcomeAttr = attribute.Key("dlock.outcome")
-	ReasonAttr  = attribute.Key("dlock.reason")
-	TokenAttr   = attribute.Key("dlock.token")
-	ResultAttr  = attribute.Key("dlock.result")
-	EndAttr     = attribute.Key("dlock.end")
-	CauseAttr   = attribute.Key("dlock.cause")
+	KeyAttr     = attribute.Key("dlock.key")     // the lock's key, or what WithSpanKey / WithKeyAttribute make of it
+	ModeAttr    = attribute.Key("dlock.mode")    // exclusive, shared or semaphore
+	LimitAttr   = attribute.Key("dlock.limit")   // a semaphore's number of permits (spans)
+	OutcomeAttr = attribute.Key("dlock.outcome") // acquired or not_acquired (spans)
+	ReasonAttr  = attribute.Key("dlock.reason")  // why an acquisition failed (dlock.Event.Reason)
+	TokenAttr   = attribute.Key("dlock.token")   // the fencing token of an acquired lock (spans)
+	ResultAttr  = attribute.Key("dlock.result")  // acquired or not_acquired (metrics)
+	EndAttr     = attribute.Key("dlock.end")     // released or lost (dlock.hold.duration)
+	CauseAttr   = attribute.Key("dlock.cause")   // why a lock was lost (dlock.Event.Reason)
 )
 
 // Option configures an Observer.

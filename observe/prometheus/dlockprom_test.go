@@ -182,6 +182,8 @@ func TestMetrics(t *testing.T) {
 func TestKeyLabelAndNamespace(t *testing.T) {
 	obs := dlockprom.New(
 		dlockprom.WithNamespace("app"),
+		dlockprom.WithWaitBuckets([]float64{0.5}),
+		dlockprom.WithHoldBuckets([]float64{2}),
 		dlockprom.WithKeyLabel(func(key string) string { kind, _, _ := strings.Cut(key, "/"); return kind }),
 	)
 	url := newServer(t, obs)
@@ -196,11 +198,13 @@ func TestKeyLabelAndNamespace(t *testing.T) {
 	}
 	m := scrape(t, url)
 	for series, want := range map[string]float64{
-		`app_dlock_acquisitions_total{key="orders",mode="shared",reason="",result="acquired"}`: 2,
-		`app_dlock_acquisitions_total{key="users",mode="shared",reason="",result="acquired"}`:  1,
-		`app_dlock_holders{key="orders",mode="shared"}`:                                        2,
-		`app_dlock_holders{key="users",mode="shared"}`:                                         1,
-		`app_dlock_waiters{key="orders",mode="shared"}`:                                        0,
+		`app_dlock_acquisitions_total{key="orders",mode="shared",reason="",result="acquired"}`:  2,
+		`app_dlock_acquisitions_total{key="users",mode="shared",reason="",result="acquired"}`:   1,
+		`app_dlock_holders{key="orders",mode="shared"}`:                                         2,
+		`app_dlock_holders{key="users",mode="shared"}`:                                          1,
+		`app_dlock_waiters{key="orders",mode="shared"}`:                                         0,
+		`app_dlock_wait_seconds_bucket{key="orders",mode="shared",result="acquired",le="0.5"}`:  2,
+		`app_dlock_wait_seconds_bucket{key="orders",mode="shared",result="acquired",le="+Inf"}`: 2,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present: %v); want %v", series, got, ok, want)
