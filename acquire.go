@@ -115,6 +115,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		if leave, err = c.gates.enter(ctx, req.Key); err != nil {
 			return nil, stopped()
 		}
+	} else if req.Mode != driver.Exclusive {
+		// Readers and permits of one Client may hold at once: an
+		// attempt that does not wait asks the store even while another
+		// goroutine of this Client acquires the key.
+		leave = func() {}
 	} else if leave = c.gates.tryEnter(req.Key); leave == nil {
 		return nil, fmt.Errorf("%w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 	}

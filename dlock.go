@@ -25,10 +25,31 @@
 //
 // # Errors
 //
-// Every error wraps one of the sentinel errors (ErrNotAcquired, ErrNotHeld,
-// ErrLost, ErrInvalidArgument, ErrClosed, ErrUnsupported), a context error, or
-// an error from the store. Bad input is rejected before anything reaches the
-// store, with an *ArgError naming the bad value:
+// Every error wraps one of the sentinel errors, a context error, or an error
+// from the store. The sentinels:
+//
+//   - ErrNotAcquired: Lock, TryLock or Do did not get the lock (it is held,
+//     or the wait ended), with the reason where there is one (a context
+//     error, ErrUnavailable, ErrClosed, ErrLost for a waiter whose place in
+//     the queue ended);
+//   - ErrNotHeld: Release, Refresh or ReleaseAfter of a lock that is not
+//     held (released already, expired, detached), and Resume of a hold ID
+//     whose hold the store no longer has;
+//   - ErrLost: a held lock can no longer be trusted (it appears as the cause
+//     of Lock.Context), and ErrMaxHold with it when WithMaxHold ended it;
+//   - ErrInvalidArgument: bad input, as an *ArgError (below);
+//   - ErrClosed: the Client was closed;
+//   - ErrUnsupported: the backend cannot do what was asked (a mode, a fair
+//     lock, listing holders, a forced release, a hold that outlives its
+//     Client);
+//   - ErrModeMismatch: the key is held in another mode than asked (a
+//     Semaphore with another limit, a lock asked of a semaphore's key);
+//   - ErrUpgrade: the holder of a read lock asked for the write lock;
+//   - ErrUnavailable: the store could not be reached, or failed the last
+//     attempt of a wait.
+//
+// Bad input is rejected before anything reaches the store, with an
+// *ArgError naming the bad value:
 //
 //   - a nil context;
 //   - an empty key, a key longer than the backend's limit, a key that is not
@@ -37,15 +58,16 @@
 //     maximum, or so short that the drift margin (DriftMargin) leaves no
 //     validity;
 //   - backoff bounds that are not positive or out of order;
-//   - a URL that does not parse or names an unknown scheme.
+//   - a URL that does not parse or names an unknown scheme;
+//   - a malformed hold ID (which the error does not show).
 //
 // Misuse is reported with sentinels and changes nothing on the store:
-// Release or Refresh of a released lock gives ErrNotHeld; Release or Refresh
-// of a lost lock gives ErrLost; any use of a closed Client (and of its locks)
-// gives ErrClosed.
+// Release or Refresh of a released or detached lock gives ErrNotHeld;
+// Release or Refresh of a lost lock gives ErrLost; any use of a closed
+// Client (and of its locks) gives ErrClosed.
 //
-// Each acquisition has an owner token, 130 random bits that the Lock handle
-// keeps and the store compares on every refresh and release. It protects
+// Each acquisition has an owner token, 26 base32 characters from
+// crypto/rand (130 random bits), that the Lock handle keeps and the store compares on every refresh and release. It protects
 // against mistakes, not against an adversary with access to the store: another
 // process, or a stale handle of this one, cannot release or extend a hold it
 // does not own, even one it held earlier, because its token no longer
@@ -53,6 +75,21 @@
 // the store (or who is handed Client.Driver and a token) can act as the
 // owner; guard the store as you guard the data the lock protects. Listings
 // show only OwnerID, a hash of the token.
+//
+// # Holds that outlive the process
+//
+// A hold can outlive the Client and the process that took it, and be acted
+// on from another: Lock.HoldID names it (its key and owner token, a secret
+// like the token), Lock.Detach lets go of it without releasing it (it then
+// lasts until its lease ends), and Client.Resume, given the hold ID in any
+// process that uses the same store, checks it against the store and returns
+// a Lock that extends (Refresh, or Resume with WithTTL), releases or
+// detaches it again. A payment hold is one: taken when the order is placed,
+// released on another server when the payment is confirmed. It needs a
+// backend whose holds live on the store alone (Capabilities.PortableHolds:
+// the SQL stores, Redis, Redlock, memcached and the in-process store);
+// etcd's and ZooKeeper's holds end with the session of the client that took
+// them, and Detach and Resume return ErrUnsupported there.
 package dlock
 
 import (
@@ -83,9 +120,21 @@ type Holder = driver.Holder
 // Capabilities describe what a backend does natively.
 type Capabilities = driver.Capabilities
 
-// Mode is the kind of a lock: driver.Exclusive, driver.Shared (the read side
-// of a read-write lock) or driver.Semaphore.
+// Mode is the kind of a lock: ModeExclusive, ModeShared (the read side of a
+// read-write lock) or ModeSemaphore. Lock.Mode and Holder.Mode report it.
 type Mode = driver.Mode
+
+// The modes of a lock (the same values as package driver's).
+const (
+	// ModeExclusive: at most one holder per key (Lock, TryLock, Do
+	// without Shared or WithLimit).
+	ModeExclusive = driver.Exclusive
+	// ModeShared: the read side of a read-write lock (the Shared option).
+	ModeShared = driver.Shared
+	// ModeSemaphore: up to a limit of holders per key (the WithLimit
+	// option).
+	ModeSemaphore = driver.Semaphore
+)
 
 // Client acquires locks from one backend. It is safe for concurrent use.
 // Close it to release its locks and the backend's resources.
@@ -347,7 +396,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 // Close shuts the Client down. It ends every acquisition in progress at once
 // (Lock, TryLock and Do return errors wrapping ErrClosed), waits until their
 // attempts are cleaned up on the store, releases every lock the Client holds
-// (their contexts end with cause ErrClosed), waits for requests still in
+// but detached ones (their contexts end with cause ErrClosed), waits for requests still in
 // flight (each bounded by its own timeout), and then closes the backend. Later
 // calls on the Client or its locks return ErrClosed. Close is idempotent, and
 // a concurrent second call returns once the first has finished.

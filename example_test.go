@@ -86,6 +86,61 @@ func ExampleLock_Context() {
 	// Output: true
 }
 
+// A payment hold: one server holds a phone number for a buyer for 15
+// minutes and returns; the payment confirmation reaches another server,
+// which extends the hold or releases it with the hold ID. Here the two
+// servers are two Clients of one in-process store; in production they are
+// processes that share a store such as PostgreSQL or Redis.
+func ExampleClient_Resume() {
+	ctx := context.Background()
+	store := memdlock.New()
+
+	// Server A, handling the order: hold the number, keep the hold ID
+	// with the order (it is a secret: never log it), and let go.
+	serverA, _ := dlock.New(store.Share())
+	hold, err := serverA.TryLock(ctx, "phone:13800000000", dlock.WithTTL(15*time.Minute), dlock.WithoutRenewal())
+	if err != nil {
+		log.Fatal(err) // the number is held for another buyer
+	}
+	holdID := hold.HoldID()
+	if err := hold.Detach(); err != nil {
+		log.Fatal(err) // etcd, ZooKeeper: holds end with their client
+	}
+	serverA.Close() // the hold stays: it ends with its lease
+
+	// Server B, on the payment provider's callback.
+	serverB, _ := dlock.New(store.Share())
+	defer serverB.Close()
+	_, err = serverB.TryLock(ctx, "phone:13800000000")
+	fmt.Println("held for the buyer:", errors.Is(err, dlock.ErrNotAcquired))
+
+	// Payment pending: 10 more minutes from now.
+	l, err := serverB.Resume(ctx, holdID, dlock.WithTTL(10*time.Minute), dlock.WithoutRenewal())
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, dlock.ErrNotHeld): the hold ended
+	}
+	if err := l.Detach(); err != nil {
+		log.Fatal(err)
+	}
+
+	// Payment confirmed: sell the number, then release the hold.
+	l, err = serverB.Resume(ctx, holdID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("selling with fencing token", l.Token())
+	fmt.Println("released:", l.Release(ctx) == nil)
+
+	// The hold ID is spent.
+	_, err = serverB.Resume(ctx, holdID)
+	fmt.Println("spent:", errors.Is(err, dlock.ErrNotHeld))
+	// Output:
+	// held for the buyer: true
+	// selling with fencing token 1
+	// released: true
+	// spent: true
+}
+
 // Idempotent consumption: a queue that delivers at least once may hand the
 // same message to two consumers. Each consumer takes the message's lock
 // with TryLock; the one that gets it processes the message and then keeps

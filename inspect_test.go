@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
@@ -39,7 +38,7 @@ func TestHolders(t *testing.T) {
 	}
 	want := map[uint64]string{r1.Token(): r1.OwnerID(), r2.Token(): r2.OwnerID()}
 	for _, h := range hs {
-		if h.Key != "k" || h.Mode != driver.Shared || want[h.Token] != h.Owner || h.TTL <= 0 {
+		if h.Key != "k" || h.Mode != dlock.ModeShared || want[h.Token] != h.Owner || h.TTL <= 0 {
 			t.Errorf("holder %+v; want a reader of k with one of the tokens and owners %v and a lease left", h, want)
 		}
 	}

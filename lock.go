@@ -17,11 +17,12 @@ const (
 	released
 	lost
 	closed
+	detached // by Detach: the hold lives on without this handle
 )
 
 // Lock is a held lock: a lease on a key with an owner and a fencing token.
 // It renews itself in the background (unless WithoutRenewal was given) until
-// Release is called or the lock is lost. Its methods are safe for concurrent
+// Release or Detach is called or the lock is lost. Its methods are safe for concurrent
 // use.
 type Lock struct {
 	c          *Client
@@ -107,6 +108,15 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 
 // Key returns the lock's key.
 func (l *Lock) Key() string { return l.req.Key }
+
+// String describes the lock by its key, mode and fencing token; never by
+// its owner token or HoldID, which are secrets.
+func (l *Lock) String() string {
+	return fmt.Sprintf("dlock.Lock{key=%q mode=%s token=%d}", l.req.Key, l.Mode(), l.token)
+}
+
+// GoString is String, so that %#v does not show the owner token either.
+func (l *Lock) GoString() string { return l.String() }
 
 // Token returns the fencing token: a number that is greater than the token of
 // every earlier holder of the same key. Pass it to the resource the lock
@@ -354,7 +364,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 	state, cause, downgrading := l.state, l.cause, l.downgrading
 	l.mu.Unlock()
 	switch state {
-	case released, closed:
+	case released, closed, detached:
 		return cause
 	case lost:
 		// Clear whatever may remain of the lease; the loss stands. An

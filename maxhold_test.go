@@ -12,16 +12,18 @@ import (
 )
 
 // At its max hold the lock ends with ErrLost and ErrMaxHold as its cause and
-// is released on the store at once, whether or not it was renewed meanwhile.
+// is released on the store at once, whether or not it was renewed meanwhile
+// (a 150ms lease, renewed every 50ms, leaves a loaded machine room to renew
+// it).
 func TestMaxHold(t *testing.T) {
-	for _, ttl := range []time.Duration{time.Minute, 30 * time.Millisecond} {
+	for _, ttl := range []time.Duration{time.Minute, 150 * time.Millisecond} {
 		t.Run(ttl.String(), func(t *testing.T) {
 			store := memdlock.New()
 			lost := make(chan struct{})
 			ev := events{lost: lost}
 			a := newClient(t, store.Share(), dlock.WithObserver(&ev))
 			b := newClient(t, store.Share())
-			l, err := a.Lock(context.Background(), "job", dlock.WithTTL(ttl), dlock.WithMaxHold(200*time.Millisecond))
+			l, err := a.Lock(context.Background(), "job", dlock.WithTTL(ttl), dlock.WithMaxHold(500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

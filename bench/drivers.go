@@ -1,8 +1,9 @@
 package main
 
-// The dlock backends of the consensus stores, opened by URL (etcd://,
-// zk://) in dlockURLOpener.
+// The dlock backends opened by URL: the consensus stores (etcd://, zk://)
+// in dlockURLOpener, PostgreSQL (postgres://) in dlockPgOpen.
 import (
 	_ "github.com/dlockhq/dlock/etcddlock"
+	_ "github.com/dlockhq/dlock/sqldlock"
 	_ "github.com/dlockhq/dlock/zkdlock"
 )

@@ -59,6 +59,8 @@ var libraries = []library{
 
 	{name: "dlock", store: "zk", open: dlockURLOpener("zk")},
 	{name: "zk.Lock", store: "zk", native: true, open: openZkLock},
+
+	{name: "dlock", store: "pg", open: dlockPgOpen},
 }
 
 var errNotHeld = errors.New("lock was not held at unlock")

@@ -7,7 +7,8 @@
 //     compare-and-delete baseline;
 //   - etcd: dlock over etcddlock with the etcd client's own
 //     concurrency.Mutex;
-//   - ZooKeeper: dlock over zkdlock with go-zookeeper's zk.Lock.
+//   - ZooKeeper: dlock over zkdlock with go-zookeeper's zk.Lock;
+//   - PostgreSQL: dlock over sqldlock (hot key across processes only).
 //
 // Run it with
 //
@@ -29,7 +30,9 @@ import (
 	"regexp"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,17 +44,20 @@ import (
 
 type config struct {
 	settings
-	dur     time.Duration // per cell
-	warm    time.Duration // warm-up per cell, on other keys
-	budget  time.Duration // wait budget of one Lock call
-	clients int           // clients (connection pools) per library in the multi-goroutine workloads
-	slices  int           // each cell runs in this many rounds, the libraries taking turns
-	only    *regexp.Regexp
-	stores  []string      // stores to run cells on: redis, etcd, zk
-	redis   []string      // existing redis-servers; nil: start our own
-	etcd    string        // existing etcd; "": start our own
-	zk      string        // existing ZooKeeper; "": start our own
-	delay   time.Duration // one-way latency added by a proxy in front of every server
+	dur      time.Duration // per cell
+	warm     time.Duration // warm-up per cell, on other keys
+	budget   time.Duration // wait budget of one Lock call
+	clients  int           // clients (connection pools) per library in the multi-goroutine workloads
+	slices   int           // each cell runs in this many rounds, the libraries taking turns
+	only     *regexp.Regexp
+	stores   []string      // stores to run cells on: redis, etcd, zk, pg
+	fleet    int           // processes (a Client each) of the main hot-key-across-processes cells
+	waiters  []int         // processes of the waiter-scaling cells (hot key across processes, CS=1ms)
+	procPool int           // go-redis PoolSize of every client in the across-processes cells
+	redis    []string      // existing redis-servers; nil: start our own
+	etcd     string        // existing etcd; "": start our own
+	zk       string        // existing ZooKeeper; "": start our own
+	delay    time.Duration // one-way latency added by a proxy in front of every server
 }
 
 func main() {
@@ -62,6 +68,7 @@ func main() {
 		redisArg = flag.String("redis", "", "comma-separated host:port of existing redis-servers to use instead of starting 5 (quorum cells need 3 and 5)")
 		jsonOut  = flag.String("json", "", "also write the results as JSON to this file (- for stdout, instead of the tables)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		waiters  = flag.String("waiters", "8,64,256", "comma-separated process counts of the waiter-scaling cells (hot key, CS=1ms, a Client per goroutine)")
 	)
 	flag.StringVar(&cfg.etcd, "etcd", "", "host:port of an existing etcd (client port) to use instead of starting one; nothing else may write to it meanwhile")
 	flag.StringVar(&cfg.zk, "zk", "", "host:port of an existing ZooKeeper to use instead of starting one (the FIFO check needs its mntr command); nothing else may write to it meanwhile")
@@ -73,6 +80,8 @@ func main() {
 	flag.DurationVar(&cfg.delay, "delay", 0, "put a proxy in front of every server that delays each direction by this much (round trip 2x), to emulate a network")
 	flag.IntVar(&cfg.pool, "pool", 32, "go-redis PoolSize of every client, for every library")
 	flag.IntVar(&cfg.slices, "slices", 3, "run each cell in this many rounds, the libraries taking turns (so that they share the machine's ups and downs)")
+	flag.IntVar(&cfg.fleet, "fleet", 64, "processes (a Client each) of the hot-key-across-processes cells with CS=0 and CS=1ms")
+	flag.IntVar(&cfg.procPool, "procpool", 2, "go-redis PoolSize of every client in the across-processes cells (a Client per goroutine)")
 	flag.IntVar(&cfg.clients, "clients", 4, "clients (separate connection pools or sessions, as separate processes would have) per library")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -94,11 +103,21 @@ func main() {
 		}
 		cfg.stores = append(cfg.stores, s)
 	}
+	for _, w := range strings.Split(*waiters, ",") {
+		if w = strings.TrimSpace(w); w == "" {
+			continue
+		}
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 2 {
+			fatalf("-waiters: %q is not a process count of at least 2", w)
+		}
+		cfg.waiters = append(cfg.waiters, n)
+	}
 	if *redisArg != "" {
 		cfg.redis = strings.Split(*redisArg, ",")
 	}
-	if cfg.dur <= 0 || cfg.budget <= 0 || cfg.ttl <= 0 || cfg.retry <= 0 || cfg.pool <= 0 || cfg.clients <= 0 || cfg.slices <= 0 || cfg.warm < 0 || cfg.delay < 0 {
-		fatalf("-duration, -budget, -ttl, -retry, -pool, -clients and -slices must be positive, -warmup and -delay not negative")
+	if cfg.dur <= 0 || cfg.budget <= 0 || cfg.ttl <= 0 || cfg.retry <= 0 || cfg.pool <= 0 || cfg.clients <= 0 || cfg.slices <= 0 || cfg.fleet < 2 || cfg.procPool <= 0 || cfg.warm < 0 || cfg.delay < 0 {
+		fatalf("-duration, -budget, -ttl, -retry, -pool, -procpool, -clients and -slices must be positive, -fleet at least 2, -warmup and -delay not negative")
 	}
 
 	if *cpuProf != "" {
@@ -168,7 +187,31 @@ type cell struct {
 	servers  int           // independent servers the lock spans
 	clients  int           // lockers (clients) the workload spreads over
 	quorum   bool          // only for libraries that lock over several servers
+	procs    bool          // a Client per goroutine, as separate processes would have (clients == goroutines)
 	run      func(rc *runCtx, s *samples)
+}
+
+// procCells returns the hot-key-across-processes cells of a store: every
+// goroutine has a Client of its own (its own connection pool, session or
+// subscription), as separate processes would. They are the counterparts of
+// the shared-Client hot key cells (G=8) and the fleet's cells (cfg.fleet
+// processes), both with CS=0 and CS=1ms, and the waiter-scaling cells
+// (cfg.waiters processes, CS=1ms), in the order of G.
+func procCells(cfg config, store string) []cell {
+	both := []int{8, cfg.fleet}
+	gs := append(slices.Clone(both), cfg.waiters...)
+	slices.Sort(gs)
+	var cs []cell
+	for _, g := range slices.Compact(gs) {
+		for _, d := range []time.Duration{0, time.Millisecond} {
+			if d == 0 && !slices.Contains(both, g) {
+				continue
+			}
+			cs = append(cs, cell{store: store, workload: "hotkey-procs", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true,
+				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }})
+		}
+	}
+	return cs
 }
 
 func cells(cfg config) []cell {
@@ -184,6 +227,8 @@ func cells(cfg config) []cell {
 				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }})
 		}
 	}
+	cs = append(cs, procCells(cfg, "redis")...)
+	// Two goroutines with a Client each: a handoff between processes.
 	cs = append(cs, cell{store: "redis", workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
 	for _, n := range []int{3, 5} {
 		cs = append(cs, cell{store: "redis", workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
@@ -203,7 +248,10 @@ func cells(cfg config) []cell {
 			run: func(rc *runCtx, s *samples) { fifoHandoff(rc, s, 8, time.Millisecond) }})
 		// A waiter that has just begun to wait, as on Redis.
 		cs = append(cs, cell{store: st, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+		cs = append(cs, procCells(cfg, st)...)
 	}
+	// PostgreSQL: only the hot key across processes.
+	cs = append(cs, procCells(cfg, "pg")...)
 	return cs
 }
 
@@ -225,6 +273,8 @@ type report struct {
 	Config  struct {
 		Duration, Warmup, Budget, TTL, Retry, Delay time.Duration
 		Pool, Clients, Slices                       int
+		Fleet, ProcPool                             int                 // processes of the fleet cells; PoolSize in the across-processes cells
+		Waiters                                     []int               // processes of the waiter-scaling cells
 		Servers                                     map[string][]string // by store
 	} `json:"config"`
 	// Round trip of each store that ran: back-to-back no-op requests on one
@@ -235,6 +285,7 @@ type report struct {
 	LoadBefore string   `json:"load_before,omitempty"`
 	LoadAfter  string   `json:"load_after,omitempty"`
 	Results    []result `json:"results"`
+	Skipped    []string `json:"skipped,omitempty"` // cells the servers could not take
 	Targets    []target `json:"targets"`
 }
 
@@ -258,6 +309,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 	rep.Config.Duration, rep.Config.Warmup, rep.Config.Budget = cfg.dur, cfg.warm, cfg.budget
 	rep.Config.TTL, rep.Config.Retry, rep.Config.Pool, rep.Config.Clients, rep.Config.Slices = cfg.ttl, cfg.retry, cfg.pool, cfg.clients, cfg.slices
 	rep.Config.Delay, rep.Config.Servers = cfg.delay, map[string][]string{}
+	rep.Config.Fleet, rep.Config.ProcPool, rep.Config.Waiters = cfg.fleet, cfg.procPool, cfg.waiters
 
 	rep.LoadBefore = loadAvg()
 	defer func() { rep.LoadAfter = loadAvg() }()
@@ -310,7 +362,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 			rep.Config.Servers[st.name] = srv.addrs
 
 			// The round trip: warm a connection, then measure.
-			pr, err := st.probe(srv.addrs[:1], srv.direct[:1], cfg.settings)
+			pr, err := st.probe(srv.addrs[:1], srv.direct[:1], srv.pidsOf(1), cfg.settings)
 			if err != nil {
 				return fmt.Errorf("%s: %w", st.name, err)
 			}
@@ -329,7 +381,12 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 					fmt.Fprintf(progress, "%s: skipped: needs %d servers, have %d\n", pl.c.name("*"), pl.c.servers, len(srv.addrs))
 					continue
 				}
-				for _, r := range runCell(ctx, cfg, st, pl.c, pl.libs, srv.addrs[:pl.c.servers], srv.direct[:pl.c.servers], runID) {
+				if srv.maxClients > 0 && pl.c.clients > srv.maxClients {
+					fmt.Fprintf(progress, "%s: skipped: needs %d clients, the server's connection limit allows %d\n", pl.c.name("*"), pl.c.clients, srv.maxClients)
+					rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: needs %d clients, the server's connection limit allows %d", pl.c.name("*"), pl.c.clients, srv.maxClients))
+					continue
+				}
+				for _, r := range runCell(ctx, cfg, st, pl.c, pl.libs, srv.addrs[:pl.c.servers], srv.direct[:pl.c.servers], srv.pidsOf(pl.c.servers), runID) {
 					fmt.Fprintf(progress, "%-40s %10.0f ops/s  lock p50 %-8s p99 %-8s errors %d\n", r.Cell, r.OpsPerSec, fmtDur(r.LockP50), fmtDur(r.LockP99), r.Errors)
 					rep.Results = append(rep.Results, r)
 				}
@@ -348,14 +405,14 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 // Then it measures in cfg.slices rounds: in each, every library in turn
 // runs for duration/slices on keys of its own, so that the libraries share
 // whatever else the machine is doing.
-func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []library, addrs, direct []string, runID string) []result {
+func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []library, addrs, direct []string, pids []int, runID string) []result {
 	type entry struct {
 		rc *runCtx
 		s  samples
 	}
 	es := make([]*entry, len(libs))
 	// The bench's own connection: round trips, server CPU, records.
-	pr, err := st.probe(addrs, direct, cfg.settings)
+	pr, err := st.probe(addrs, direct, pids, cfg.settings)
 	if err != nil {
 		for i := range es {
 			es[i] = &entry{}
@@ -369,17 +426,14 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 			break
 		}
 		es[i] = &entry{}
-		lks := make([]locker, c.clients)
-		for j := range lks {
-			lk, closeFn, err := lib.open(addrs, cfg.settings)
-			if err != nil {
-				es[i].s.err(fmt.Errorf("open: %w", err))
-				break
-			}
-			defer closeFn()
-			lks[j] = lk
+		set := cfg.settings
+		if c.procs {
+			set.pool = cfg.procPool
 		}
-		if es[i].s.nErrs > 0 {
+		lks, closeAll, err := openLockers(lib, addrs, set, c.clients)
+		defer closeAll()
+		if err != nil {
+			es[i].s.err(fmt.Errorf("open: %w", err))
 			continue
 		}
 		rc := &runCtx{ctx: ctx, lks: lks, budget: cfg.budget, ping: pr.ping, records: pr.records}
@@ -414,6 +468,51 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 	return rs
 }
 
+// openLockers opens n clients of lib, a few at a time (opening a client of
+// a consensus store or PostgreSQL takes a round trip or more), and returns
+// them with the function that closes them all, also when it fails.
+func openLockers(lib library, addrs []string, set settings, n int) ([]locker, func(), error) {
+	lks := make([]locker, n)
+	closers := make([]func(), n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for j := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			lks[j], closers[j], errs[j] = lib.open(addrs, set)
+		})
+	}
+	wg.Wait()
+	closeAll := func() {
+		var wg sync.WaitGroup
+		for _, f := range closers {
+			if f != nil {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					f()
+				})
+			}
+		}
+		wg.Wait()
+	}
+	failed := 0
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			if failed++; first == nil {
+				first = err
+			}
+		}
+	}
+	if first != nil {
+		return nil, closeAll, fmt.Errorf("%d of %d clients failed to open, the first: %w", failed, n, first)
+	}
+	return lks, closeAll, nil
+}
+
 // find returns the result of the named cell, if it ran without errors.
 func (rep *report) find(name string) (result, bool) {
 	for _, r := range rep.Results {
@@ -441,31 +540,123 @@ func (rep *report) native(r result) (result, bool) {
 // target is one of the targets for dlock, checked on this run.
 type target struct {
 	Name   string `json:"name"`
-	Status string `json:"status"` // met, MISSED, n/a (cells not run or failed)
+	Status string `json:"status"` // MET, MISSED, n/a (cells failed)
 	Detail string `json:"detail"`
 }
 
+// ran reports whether all the named cells ran (with or without errors).
+func (rep *report) ran(names ...string) bool {
+	for _, n := range names {
+		if !slices.ContainsFunc(rep.Results, func(r result) bool { return r.Cell == n }) {
+			return false
+		}
+	}
+	return true
+}
+
+// ratioStatus says whether a ratio met a target and its stretch.
+func ratioStatus(ratio, target, stretch float64) string {
+	s := "MISSED"
+	if ratio >= target {
+		s = "MET"
+	}
+	return fmt.Sprintf("%.2fx: %s (target %.1fx); stretch %.1fx: %s", ratio, s, target, stretch, map[bool]string{true: "MET", false: "MISSED"}[ratio >= stretch])
+}
+
+// evaluate checks the targets for dlock on the cells that ran: a target
+// whose cells did not all run is left out, one whose cells failed is n/a.
 func (rep *report) evaluate() []target {
 	var ts []target
-	add := func(name string, ok, met bool, detail string) {
+	// add adds a target over the named cells: ok says that its cells ran
+	// without errors, met that it was met.
+	add := func(cells []string, name string, ok, met bool, detail string) {
+		if !rep.ran(cells...) {
+			return
+		}
 		st := "n/a"
 		if ok && met {
-			st = "met"
+			st = "MET"
 		} else if ok {
 			st = "MISSED"
 		}
 		if !ok {
-			detail = "cells missing or failed"
+			detail = "cells missing or failed: " + strings.Join(cells, ", ")
 		}
 		ts = append(ts, target{name, st, detail})
 	}
 
-	// Redis.
-	d, ok1 := rep.find("redis/uncontended/G=64/dlock")
-	b, ok2 := rep.find("redis/uncontended/G=64/baseline")
-	if ok1 || ok2 {
-		add("redis uncontended G=64: dlock pairs/s >= baseline", ok1 && ok2, d.OpsPerSec >= b.OpsPerSec,
-			fmt.Sprintf("%.0f vs %.0f pairs/s (%.2fx)", d.OpsPerSec, b.OpsPerSec, d.OpsPerSec/b.OpsPerSec))
+	// Uncontended, 64 goroutines: dlock at least the raw baseline's pairs/s.
+	{
+		cs := []string{"redis/uncontended/G=64/dlock", "redis/uncontended/G=64/baseline"}
+		d, ok1 := rep.find(cs[0])
+		b, ok2 := rep.find(cs[1])
+		ok := ok1 && ok2 && b.OpsPerSec > 0
+		ratio := d.OpsPerSec / b.OpsPerSec
+		add(cs, "redis uncontended G=64: dlock pairs/s >= 1.0x baseline (stretch 1.5x)", ok, ratio >= 1,
+			fmt.Sprintf("%.0f vs %.0f pairs/s = %s", d.OpsPerSec, b.OpsPerSec, ratioStatus(ratio, 1, 1.5)))
+	}
+
+	// Hot key, 64 processes, CS=1ms: throughput against the shared-Client
+	// cell, fairness, and server CPU per acquisition across waiter counts.
+	{
+		pc := "redis/hotkey-procs/G=64/CS=1ms/dlock"
+		sc := "redis/hotkey/G=64/CS=1ms/dlock"
+		p, ok1 := rep.find(pc)
+		o, ok2 := rep.find(sc)
+		ok := ok1 && ok2 && o.OpsPerSec > 0
+		ratio := p.OpsPerSec / o.OpsPerSec
+		add([]string{pc, sc}, "redis hot key G=64 CS=1ms: dlock acq/s across processes >= 0.9x its shared-Client cell", ok, ratio >= 0.9,
+			fmt.Sprintf("%.0f acq/s (64 Clients) vs %.0f acq/s (64 goroutines over %d Clients) = %.2fx", p.OpsPerSec, o.OpsPerSec, rep.Config.Clients, ratio))
+		add([]string{pc}, "redis hot key G=64 CS=1ms across processes: dlock fairness (Jain's index) >= 0.9", ok1, p.Fairness >= 0.9,
+			fmt.Sprintf("fairness %.2f; acquisitions per process min %d, max %d, mean %.1f", p.Fairness, p.MinPerG, p.MaxPerG, float64(p.Ops)/float64(max(1, p.Goroutines))))
+		// Over the waiter counts that ran (at least two).
+		var gs []int
+		var names, parts []string
+		for _, g := range rep.Config.Waiters {
+			n := fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", g)
+			if !rep.ran(n) {
+				continue
+			}
+			names = append(names, n)
+			if r, ok := rep.find(n); ok {
+				gs = append(gs, g)
+				parts = append(parts, fmt.Sprintf("G=%d %v", g, fmtDur(r.ServerCPUPerOp)))
+			}
+		}
+		if len(names) >= 2 {
+			spread, ok := rep.cpuSpread("redis", "dlock", gs)
+			ok = ok && len(gs) == len(names)
+			add(names, "redis hot key CS=1ms across processes: dlock server CPU/acq max/min over the waiter counts <= 1.5", ok, spread <= 1.5,
+				fmt.Sprintf("%s: max/min %.2f", strings.Join(parts, ", "), spread))
+		}
+	}
+
+	// Handoff between separate Clients, from the release call: dlock no
+	// slower than the baseline's polling.
+	{
+		cs := []string{"redis/handoff/G=2/dlock", "redis/handoff/G=2/baseline"}
+		d, ok1 := rep.find(cs[0])
+		b, ok2 := rep.find(cs[1])
+		detail := fmt.Sprintf("p50 %v vs %v (%.2fx); p99 %v vs %v",
+			fmtDur(d.HandoffCallP50), fmtDur(b.HandoffCallP50), float64(d.HandoffCallP50)/float64(b.HandoffCallP50),
+			fmtDur(d.HandoffCallP99), fmtDur(b.HandoffCallP99))
+		pd, okd := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", rep.Config.Fleet))
+		pb, okb := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/baseline", rep.Config.Fleet))
+		if okd && okb {
+			detail += fmt.Sprintf("; with %d processes waiting (hotkey-procs CS=1ms): p50 %v vs %v", rep.Config.Fleet, fmtDur(pd.HandoffCallP50), fmtDur(pb.HandoffCallP50))
+		}
+		add(cs, "redis handoff G=2 (separate Clients), release call -> next holder: dlock p50 <= baseline's", ok1 && ok2 && b.HandoffCallP50 > 0,
+			d.HandoffCallP50 <= b.HandoffCallP50, detail)
+	}
+
+	// Redlock: dlock's quorum against redsync.
+	for _, n := range []int{3, 5} {
+		cs := []string{fmt.Sprintf("redis/quorum/N=%d/dlock", n), fmt.Sprintf("redis/quorum/N=%d/redsync", n)}
+		d, ok1 := rep.find(cs[0])
+		r, ok2 := rep.find(cs[1])
+		ratio := d.OpsPerSec / r.OpsPerSec
+		add(cs, fmt.Sprintf("redis quorum N=%d: dlock pairs/s >= 1.0x redsync (stretch 1.3x)", n), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
+			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
 	}
 
 	// The handoff against two round trips, with two measures of one round
@@ -475,31 +666,35 @@ func (rep *report) evaluate() []target {
 	// conditions. On a machine that is idle between rounds the two differ
 	// several times over, so both are checked.
 	h, okH := rep.find("redis/handoff/G=2/dlock")
-	handoffRTT := func(name, what string, ok bool, rtt time.Duration) {
+	handoffRTT := func(cells []string, name, what string, ok bool, rtt time.Duration) {
 		ok = ok && okH && rtt > 0
-		add(name, ok, h.HandoffReturnP50 < 2*rtt,
+		add(cells, name, ok, h.HandoffReturnP50 < 2*rtt,
 			fmt.Sprintf("p50 from release returning %v = %.1f RTT (from release called %v = %.1f RTT); RTT = %s %v",
 				fmtDur(h.HandoffReturnP50), float64(h.HandoffReturnP50)/float64(rtt),
 				fmtDur(h.HandoffCallP50), float64(h.HandoffCallP50)/float64(rtt), what, fmtDur(rtt)))
 	}
-	if b1, ok := rep.find("redis/uncontended/G=1/baseline"); ok || okH {
-		handoffRTT("redis handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
-		handoffRTT("redis handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
-	}
+	b1, ok := rep.find("redis/uncontended/G=1/baseline")
+	handoffRTT([]string{"redis/handoff/G=2/dlock", "redis/uncontended/G=1/baseline"}, "redis handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
+	handoffRTT([]string{"redis/handoff/G=2/dlock"}, "redis handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
 
-	if hk, ok := rep.find("redis/hotkey/G=64/CS=1ms/dlock"); ok {
+	{
+		c := "redis/hotkey/G=64/CS=1ms/dlock"
+		hk, ok := rep.find(c)
 		limit := 3 * 64 * time.Millisecond
-		add("redis hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
+		add([]string{c}, "redis hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
 			fmt.Sprintf("gave up %d; wait p99 %v vs limit %v", hk.GaveUp, fmtDur(hk.LockP99), fmtDur(limit)))
 	}
 
-	q5, ok1 := rep.find("redis/quorum/N=5/dlock")
-	s1, ok2 := rep.find("redis/uncontended/G=1/dlock")
-	if ok1 {
-		add("redis quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
-			fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
-				fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
-				fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
+	{
+		cs := []string{"redis/quorum/N=5/dlock", "redis/uncontended/G=1/dlock"}
+		q5, ok1 := rep.find(cs[0])
+		s1, ok2 := rep.find(cs[1])
+		if rep.ran(cs[0]) {
+			add(cs, "redis quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
+				fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
+					fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
+					fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
+		}
 	}
 
 	// The consensus stores: dlock against the store's own recipe.
@@ -512,25 +707,27 @@ func (rep *report) evaluate() []target {
 			n, ok := rep.native(d)
 			return d, n, ok
 		}
-		ran := false
-		for _, r := range rep.Results {
-			ran = ran || r.Store == st
+		native := ""
+		for _, lib := range libraries {
+			if lib.store == st && lib.native {
+				native = lib.name
+			}
 		}
-		if !ran {
-			continue
+		both := func(prefix string) []string {
+			return []string{st + "/" + prefix + "/dlock", st + "/" + prefix + "/" + native}
 		}
 		d, n, ok := cellsOf("uncontended/G=1")
 		ratio, lo, hi := roundRatio(d.RoundLockP50, n.RoundLockP50)
-		add(st+" uncontended G=1: dlock lock p50 <= 1.1x "+n.Library, ok && ratio > 0, ratio <= 1.1,
+		add(both("uncontended/G=1"), st+" uncontended G=1: dlock lock p50 <= 1.1x "+native, ok && ratio > 0, ratio <= 1.1,
 			fmt.Sprintf("%v vs %v; median of %d per-round ratios %.2f (%.2f-%.2f); pair p50 %v vs %v",
 				fmtDur(d.LockP50), fmtDur(n.LockP50), len(d.RoundLockP50), ratio, lo, hi, fmtDur(d.PairP50), fmtDur(n.PairP50)))
 		f, fok := rep.find(st + "/fifo/G=8/CS=1ms/dlock")
 		fn, _ := rep.native(f)
-		add(st+" handoff p50 < 5ms (dlock, G=8)", fok && f.Handoffs > 0, f.HandoffCallP50 < 5*time.Millisecond,
+		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" handoff p50 < 5ms (dlock, G=8)", fok && f.Handoffs > 0, f.HandoffCallP50 < 5*time.Millisecond,
 			fmt.Sprintf("p50 %v, p99 %v over %d handoffs (%s: p50 %v, p99 %v)",
-				fmtDur(f.HandoffCallP50), fmtDur(f.HandoffCallP99), f.Handoffs, fn.Library, fmtDur(fn.HandoffCallP50), fmtDur(fn.HandoffCallP99)))
-		add(st+" FIFO: no out-of-order acquisition (dlock, G=8)", fok && f.Unconfirmed == 0, f.OutOfOrder == 0,
-			fmt.Sprintf("%d out of order in %d acquisitions (%s: %d in %d)", f.OutOfOrder, f.Ops, fn.Library, fn.OutOfOrder, fn.Ops))
+				fmtDur(f.HandoffCallP50), fmtDur(f.HandoffCallP99), f.Handoffs, native, fmtDur(fn.HandoffCallP50), fmtDur(fn.HandoffCallP99)))
+		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" FIFO: no out-of-order acquisition (dlock, G=8)", fok && f.Unconfirmed == 0, f.OutOfOrder == 0,
+			fmt.Sprintf("%d out of order in %d acquisitions (%s: %d in %d)", f.OutOfOrder, f.Ops, native, fn.OutOfOrder, fn.Ops))
 	}
 	return ts
 }

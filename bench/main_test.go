@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -25,9 +26,14 @@ func TestAllWorkloads(t *testing.T) {
 		clients:  2,
 		slices:   2,
 		stores:   storeNames(),
+		// Hot key across processes with few of them: 3 and 8 processes
+		// with CS=0 and 1ms, waiter scaling over 2, 3 and 8.
+		fleet:    3,
+		waiters:  []int{2, 3},
+		procPool: 2,
 	}
 	if testing.Short() {
-		cfg.only = regexp.MustCompile(`^redis/.*/baseline$|^(etcd|zk)/(uncontended/G=1|fifo)/`)
+		cfg.only = regexp.MustCompile(`^redis/.*/baseline$|^(etcd|zk)/(uncontended/G=1|fifo)/|^pg/hotkey-procs/G=2/`)
 	}
 	rep, err := run(ctx, cfg, io.Discard)
 	if err != nil {
@@ -56,6 +62,9 @@ func TestAllWorkloads(t *testing.T) {
 		if r.Workload == "handoff" && r.HandoffCallP50 <= 0 {
 			t.Errorf("%s: no handoff latency", r.Cell)
 		}
+		if r.Workload == "hotkey-procs" && (r.Goroutines < 2 || r.Fairness <= 0 || r.Fairness > 1) {
+			t.Errorf("%s: %d goroutines, fairness %v", r.Cell, r.Goroutines, r.Fairness)
+		}
 		if r.Workload == "fifo" {
 			// Every library on these stores queues in order, and the
 			// workload sequences the queueing: a count is a fault of the
@@ -75,7 +84,10 @@ func TestAllWorkloads(t *testing.T) {
 	if !testing.Short() {
 		heads = append(heads, "Redis, uncontended", "Redis, hot key", "Redis, handoff", "etcd and ZooKeeper, hot key")
 	}
-	heads = append(heads, "etcd and ZooKeeper, uncontended", "etcd and ZooKeeper, handoff")
+	heads = append(heads, "etcd and ZooKeeper, uncontended", "etcd and ZooKeeper, handoff", "Hot key across processes")
+	if !testing.Short() {
+		heads = append(heads, "Waiter scaling")
+	}
 	for _, s := range heads {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
@@ -86,6 +98,37 @@ func TestAllWorkloads(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log("\n" + out.String())
+	}
+}
+
+func TestJain(t *testing.T) {
+	for _, c := range []struct {
+		xs   []int
+		want float64
+	}{
+		{[]int{5, 5, 5, 5}, 1},
+		{[]int{8, 0, 0, 0}, 0.25},
+		{[]int{1, 3}, 0.8},
+		{[]int{0, 0}, 0},
+	} {
+		if got := jain(c.xs); got != c.want {
+			t.Errorf("jain(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+// TestProcTreeCPU reads this process's CPU time from /proc.
+func TestProcTreeCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+	}
+	if got := procTreeCPU(os.Getpid()); got <= 0 {
+		t.Errorf("procTreeCPU(self) = %v, want > 0", got)
+	}
+	if got := procTreeCPU(0); got != 0 {
+		t.Errorf("procTreeCPU(0) = %v, want 0", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,8 @@ func (rep *report) print(w io.Writer) {
 	c := rep.Config
 	fmt.Fprintf(w, "dlock comparison: %v per cell and library (in %d interleaved slices) after %v warm-up; TTL %v; polling libraries retry every %v; go-redis PoolSize %d; up to %d clients per library; wait budget %v\n",
 		c.Duration, c.Slices, c.Warmup, c.TTL, c.Retry, c.Pool, c.Clients, c.Budget)
+	fmt.Fprintf(w, "hot key across processes: a Client per goroutine (go-redis PoolSize %d), %d processes with CS=0 and 1ms, waiter scaling over %v processes with CS=1ms\n",
+		c.ProcPool, c.Fleet, c.Waiters)
 	for _, st := range storeList {
 		if addrs := c.Servers[st.name]; len(addrs) > 0 {
 			fmt.Fprintf(w, "%s servers: %s\n", st.name, strings.Join(addrs, " "))
@@ -23,7 +26,7 @@ func (rep *report) print(w io.Writer) {
 		fmt.Fprintf(w, "every server behind a proxy that delays each direction by at least %v (Go's timers may add up to a millisecond more: the round trip lines show the real round trip)\n", c.Delay)
 	}
 	fmt.Fprintln(w)
-	pingWhat := map[string]string{"redis": "PINGs", "etcd": "GETs of a missing key", "zk": "exists(\"/\")"}
+	pingWhat := map[string]string{"redis": "PINGs", "etcd": "GETs of a missing key", "zk": "exists(\"/\")", "pg": "pings (empty statements)"}
 	for _, p := range rep.Pings {
 		fmt.Fprintf(w, "Round trip %-5s (back-to-back %s on one connection, %d samples): p50 %v  p99 %v\n",
 			p.Store, pingWhat[p.Store], p.Ops, fmtDur(p.LockP50), fmtDur(p.LockP99))
@@ -125,9 +128,22 @@ func (rep *report) print(w io.Writer) {
 
 	rep.printConsensus(w, byWorkload)
 
+	var procs []result
+	for _, st := range storeList {
+		procs = append(procs, byWorkload(st.name, "hotkey-procs")...)
+	}
+	rep.printProcs(w, procs)
+
 	if len(errLines) > 0 {
 		fmt.Fprintln(w, "Errors:")
 		fmt.Fprintln(w, strings.Join(errLines, "\n"))
+		fmt.Fprintln(w)
+	}
+	if len(rep.Skipped) > 0 {
+		fmt.Fprintln(w, "Skipped:")
+		for _, s := range rep.Skipped {
+			fmt.Fprintln(w, "  "+s)
+		}
 		fmt.Fprintln(w)
 	}
 
@@ -215,6 +231,103 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 		}
 		t.write(w)
 	}
+}
+
+// printProcs writes the hot-key-across-processes tables: every cell, then
+// the waiter scaling (the CS=1ms cells by number of processes).
+func (rep *report) printProcs(w io.Writer, rs []result) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Hot key across processes: G goroutines, a Client each (own connection pool, session, subscription), lock one key and hold it for CS")
+	t := table{header: []string{"store", "G", "CS", "library", "acq/s", "x shared", "wait p50", "wait p99", "wait max", "fairness", "min/g", "max/g",
+		"handoff p50", "handoff p99", "server CPU/acq", "client CPU/acq", "gave up", "errors"}, left: 4}
+	for _, r := range rs {
+		shared := "-"
+		if o, ok := rep.shared(r); ok && o.OpsPerSec > 0 {
+			shared = fmt.Sprintf("%.2f", r.OpsPerSec/o.OpsPerSec)
+		}
+		t.add(r.Store, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec), shared,
+			fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.LockMax), fmt.Sprintf("%.2f", r.Fairness),
+			strconv.Itoa(r.MinPerG), strconv.Itoa(r.MaxPerG), fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallP99),
+			fmtDur(r.ServerCPUPerOp), fmtDur(r.ClientCPUPerOp), strconv.Itoa(r.GaveUp), strconv.Itoa(r.Errors))
+	}
+	t.write(w)
+
+	// Waiter scaling: the CS=1ms cells, one row per store and library,
+	// one group of columns per number of processes.
+	var gs []int
+	for _, r := range rs {
+		if r.CS == time.Millisecond && !slices.Contains(gs, r.Goroutines) {
+			gs = append(gs, r.Goroutines)
+		}
+	}
+	slices.Sort(gs)
+	if len(gs) < 2 {
+		return
+	}
+	fmt.Fprintln(w, "Waiter scaling: hot key across processes, CS=1ms, by number of processes; server CPU per acquisition, and its largest over its smallest")
+	hdr := []string{"store", "library"}
+	for _, g := range gs {
+		hdr = append(hdr, fmt.Sprintf("G=%d acq/s", g), "fairness", "server CPU/acq")
+	}
+	t = table{header: append(hdr, "CPU/acq max/min"), left: 2}
+	for _, st := range storeList {
+		for _, lib := range libraries {
+			if lib.store != st.name {
+				continue
+			}
+			row := []string{st.name, lib.name}
+			any := false
+			for _, g := range gs {
+				r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", st.name, g, lib.name))
+				if !ok {
+					row = append(row, "-", "-", "-")
+					continue
+				}
+				any = true
+				row = append(row, fmtRate(r.OpsPerSec), fmt.Sprintf("%.2f", r.Fairness), fmtDur(r.ServerCPUPerOp))
+			}
+			if !any {
+				continue
+			}
+			ratio := "-"
+			if m, ok := rep.cpuSpread(st.name, lib.name, gs); ok {
+				ratio = fmt.Sprintf("%.2f", m)
+			}
+			t.add(append(row, ratio)...)
+		}
+	}
+	t.write(w)
+}
+
+// shared returns the one-Client-shared counterpart of a hot-key-across-
+// processes result (the hotkey cell of the same G, CS and library, where
+// the goroutines share -clients Clients), if it ran without errors.
+func (rep *report) shared(r result) (result, bool) {
+	return rep.find(strings.Replace(r.Cell, "/hotkey-procs/", "/hotkey/", 1))
+}
+
+// cpuSpread returns the largest server CPU per acquisition over the smallest
+// among the store's hot-key-across-processes cells with CS=1ms and the given
+// numbers of processes, for lib; ok only if at least two of them ran and
+// the server's CPU time is known.
+func (rep *report) cpuSpread(store, lib string, gs []int) (float64, bool) {
+	var cpu []time.Duration
+	for _, g := range gs {
+		r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", store, g, lib))
+		if !ok {
+			continue
+		}
+		if r.ServerCPUPerOp <= 0 {
+			return 0, false
+		}
+		cpu = append(cpu, r.ServerCPUPerOp)
+	}
+	if len(cpu) < 2 {
+		return 0, false
+	}
+	return float64(slices.Max(cpu)) / float64(slices.Min(cpu)), true
 }
 
 // table is an aligned text table: the first left columns are left-aligned,

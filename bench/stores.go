@@ -25,7 +25,9 @@ type storeKind struct {
 	start func(ctx context.Context, cfg config) (*servers, error)
 	// probe opens the bench's own connection to servers: addrs as the
 	// libraries dial them, direct without the delay proxy.
-	probe func(addrs, direct []string, s settings) (probe, error)
+	// pids are the servers' process IDs (nil or 0 where unknown), for
+	// their CPU time.
+	probe func(addrs, direct []string, pids []int, s settings) (probe, error)
 }
 
 // storeList lists the stores in the order they run and are reported.
@@ -33,6 +35,7 @@ var storeList = []storeKind{
 	{name: "redis", server: "redis-server", start: startRedis, probe: newRedisProbe},
 	{name: "etcd", server: "etcd", start: startEtcd, probe: newEtcdProbe},
 	{name: "zk", server: "zookeeper", start: startZooKeeper, probe: newZkProbe},
+	{name: "pg", server: "postgres", start: startPostgres, probe: newPgProbe},
 }
 
 func storeNames() []string {
@@ -47,7 +50,18 @@ func storeNames() []string {
 type servers struct {
 	addrs  []string // what the libraries dial
 	direct []string // the servers themselves
-	stop   func()
+	pids   []int    // the servers' processes (PostgreSQL: the postmaster), nil if not started here
+	// maxClients is the number of the libraries' clients the server takes
+	// at once (0: no limit known): cells that need more are skipped.
+	maxClients int
+	stop       func()
+}
+
+// pidsOf returns the process IDs of the first n servers (0 where unknown).
+func (s *servers) pidsOf(n int) []int {
+	pids := make([]int, n)
+	copy(pids, s.pids)
+	return pids
 }
 
 func existing(addrs []string) *servers {
@@ -55,7 +69,11 @@ func existing(addrs []string) *servers {
 }
 
 func started(srv *testsrv.Server) *servers {
-	return &servers{addrs: srv.Addrs, direct: srv.Addrs, stop: func() { srv.Stop() }}
+	var pids []int
+	for _, m := range srv.Members() {
+		pids = append(pids, m.Pid())
+	}
+	return &servers{addrs: srv.Addrs, direct: srv.Addrs, pids: pids, stop: func() { srv.Stop() }}
 }
 
 // startRedis starts five independent redis-servers on free loopback ports,
@@ -122,7 +140,7 @@ type redisProbe struct {
 	closeAll func()
 }
 
-func newRedisProbe(addrs, _ []string, s settings) (probe, error) {
+func newRedisProbe(addrs, _ []string, _ []int, s settings) (probe, error) {
 	cs, closeAll := newClients(addrs, s)
 	return &redisProbe{cs, closeAll}, nil
 }
@@ -139,9 +157,10 @@ func (p *redisProbe) records(context.Context) (int, error) { return 0, errNoReco
 // round trip to the leader) and counts every key of the keyspace.
 type etcdProbe struct {
 	cli, direct *clientv3.Client
+	pid         int
 }
 
-func newEtcdProbe(addrs, direct []string, _ settings) (probe, error) {
+func newEtcdProbe(addrs, direct []string, pids []int, _ settings) (probe, error) {
 	cli, err := newEtcdClient(addrs[0])
 	if err != nil {
 		return nil, err
@@ -151,7 +170,7 @@ func newEtcdProbe(addrs, direct []string, _ settings) (probe, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &etcdProbe{cli, d}, nil
+	return &etcdProbe{cli, d, pids[0]}, nil
 }
 
 func (p *etcdProbe) ping(ctx context.Context) error {
@@ -159,7 +178,7 @@ func (p *etcdProbe) ping(ctx context.Context) error {
 	return err
 }
 
-func (p *etcdProbe) serverCPU(context.Context) time.Duration { return 0 }
+func (p *etcdProbe) serverCPU(context.Context) time.Duration { return procTreeCPU(p.pid) }
 
 func (p *etcdProbe) records(ctx context.Context) (int, error) {
 	resp, err := p.direct.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
@@ -180,14 +199,15 @@ func (p *etcdProbe) close() {
 type zkProbe struct {
 	conn   *zk.Conn
 	direct string
+	pid    int
 }
 
-func newZkProbe(addrs, direct []string, _ settings) (probe, error) {
+func newZkProbe(addrs, direct []string, pids []int, _ settings) (probe, error) {
 	conn, err := connectZk(addrs[0])
 	if err != nil {
 		return nil, err
 	}
-	return &zkProbe{conn, direct[0]}, nil
+	return &zkProbe{conn, direct[0], pids[0]}, nil
 }
 
 func (p *zkProbe) ping(ctx context.Context) error {
@@ -195,7 +215,7 @@ func (p *zkProbe) ping(ctx context.Context) error {
 	return err
 }
 
-func (p *zkProbe) serverCPU(context.Context) time.Duration { return 0 }
+func (p *zkProbe) serverCPU(context.Context) time.Duration { return procTreeCPU(p.pid) }
 
 // records reads zk_ephemerals_count from mntr, over a connection of its own.
 // A standalone server applies a request to its tree before it answers it,

@@ -37,7 +37,11 @@ type result struct {
 
 	MinPerG int `json:"min_per_goroutine,omitempty"` // acquisitions of the least lucky goroutine
 	MaxPerG int `json:"max_per_goroutine,omitempty"`
-	GaveUp  int `json:"gave_up"` // Lock calls that ran out of the wait budget
+	// Fairness is Jain's index of the acquisitions per goroutine,
+	// (sum x)^2 / (n sum x^2): 1 when every goroutine got as many, 1/n
+	// when one got them all.
+	Fairness float64 `json:"fairness,omitempty"`
+	GaveUp   int     `json:"gave_up"` // Lock calls that ran out of the wait budget
 
 	// Handoff: release returned (or was called) -> waiter holds the lock.
 	// Hot key and FIFO measure from release called only.
@@ -147,6 +151,7 @@ func (s *samples) result() result {
 	r.PairP50 = pct(s.pairs, 0.50)
 	if len(s.counts) > 0 {
 		r.Goroutines, r.MinPerG, r.MaxPerG = len(s.counts), slices.Min(s.counts), slices.Max(s.counts)
+		r.Fairness = jain(s.counts)
 	}
 	r.HandoffReturnP50, r.HandoffReturnP99 = pct(s.fromReturn, 0.50), pct(s.fromReturn, 0.99)
 	r.HandoffCallP50, r.HandoffCallP99, r.HandoffCallMax = pct(s.fromCall, 0.50), pct(s.fromCall, 0.99), pct(s.fromCall, 1)
@@ -338,6 +343,20 @@ func handoff(rc *runCtx, s *samples) {
 			return
 		}
 	}
+}
+
+// jain returns Jain's fairness index of xs, (sum x)^2 / (n sum x^2), 0 if
+// all are 0.
+func jain(xs []int) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
 }
 
 // mean returns the mean of ds, 0 if empty.

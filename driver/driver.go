@@ -281,6 +281,15 @@ type Capabilities struct {
 	// earlier than asked. Package dlock adds two units where it promises a
 	// minimum hold (Lock.ReleaseAfter). Zero means fine-grained.
 	TTLResolution time.Duration
+	// PortableHolds reports that a hold is a record on the store and
+	// nothing more: its key, its owner and its lease. Any driver on the
+	// same store (in another process too) serves Refresh and Release for
+	// an owner that another driver's Acquire made, and a hold outlives the
+	// driver that took it, closed or gone, until its lease ends. Package
+	// dlock's Lock.Detach and Client.Resume need it. A driver whose holds
+	// live on its own session with the store (etcd leases, ZooKeeper
+	// ephemeral nodes), or in memory of the driver itself, leaves it false.
+	PortableHolds bool
 }
 
 // Driver is the interface every backend implements.

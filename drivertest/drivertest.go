@@ -90,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 		{"SemaphorePermitExpires", s.testSemaphorePermitExpires},
 		{"ModeMismatch", s.testModeMismatch},
 		{"ReleaseAndClose", s.testReleaseAndClose},
+		{"PortableHolds", s.testPortableHolds},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},

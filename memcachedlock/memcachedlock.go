@@ -110,6 +110,7 @@ func newDriver(client *memcache.Client, owns bool, opts []Option) (*Driver, erro
 			MinTTL:        minTTL,
 			MaxTTL:        maxTTL,
 			TTLResolution: time.Second,
+			PortableHolds: true, // an item with its owner and expiry
 		},
 	}, nil
 }

@@ -398,6 +398,9 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		ServerClock:     true,
 		MinTTL:          time.Millisecond,
 		CancelsPromptly: true,
+		// The store outlives a driver closed over it (see Share and the
+		// mem:// URLs), though not the process.
+		PortableHolds: true,
 	}
 }
 

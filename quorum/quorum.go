@@ -171,14 +171,16 @@ func (d *Driver) Quorum() int { return d.quorum }
 // capabilities combines the nodes' capabilities: what every node can do.
 func (d *Driver) capabilities() driver.Capabilities {
 	caps := driver.Capabilities{
-		Modes:       driver.Modes(driver.Exclusive),
-		ServerClock: true,
-		MaxKeyLen:   math.MaxInt,
-		MinTTL:      10 * time.Millisecond,
+		Modes:         driver.Modes(driver.Exclusive),
+		ServerClock:   true,
+		MaxKeyLen:     math.MaxInt,
+		MinTTL:        10 * time.Millisecond,
+		PortableHolds: true,
 	}
 	for _, n := range d.nodes {
 		c := n.Capabilities()
 		caps.ServerClock = caps.ServerClock && c.ServerClock
+		caps.PortableHolds = caps.PortableHolds && c.PortableHolds
 		if c.MaxKeyLen == 0 {
 			c.MaxKeyLen = 1024
 		}
@@ -203,7 +205,8 @@ func (d *Driver) capabilities() driver.Capabilities {
 // Capabilities implements driver.Driver. Only Exclusive holds are offered
 // (a quorum of shared holds is not implemented yet). Tokens are not durable
 // and there is no consensus (see the package documentation); ServerClock is
-// true when every node's leases expire on the node's clock. MaxKeyLen,
+// true when every node's leases expire on the node's clock, and
+// PortableHolds when every node's holds are portable. MaxKeyLen,
 // MaxTTL and MaxLimit are the smallest, MinTTL the largest of the nodes'
 // (MaxKeyLen less 13 bytes for the fence key, unless WithoutFenceRound was
 // given).

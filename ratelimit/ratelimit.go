@@ -14,18 +14,18 @@
 //
 // Each slot is a permit of a dlock semaphore with N permits on the key (a
 // plain lock when N is 1), taken with a lease of window and no renewal.
-// Once granted, the hold is handed to its lease (see dlock.Lock.ReleaseAfter)
-// for the rest of the window, so that nothing of it stays in the process: no
-// goroutine, no timer, and nothing that dlock.Client.Close would release. The
-// slot ends when its lease ends on the store, even if the process exits at
-// once; that is what makes the limit hold across short-lived processes (see
-// `dlock run --rate`).
+// Once granted, the hold is detached (dlock.Lock.Detach) and left to its
+// lease, so that nothing of it stays in the process: no goroutine, no timer,
+// and nothing that dlock.Client.Close would release. The slot ends when its
+// lease ends on the store, window after the store granted it, even if the
+// process exits at once; that is what makes the limit hold across
+// short-lived processes (see `dlock run --rate`).
 //
-// A slot stays taken for at least window and, on most stores, for at most a
-// round trip to the store more: the hand-over to the lease is a second
-// request, which sets the lease to the rest of the window as measured from
-// after the grant's answer arrived, so that it can make the slot last
-// longer, never shorter.
+// On stores whose holds cannot outlive their handle (etcd and ZooKeeper,
+// see below) the hold is handed to its lease with dlock.Lock.ReleaseAfter
+// instead, a second request that sets the lease to the rest of the window
+// as measured from after the grant's answer arrived: the slot then lasts at
+// least window and at most a round trip more.
 // Every user of a key must give the same N (an error wrapping
 // dlock.ErrModeMismatch otherwise); users may give different windows, each
 // slot then lasting its taker's window.
@@ -271,17 +271,28 @@ func (l *Limiter) Wait(ctx context.Context) error {
 }
 
 // keep hands the slot lk, granted by the store before granted (a local
-// time), to its lease until the window from the grant has passed: it sets
-// the lease to the time left, so that the store frees the slot then without
-// the handle, which is done at once. The store received the acquisition
-// before granted and receives this request after now, so the time left
-// counted from now on the store reaches at least the grant plus the window.
+// time), to its lease until the window from the grant has passed, and ends
+// the handle. Where holds are portable, Detach leaves the slot with the
+// lease it was granted with: the window from the grant. Elsewhere it sets
+// the lease to the time left with ReleaseAfter: the store received the
+// acquisition before granted and receives this request after now, so the
+// time left counted from now on the store reaches at least the grant plus
+// the window.
 //
-// If the request fails without an answer, the slot keeps the lease it was
+// If that request fails without an answer, the slot keeps the lease it was
 // granted with (the window), and the call is admitted all the same: the
 // handle is done locally either way, and the Client forgets it. If the slot
 // was lost or the Client closed, the call is not admitted.
 func (l *Limiter) keep(ctx context.Context, lk *dlock.Lock, granted time.Time) error {
+	// Where holds outlive their handle, the slot keeps the lease it was
+	// granted with, without another request.
+	switch err := lk.Detach(); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, dlock.ErrUnsupported):
+		_ = lk.Release(context.WithoutCancel(ctx))
+		return fmt.Errorf("ratelimit: %q: the slot could not be kept, so the call was not admitted: %w", l.key, err)
+	}
 	left := max(l.window-time.Since(granted), time.Nanosecond) // never 0: that would release
 	err := lk.ReleaseAfter(ctx, left)
 	switch {

@@ -230,6 +230,8 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 		ServerClock: cfg.mode != Legacy,
 		MaxKeyLen:   maxKeyLen,
 		MinTTL:      minTTL,
+		// A hold is a key with its owner and an expiry, in every mode.
+		PortableHolds: true,
 	}
 	if cfg.mode == Script {
 		// The scripts implement every mode and a FIFO queue natively;

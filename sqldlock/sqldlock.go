@@ -533,6 +533,8 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 		// waits do not watch the context: those requests are left to
 		// package dlock's goroutines.
 		CancelsPromptly: d.Dialect() == Postgres,
+		// A hold is a row with its owner and expiry.
+		PortableHolds: true,
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package cli implements the dlock command-line tool: `dlock run` (a
-// distributed flock), `dlock ls`, `dlock release --force`, `dlock schema`,
-// `dlock check` (the safety checker) and `dlock version`. The binary in cmd/dlock only calls Main.
+// distributed flock), `dlock hold`, `dlock extend` and `dlock release --hold`
+// (a hold that outlives the process), `dlock ls`, `dlock release --force`,
+// `dlock schema`, `dlock check` (the safety checker) and `dlock version`. The
+// binary in cmd/dlock only calls Main.
 package cli
 
 import (
@@ -10,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -32,8 +35,8 @@ const (
 
 	// ExitUnavailable (EX_UNAVAILABLE) means the lock store could not be used:
 	// it cannot be opened or reached, it failed a request, or it does not
-	// support the operation (listing, forced release, schema creation). No
-	// command ran.
+	// support the operation (listing, forced release, schema creation, a
+	// hold that outlives dlock). No command ran.
 	ExitUnavailable = 69
 
 	// ExitOSError (EX_OSERR) means an operating-system call that should not
@@ -41,16 +44,17 @@ const (
 	// killed the command's process group and released the lock.
 	ExitOSError = 71
 
-	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` did not get the lock:
-	// it was held and --wait 0 was given, or --wait ran out. The command did
-	// not run.
+	// ExitNotAcquired (EX_TEMPFAIL) means `dlock run` or `dlock hold` did
+	// not get the lock: it was held and --wait 0 was given, or --wait ran
+	// out. The command did not run; no hold was taken.
 	ExitNotAcquired = 75
 
 	// ExitLost means the lock was lost while the command ran (its lease could
 	// not be renewed in time, or an operator forced its release) or reached
 	// --max-hold: dlock sent SIGTERM to the command's process group, then
 	// SIGKILL after --kill-after, and the command's work may have overlapped
-	// another holder's.
+	// another holder's. From `dlock extend` and `dlock release --hold` it
+	// means the hold is no longer held: it was released, or its lease ended.
 	ExitLost = 76
 
 	// ExitCannotRun means the command was found but could not be started
@@ -151,24 +155,34 @@ func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlock",
 		Short: "Distributed locks from the command line",
-		Long: `dlock takes distributed locks (leases with fencing tokens) in a shared store:
-SQLite, PostgreSQL or MySQL/MariaDB.
+		Long: `dlock takes distributed locks (leases with fencing tokens) in a shared store.
 
 The store is named by a URL: --url, else the DLOCK_URL environment variable,
 else an SQLite file in the user's state directory
 ($XDG_STATE_HOME/dlock/dlock.db, or ~/.local/state/dlock/dlock.db), so that
-processes on one host coordinate with no set-up. Examples:
+processes on one host coordinate with no set-up. The stores, by URL:
 
-  sqlite:///var/lib/myapp/locks.db
-  postgres://user:password@db.example.com:5432/app
-  mysql://user:password@db.example.com:3306/app
+  sqlite:///var/lib/myapp/locks.db                  SQLite file (one host)
+  postgres://user:password@db.example.com:5432/app  PostgreSQL
+  mysql://user:password@db.example.com:3306/app     MySQL or MariaDB
+  redis://user:password@redis.example.com:6379/0    Redis (rediss:// for TLS)
+  redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster
+  redis+cluster://node1:6379,node2:6379             Redis Cluster
+  redlock://redis1:6379,redis2:6379,redis3:6379     Redlock over N Redis servers
+  memcached://cache1:11211                          memcached
+  etcd://etcd1:2379,etcd2:2379?session=15s          etcd
+  zk://zk1:2181,zk2:2181/chroot?session=15s         ZooKeeper
 
 The SQL stores keep their locks in the table dlock_locks unless the URL says
-otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
+otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit
+status 0 is success; 64 a usage error; 69 a store that cannot be reached;
+75 a lock that is held; 76 a lock lost (see each command's help).`,
+		Version:       version(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{suggestUnit(err)} })
 	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
 		if c.Flags().Changed("url") && strings.TrimSpace(a.url) == "" {
 			return usagef("invalid --url %q: must not be empty", a.url)
@@ -182,7 +196,7 @@ otherwise with ?table=NAME; 'dlock schema' creates it ahead of time.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", "", "store URL (default: $DLOCK_URL, else the SQLite file in the user's state directory)")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log lock events to stderr")
-	root.AddCommand(a.runCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
+	root.AddCommand(a.runCommand(), a.holdCommand(), a.extendCommand(), a.lsCommand(), a.releaseCommand(), a.schemaCommand(), a.checkCommand(), a.checkWorkerCommand(), a.versionCommand())
 	return root
 }
 
@@ -237,3 +251,15 @@ func message(err error) string {
 
 // env returns the environment variable name, treating blank values as unset.
 func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }
+
+// missingUnit matches the flag error of a duration given without a unit.
+var missingUnit = regexp.MustCompile(`missing unit in duration "(-?[0-9.]+)"`)
+
+// suggestUnit adds to the error of a duration flag given without a unit
+// ("--wait 10") what was probably meant.
+func suggestUnit(err error) error {
+	if m := missingUnit.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%w (durations need a unit: %ss for seconds, or ms, m, h)", err, m[1])
+	}
+	return err
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -339,9 +340,9 @@ func init() {
 }
 
 func TestUnsupported(t *testing.T) {
-	for _, args := range [][]string{{"ls"}, {"release", "--force", "k"}, {"schema"}} {
+	for _, args := range [][]string{{"ls"}, {"release", "--force", "k"}} {
 		r := runMain(t, append(args, "--url", "plain://")...)
-		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "not support") && !strings.Contains(r.stderr, "no schema") {
+		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "not support") {
 			t.Errorf("%s: exit status %d, stderr %q; want %d and a message", args[0], r.code, r.stderr, cli.ExitUnavailable)
 		}
 	}
@@ -363,9 +364,25 @@ func TestStoreUnavailable(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	r := runMain(t, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "mem") || !strings.Contains(r.stdout, "postgres") {
-		t.Errorf("version: exit status %d, stdout %q", r.code, r.stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runMain(t, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, "mem") || !strings.Contains(r.stdout, "postgres") {
+			t.Errorf("%s: exit status %d, stdout %q", args[0], r.code, r.stdout)
+		}
+	}
+}
+
+// TestHelpListsStores checks that dlock --help gives a URL example for every
+// store the CLI is built with.
+func TestHelpListsStores(t *testing.T) {
+	r := runMain(t, "--help")
+	for _, scheme := range []string{"sqlite", "postgres", "mysql", "redis", "redis+sentinel", "redis+cluster", "redlock", "memcached", "etcd", "zk"} {
+		if !slices.Contains(dlock.Schemes(), scheme) {
+			t.Errorf("the CLI is not built with %s://", scheme)
+		}
+		if !strings.Contains(r.stdout, "  "+scheme+"://") {
+			t.Errorf("dlock --help has no URL example of %s://", scheme)
+		}
 	}
 }
 
@@ -375,5 +392,65 @@ func TestHelpListsExitStatuses(t *testing.T) {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("run --help does not mention %q", s)
 		}
+	}
+}
+
+// TestConflictExitCode checks that a run that does not get the lock exits
+// with --conflict-exit-code's status and, with --quiet, says nothing: what
+// cron needs so that the hosts that skip send no mail.
+func TestConflictExitCode(t *testing.T) {
+	url := memURL(t)
+	l, err := openClient(t, url).TryLock(context.Background(), "cron")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	r := runMain(t, "run", "--url", url, "--key", "cron", "--wait", "0", "--quiet", "--conflict-exit-code", "0", "--", "true")
+	if r.code != 0 || r.stderr != "" || r.stdout != "" {
+		t.Errorf("--quiet --conflict-exit-code 0 on a held lock: exit %d, stdout %q, stderr %q; want 0 and nothing printed", r.code, r.stdout, r.stderr)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "cron", "--wait", "0", "-E", "3", "--", "true")
+	if r.code != 3 || !strings.Contains(r.stderr, "held") {
+		t.Errorf("-E 3 on a held lock: exit %d, stderr %q; want 3 and the reason", r.code, r.stderr)
+	}
+	r = runMain(t, "hold", "--url", url, "--key", "cron", "--ttl", "1m", "--wait", "0", "-q")
+	if r.code != cli.ExitNotAcquired || r.stderr != "" {
+		t.Errorf("hold -q on a held lock: exit %d, stderr %q; want %d and nothing printed", r.code, r.stderr, cli.ExitNotAcquired)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "free", "-E", "300", "--", "true")
+	if r.code != cli.ExitUsage {
+		t.Errorf("-E 300: exit %d; want a usage error", r.code)
+	}
+	// A store that cannot be reached is no conflict: its status stays.
+	r = runMain(t, "run", "--url", "redis://127.0.0.1:1", "--key", "k", "--wait", "0", "-q", "-E", "0", "--", "true")
+	if r.code != cli.ExitUnavailable {
+		t.Errorf("unreachable store with -E 0: exit %d; want %d", r.code, cli.ExitUnavailable)
+	}
+}
+
+// TestUsageMistakes checks the usage errors that name what was probably
+// meant: a duration without its unit, a key given twice.
+func TestUsageMistakes(t *testing.T) {
+	url := memURL(t)
+	r := runMain(t, "run", "--url", url, "-w", "10", "--key", "k", "--", "true")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "10s") {
+		t.Errorf("-w 10: exit %d, stderr %q; want a usage error suggesting 10s", r.code, r.stderr)
+	}
+	r = runMain(t, "hold", "--url", url, "--ttl", "30", "--key", "k")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "30s") {
+		t.Errorf("--ttl 30: exit %d, stderr %q; want a usage error suggesting 30s", r.code, r.stderr)
+	}
+	r = runMain(t, "run", "--url", url, "--key", "a", "-k", "b", "--", "true")
+	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "twice") {
+		t.Errorf("--key twice: exit %d, stderr %q; want a usage error", r.code, r.stderr)
+	}
+}
+
+// TestSchemaWithoutSchema checks that dlock schema on a store that keeps no
+// table succeeds with a note.
+func TestSchemaWithoutSchema(t *testing.T) {
+	r := runMain(t, "schema", "--url", memURL(t))
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to create") {
+		t.Errorf("schema on mem://: exit %d, stdout %q; want 0 and a note", r.code, r.stdout)
 	}
 }

@@ -27,14 +27,18 @@ anyway; this command is for teams that manage their schema explicitly and
 run dlock with a database user that cannot create tables. It does nothing
 if the table exists.
 
-Exit status: 0 on success, 64 on a usage error, 69 if the store cannot be
-reached or needs no schema.`,
+On a store that keeps no table (Redis, etcd, ZooKeeper, memcached) there is
+nothing to create: dlock says so and exits 0.
+
+Exit status: 0 on success (or nothing to create), 64 on a usage error, 69 if
+the store cannot be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
 				sc, ok := c.Driver().(schemaCreator)
 				if !ok {
-					return exitf(ExitUnavailable, "this store has no schema to create")
+					fmt.Fprintln(a.stdout, "this store keeps no schema: nothing to create")
+					return nil
 				}
 				if err := sc.CreateSchema(ctx); err != nil {
 					return storeError("cannot create the schema", err)
@@ -52,13 +56,18 @@ func (a *app) versionCommand() *cobra.Command {
 		Short: "Print the version and the supported stores",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintf(a.stdout, "dlock %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			fmt.Fprintf(a.stdout, "stores: %s\n", strings.Join(dlock.Schemes(), ", "))
+			fmt.Fprintln(a.stdout, version())
 			return nil
 		},
 	}
+}
+
+// version returns what 'dlock version' and 'dlock --version' print: the
+// module version, the Go version and platform, and the URL schemes built in.
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return fmt.Sprintf("dlock %s %s %s/%s\nstores: %s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(dlock.Schemes(), ", "))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/zkdlock"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Defaults of `dlock run`.
@@ -50,6 +51,9 @@ type runOptions struct {
 	rateWindow  time.Duration // --rate's DURATION
 	ttlSet      bool          // --ttl was given
 	holdSet     bool          // --hold-at-least was given
+	notDone     string        // what does not happen when the lock is not acquired
+	quiet       bool          // --quiet: say nothing when the lock is not acquired
+	conflict    int           // --conflict-exit-code: the status when the lock is not acquired
 }
 
 const runLong = `Run COMMAND while holding the lock KEY: a distributed flock(1).
@@ -125,7 +129,8 @@ Exit status:
   71           dlock could not wait for COMMAND (an OS error); it killed it
   75           the lock was not acquired: it is held and --wait 0 was given,
                or --wait ran out while it was held; with --rate, no slot
-               was free (COMMAND did not run)
+               was free (COMMAND did not run). --conflict-exit-code N
+               makes it N, and --quiet silences its message
   76           the lock was lost, or --max-hold ran out, while COMMAND ran;
                COMMAND was terminated
   126, 127     COMMAND cannot be executed, or was not found
@@ -151,7 +156,7 @@ const runExample = `  # Serialise deploys across hosts that share a PostgreSQL d
   dlock run --key nightly-report --wait 0 --hold-at-least 10m -- ./report.sh`
 
 func (a *app) runCommand() *cobra.Command {
-	var o runOptions
+	o := runOptions{notDone: "command not run"}
 	cmd := &cobra.Command{
 		Use:     "run --key KEY [flags] [--] COMMAND [ARG...]",
 		Short:   "Run a command while holding a lock (a distributed flock)",
@@ -159,35 +164,59 @@ func (a *app) runCommand() *cobra.Command {
 		Example: runExample,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.waitSet = cmd.Flags().Changed("wait")
-			o.limitSet = cmd.Flags().Changed("limit")
 			o.maxHoldSet = cmd.Flags().Changed("max-hold")
 			o.rateSet = cmd.Flags().Changed("rate")
 			o.ttlSet = cmd.Flags().Changed("ttl")
 			o.holdSet = cmd.Flags().Changed("hold-at-least")
-			if err := o.validate(cmd.Flags().Changed("key"), args); err != nil {
+			if err := o.validate(cmd, args); err != nil {
 				return err
 			}
-			return a.run(&o, args)
+			return o.notAcquired(a.run(&o, args))
 		},
 	}
 	f := cmd.Flags()
 	f.SetInterspersed(false) // flags after COMMAND are COMMAND's
-	f.StringVarP(&o.key, "key", "k", "", "name of the lock (required)")
-	f.DurationVar(&o.ttl, "ttl", DefaultRunTTL, "lease: the store frees the lock this long after its last renewal if dlock dies")
-	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
+	o.lockFlags(f, DefaultRunTTL, "lease: the store frees the lock this long after its last renewal if dlock dies", "commands")
 	f.DurationVar(&o.holdAtLeast, "hold-at-least", 0, "keep the lock until this long after COMMAND started, even if it finished sooner")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "terminate COMMAND and release the lock this long after it was acquired, as if it were lost (default: no bound)")
 	f.DurationVar(&o.killAfter, "kill-after", DefaultKillAfter, "when the lock is lost, send SIGKILL this long after SIGTERM")
-	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many commands hold it at once")
-	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared runs)")
 	f.StringVar(&o.rate, "rate", "", "run only if admitted by a rate limit on KEY of at most N runs in any DURATION (`N/DURATION`, e.g. 3/1m); excludes --limit, --shared, --ttl, --hold-at-least, --max-hold")
 	return cmd
 }
 
-func (o *runOptions) validate(keySet bool, args []string) error {
+// lockFlags defines the flags that say which lock to take and how long to
+// wait for it (--key, --ttl, --wait, --limit, --shared), for `dlock run`
+// and `dlock hold`; holders names what holds the lock, in --limit's help.
+func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, holders string) {
+	f.VarP((*onceString)(&o.key), "key", "k", "name of the lock (required; given once)")
+	f.DurationVar(&o.ttl, "ttl", ttl, ttlUsage)
+	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
+	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
+	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared "+holders+")")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing when the lock is not acquired (for cron: a host that skips sends no mail)")
+	f.IntVarP(&o.conflict, "conflict-exit-code", "E", ExitNotAcquired, "exit status when the lock is not acquired (held, or --wait ran out), as flock -E")
+}
+
+// notAcquired applies --quiet and --conflict-exit-code to err, the outcome
+// of a command that did not acquire the lock (exit status ExitNotAcquired).
+func (o *runOptions) notAcquired(err error) error {
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != ExitNotAcquired {
+		return err
+	}
+	out := &exitError{code: o.conflict, err: ee.err}
+	if o.quiet {
+		out.err = nil
+	}
+	return out
+}
+
+// validateLock checks the flags of lockFlags.
+func (o *runOptions) validateLock(cmd *cobra.Command) error {
+	o.waitSet = cmd.Flags().Changed("wait")
+	o.limitSet = cmd.Flags().Changed("limit")
 	switch {
-	case !keySet:
+	case !cmd.Flags().Changed("key"):
 		return usagef("--key is required")
 	case o.key == "":
 		return usagef("invalid --key %q: must not be empty", o.key)
@@ -195,6 +224,21 @@ func (o *runOptions) validate(keySet bool, args []string) error {
 		return usagef("invalid --ttl %v: must be positive", o.ttl)
 	case o.wait < 0:
 		return usagef("invalid --wait %v: must not be negative (0 makes one attempt; leave --wait out to wait forever)", o.wait)
+	case o.limitSet && o.limit < 1:
+		return usagef("invalid --limit %d: must be at least 1", o.limit)
+	case o.limitSet && o.shared:
+		return usagef("--limit and --shared exclude each other: a key is a semaphore or a read-write lock")
+	case o.conflict < 0 || o.conflict > 255:
+		return usagef("invalid --conflict-exit-code %d: must be between 0 and 255", o.conflict)
+	}
+	return nil
+}
+
+func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
+	if err := o.validateLock(cmd); err != nil {
+		return err
+	}
+	switch {
 	case o.holdAtLeast < 0:
 		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
 	case o.maxHoldSet && o.maxHold <= 0:
@@ -203,10 +247,6 @@ func (o *runOptions) validate(keySet bool, args []string) error {
 		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
 	case o.killAfter < 0:
 		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
-	case o.limitSet && o.limit < 1:
-		return usagef("invalid --limit %d: must be at least 1", o.limit)
-	case o.limitSet && o.shared:
-		return usagef("--limit and --shared exclude each other: a key is a semaphore or a read-write lock")
 	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
 		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	case len(args) == 0:
@@ -444,15 +484,15 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return nil, o.flagError(err)
 	case errors.Is(err, dlock.ErrModeMismatch):
-		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
+		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; %s", o.key, holderOf(c, o.key), message(err), o.notDone)
 	case errors.Is(err, dlock.ErrUnavailable):
 		// The store failed, on the last attempt of a wait too: the lock
 		// may well be free.
-		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v; command not run", o.key, message(err))
+		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v; %s", o.key, message(err), o.notDone)
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
-		return nil, exitf(ExitNotAcquired, "lock %q is held%s; command not run (--wait 0)", o.key, holderOf(c, o.key))
+		return nil, exitf(ExitNotAcquired, "lock %q is held%s; %s (--wait 0)", o.key, holderOf(c, o.key), o.notDone)
 	case errors.Is(err, dlock.ErrNotAcquired):
-		return nil, exitf(ExitNotAcquired, "lock %q is still held%s after waiting %v; command not run", o.key, holderOf(c, o.key), o.wait)
+		return nil, exitf(ExitNotAcquired, "lock %q is still held%s after waiting %v; %s", o.key, holderOf(c, o.key), o.wait, o.notDone)
 	default:
 		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v", o.key, message(err))
 	}
@@ -708,4 +748,19 @@ func (a *app) commandChanged(pid int, tty *terminal, key string) {
 			}
 		}
 	}
+}
+
+// onceString is a string flag that may be given only once: a second --key
+// would silently win over the first.
+type onceString string
+
+func (s *onceString) String() string { return string(*s) }
+func (s *onceString) Type() string   { return "string" }
+
+func (s *onceString) Set(v string) error {
+	if *s != "" {
+		return fmt.Errorf("given twice (%q, then %q): a command takes one lock", string(*s), v)
+	}
+	*s = onceString(v)
+	return nil
 }

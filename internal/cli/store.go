@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,32 +11,17 @@ import (
 	"github.com/dlockhq/dlock/internal/redact"
 )
 
+// DefaultStorePath returns the file of the embedded default store (see
+// dlock.DefaultStorePath).
+func DefaultStorePath() (string, error) { return dlock.DefaultStorePath() }
+
+// SQLiteURL returns the dlock URL of the SQLite database file at the absolute
+// path p (see dlock.SQLiteURL).
+func SQLiteURL(p string) string { return dlock.SQLiteURL(p) }
+
 // storeDirMode is the mode of the default store's directory when dlock
 // creates it (the XDG base directory specification asks for 0700).
 const storeDirMode = 0o700
-
-// DefaultStorePath returns the file of the embedded default store:
-// $XDG_STATE_HOME/dlock/dlock.db when XDG_STATE_HOME is set to an absolute
-// path, else ~/.local/state/dlock/dlock.db.
-func DefaultStorePath() (string, error) {
-	if x := env("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "dlock", "dlock.db"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	if !filepath.IsAbs(home) {
-		return "", fmt.Errorf("home directory %q is not an absolute path", home)
-	}
-	return filepath.Join(home, ".local", "state", "dlock", "dlock.db"), nil
-}
-
-// SQLiteURL returns the dlock URL of the SQLite database file at the absolute
-// path p: sqlite:///abs/path, with reserved characters escaped.
-func SQLiteURL(p string) string {
-	return (&url.URL{Scheme: "sqlite", Path: filepath.ToSlash(p)}).String()
-}
 
 // storeURL resolves the store: --url, else $DLOCK_URL, else the default
 // SQLite file, whose directory it creates. It checks that a URL given by the

@@ -1,0 +1,297 @@
+package dlock
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// A hold ID is holdIDPrefix followed by the unpadded base64url encoding of
+//
+//	uvarint len(key), key, uvarint len(owner), owner,
+//	mode (one byte), uvarint limit, uvarint token, uvarint lease in ns.
+//
+// The prefix names the format's version.
+const holdIDPrefix = "dlh1."
+
+// maxOwnerLen bounds the owner token a hold ID may carry: dlock's own tokens
+// are 26 characters.
+const maxOwnerLen = 256
+
+// holdRef is what a hold ID names: enough to act on the hold from anywhere.
+type holdRef struct {
+	key, owner string
+	mode       Mode
+	limit      int
+	token      uint64
+	ttl        time.Duration
+}
+
+func (h holdRef) encode() string {
+	b := make([]byte, 0, 32+len(h.key)+len(h.owner))
+	b = binary.AppendUvarint(b, uint64(len(h.key)))
+	b = append(b, h.key...)
+	b = binary.AppendUvarint(b, uint64(len(h.owner)))
+	b = append(b, h.owner...)
+	b = append(b, byte(h.mode))
+	b = binary.AppendUvarint(b, uint64(h.limit))
+	b = binary.AppendUvarint(b, h.token)
+	b = binary.AppendUvarint(b, uint64(h.ttl))
+	return holdIDPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseHoldID decodes a hold ID. Its errors are *ArgErrors that never show
+// the ID itself.
+func parseHoldID(id string) (holdRef, error) {
+	bad := func(format string, args ...any) (holdRef, error) {
+		return holdRef{}, argError("hold ID", hidden(len(id)), format, args...)
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSpace(id), holdIDPrefix)
+	if !ok {
+		return bad("is not a dlock hold ID: it does not start with %q", holdIDPrefix)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return bad("is not a dlock hold ID: it is not base64url")
+	}
+	var h holdRef
+	r := holdReader{b: b}
+	h.key = r.string(maxHoldKeyLen)
+	h.owner = r.string(maxOwnerLen)
+	h.mode = Mode(r.byte())
+	limit := r.uvarint()
+	h.token = r.uvarint()
+	ttl := r.uvarint()
+	switch {
+	case r.bad || len(r.b) > 0:
+		return bad("is damaged: it does not decode")
+	case h.owner == "":
+		return bad("is damaged: it has no owner")
+	case h.mode > driver.Semaphore:
+		return bad("is damaged: it names an unknown mode")
+	case (h.mode == driver.Semaphore) != (limit > 0) || limit > 1<<31-1:
+		return bad("is damaged: its limit does not fit its mode")
+	case ttl == 0 || ttl > 1<<62:
+		return bad("is damaged: its lease is out of range")
+	}
+	h.limit, h.ttl = int(limit), time.Duration(ttl)
+	return h, nil
+}
+
+// maxHoldKeyLen bounds the key a hold ID may carry, whatever the backend
+// (whose own limit Resume checks next).
+const maxHoldKeyLen = 1 << 16
+
+// holdReader reads the fields of a decoded hold ID; bad records a short or
+// malformed field.
+type holdReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *holdReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad, r.b = true, nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *holdReader) byte() byte {
+	if len(r.b) == 0 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *holdReader) string(limit int) string {
+	n := r.uvarint()
+	if r.bad || n > uint64(limit) || n > uint64(len(r.b)) {
+		r.bad, r.b = true, nil
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// hidden stands for a secret in an *ArgError: it shows the secret's length
+// only.
+type hidden int
+
+func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", int(h)) }
+
+// HoldID returns a string that names this hold, for Client.Resume to act on
+// it from another Client, in this process or another one: its key, owner
+// token, mode, limit, fencing token and lease, in a versioned base64url
+// encoding ("dlh1." and then about 4/3 of the key's length plus 60
+// characters).
+//
+// A hold ID is a secret, as the owner token in it is: its bearer can extend
+// or release the hold. Hand it only to processes that may do so, keep it
+// out of logs, URLs and error messages, and store it as you would store a
+// password (dlock never shows it, nor the token in it). It is not
+// encrypted: anyone who has it can read the key in it.
+//
+// It records the lock's lease, which Resume takes by default, and its mode
+// (take it after a Downgrade). The IDs that handles of one hold return
+// (the Lock that took it, Locks resumed from it) all name that hold. HoldID
+// still answers after the lock has ended, but then names a hold that Resume
+// refuses.
+func (l *Lock) HoldID() string {
+	req := l.request()
+	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: l.ttl}.encode()
+}
+
+// portable returns nil if the backend's holds can outlive their Client and
+// move between Clients, and else an error wrapping ErrUnsupported that says
+// why not.
+func (c *Client) portable(what string) error {
+	if c.caps.PortableHolds {
+		return nil
+	}
+	return fmt.Errorf("dlock: %s: %w: this backend's holds live on the session of the client that took them "+
+		"(an etcd lease, ZooKeeper ephemeral nodes) and end with it, so they cannot outlive it or move to another client", what, ErrUnsupported)
+}
+
+// Resume returns a Lock for the hold that holdID names (see Lock.HoldID),
+// taken by another Client of the same store, in this process or another
+// one, or by this one. It checks with the store that the owner in the ID
+// still holds the key, and renews its lease in the same step (one driver
+// Refresh); the new Lock then works as the one Lock returned: it has the
+// same key, owner, mode and fencing token, renews itself unless
+// WithoutRenewal is given, and can be refreshed, released, detached, and
+// resumed again elsewhere with its HoldID.
+//
+// The lease is the one the ID records (the lease of the Lock that gave
+// it), unless WithTTL gives another one: Resume sets the hold's lease to it
+// from now, which extends or shortens the hold. WithMaxHold counts from the call to
+// Resume. The mode, limit, fairness and owner info of the hold are those it
+// was taken with: Shared or WithLimit that disagree with the ID's mode make
+// Resume fail with ErrModeMismatch, and WithInfo and Fair are ignored.
+//
+// A malformed hold ID is refused with an *ArgError (named "hold ID", not
+// showing the ID) before anything reaches the store. If the store has no
+// live hold for the ID (it was released, its lease ended, another holder
+// took the key, or the ID belongs to another store), the error wraps
+// ErrNotHeld, and the store is unchanged. If the store cannot be reached,
+// the error wraps ErrUnavailable. On backends whose holds live on their
+// client's session (Capabilities().PortableHolds is false: etcd,
+// ZooKeeper) it returns an error wrapping ErrUnsupported.
+//
+// Each call returns a new handle: two handles of one hold (the one that
+// took it and one that resumed it, say) each renew it, and a release
+// through one of them makes the other lost. Hand a hold over with Detach
+// on the giving side.
+func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) (*Lock, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	h, err := parseHoldID(holdID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.portable(fmt.Sprintf("resume %q", h.key)); err != nil {
+		return nil, err
+	}
+	if err := c.checkKey(h.key); err != nil {
+		return nil, err
+	}
+	// The lease recorded in the ID is the default; WithTTL overrides it.
+	cfg, err := c.lockConfig(append([]LockOption{WithTTL(h.ttl)}, opts...))
+	if err != nil {
+		return nil, err
+	}
+	if m, n := cfg.mode(); (cfg.shared || cfg.limit != nil) && (m != h.mode || n != h.limit) {
+		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, h.mode, m)
+	}
+	if !c.caps.Modes.Has(h.mode) {
+		return nil, fmt.Errorf("dlock: resume %q: %s locks: %w", h.key, h.mode, ErrUnsupported)
+	}
+	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: h.mode, Limit: h.limit, Info: c.cfg.info}
+	if !c.enter() {
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
+	}
+	defer c.ops.done()
+	sent := time.Now()
+	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
+	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		return nil, fmt.Errorf("%w: %q: the store has no live hold for this hold ID "+
+			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, h.key, err)
+	case errors.Is(err, driver.ErrUnsupported):
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, err)
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, err)
+	case err != nil:
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, &unavailableError{err})
+	}
+	ttl, validUntil := lease(req, driver.Result{}, sent)
+	if !time.Now().Before(validUntil) {
+		return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
+	}
+	l := newLock(c, ctx, req, h.token, ttl, cfg, sent, validUntil, func() {})
+	if l == nil {
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
+	}
+	c.observe(Event{Kind: EventAcquired, Key: h.key, Token: h.token, Wait: time.Since(sent)})
+	return l, nil
+}
+
+// Detach lets go of the lock without releasing it: renewal stops, the
+// Client forgets the lock (Client.Close does not release it), and the hold
+// stays on the store until its lease ends, at most the lock's TTL after its
+// last renewal or refresh, or until a Lock resumed from its HoldID
+// releases it. This process may exit meanwhile. To give the hold a known
+// length, take it WithoutRenewal, or Refresh it (from a Lock with the TTL
+// wanted, see Client.Resume) just before.
+//
+// The handle is done: its context ends with a cause wrapping ErrNotHeld
+// that says the lock was detached, Refresh, Release, ReleaseAfter and
+// Downgrade return that error and change nothing on the store, and HoldID
+// still names the hold. Observers see EventReleased, as for a release, and
+// Resume reports EventAcquired. Detach acts on the hold, which all
+// re-entrant acquisitions of the lock share.
+//
+// It returns nil once the lock is detached, and is idempotent. If the lock
+// had already ended otherwise (released, lost, its Client closed), it
+// returns the reason, as Err does: the hold is not on the store then, or
+// cannot be trusted. On backends whose holds end with their client's
+// session (Capabilities().PortableHolds is false: etcd, ZooKeeper) it
+// returns an error wrapping ErrUnsupported and the lock stays as it was.
+func (l *Lock) Detach() error {
+	if err := l.c.portable(fmt.Sprintf("detach %q", l.req.Key)); err != nil {
+		return err
+	}
+	first, ending := l.claimEnd()
+	if !first {
+		<-ending // a Release or Close ends the hold; it is bounded by ReleaseTimeout
+		return l.detachedOr()
+	}
+	defer l.endClaim()
+	l.stopRenewal()
+	l.end(detached, fmt.Errorf("%w: %q was detached: its hold stays on the store until its lease ends", ErrNotHeld, l.req.Key))
+	return l.detachedOr()
+}
+
+// detachedOr returns nil if the lock was detached, else the reason it ended
+// (nil while held).
+func (l *Lock) detachedOr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == detached {
+		return nil
+	}
+	return l.cause
+}
