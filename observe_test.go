@@ -458,3 +458,41 @@ func TestEventReason(t *testing.T) {
 		}
 	}
 }
+
+// A hold taken over with Resume reports EventAcquired with an ID, mode and
+// context of its own, and its end under the same ID.
+func TestEventsOfResume(t *testing.T) {
+	var ev events
+	store := memdlock.New()
+	c := newClient(t, store.Share())
+	l, err := c.Lock(context.Background(), "k", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.HoldID()
+	if err := l.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, store.Share(), dlock.WithObserver(&ev))
+	r, err := other.Resume(withName("resume"), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m := ev.byID()
+	if len(m) != 1 {
+		t.Fatalf("%d acquisitions; want 1", len(m))
+	}
+	for id, evs := range m {
+		if kinds := kindsOf(evs); !equal(kinds, []dlock.EventKind{dlock.EventAcquired, dlock.EventReleased}) || id == 0 {
+			t.Errorf("events %v under ID %d; want acquired, released", kinds, id)
+		}
+		for _, e := range evs {
+			if nameOf(e.Ctx) != "resume" || e.Mode != driver.Semaphore || e.Limit != 2 || e.Token != l.Token() {
+				t.Errorf("%v: ctx %q mode %v limit %d token %d", e.Kind, nameOf(e.Ctx), e.Mode, e.Limit, e.Token)
+			}
+		}
+	}
+}

@@ -178,7 +178,9 @@ func (k EventKind) String() string {
 // the hold (EventRenewed, EventRenewFailed) up to its end (EventReleased or
 // EventLost). A renewal that was under way when the hold ended may still
 // report its outcome after the end. A re-entrant acquisition (see
-// Client.Lock) reports no events: it takes no new hold.
+// Client.Lock) reports no events: it takes no new hold. A hold taken over
+// with Client.Resume starts with EventAcquired (it waits for nothing),
+// under an ID of its own, and its Ctx is the context passed to Resume.
 type Event struct {
 	Kind EventKind
 	Key  string
