@@ -151,7 +151,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
 		cfgs[i].id = acqs[i].id
 	}
-	// failed reports the outcome of the acquisitions from i on.
+	// failed reports that the acquisitions from index from on failed.
 	failed := func(from int, err error) error {
 		for _, a := range acqs[from:] {
 			a.failed(c, err)
