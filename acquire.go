@@ -13,16 +13,25 @@ import (
 
 // acquire is the one acquisition loop behind Lock, TryLock and Do.
 func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lock, error) {
+	return c.acquireAs(ctx, key, wait, opts, nil)
+}
+
+// acquireAs is acquire for an acquisition that observers may have seen
+// start already (a, when not nil): it then reports its outcome, whatever
+// it is, and does not report a second start.
+func (c *Client) acquireAs(ctx context.Context, key string, wait bool, opts []LockOption, a *acquisition) (*Lock, error) {
 	if err := c.check(ctx); err != nil {
-		return nil, err
+		return nil, a.failed(c, err)
 	}
 	req, cfg, l, err := c.prepare(ctx, key, opts)
 	if err != nil {
-		return nil, err
+		return nil, a.failed(c, err)
 	}
 	if l != nil {
+		// (An acquisition whose start was reported never re-enters:
+		// LockAll reports starts only when ctx carries none of its keys.)
 		if err := l.reenter(); err != nil {
-			return nil, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err)
+			return nil, a.failed(c, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err))
 		}
 		return l, nil
 	}
@@ -31,16 +40,18 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	// waits.
 	req.Queue = wait && (c.caps.FIFO || c.caps.Modes.Has(driver.Shared))
 	if !c.enter() {
-		return nil, notAcquired(key, ErrClosed)
+		return nil, a.failed(c, notAcquired(key, ErrClosed))
 	}
 	defer c.ops.done()
-	begin := time.Now()
+	if a == nil {
+		a = c.starting(ctx, key, req.Mode, req.Limit)
+	}
+	cfg.id = a.id
 	l, err = c.acquireLoop(ctx, req, cfg, wait)
 	if err != nil {
-		c.observe(Event{Kind: EventNotAcquired, Key: key, Wait: time.Since(begin), Err: err})
-		return nil, err
+		return nil, a.failed(c, err)
 	}
-	c.observe(Event{Kind: EventAcquired, Key: key, Token: l.token, Wait: time.Since(begin)})
+	a.acquired(c, l)
 	return l, nil
 }
 

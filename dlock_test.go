@@ -135,8 +135,8 @@ func TestRenewalFailureLosesLock(t *testing.T) {
 		t.Fatal("no lost event")
 	}
 	kinds := ev.kinds()
-	if kinds[0] != dlock.EventAcquired || kinds[len(kinds)-1] != dlock.EventLost {
-		t.Errorf("events = %v; want acquired, renew failures, lost", kinds)
+	if len(kinds) < 2 || kinds[0] != dlock.EventAcquiring || kinds[1] != dlock.EventAcquired || kinds[len(kinds)-1] != dlock.EventLost {
+		t.Errorf("events = %v; want acquiring, acquired, renew failures, lost", kinds)
 	}
 	var failures int
 	for _, k := range kinds {
@@ -315,7 +315,7 @@ func TestObserverSeesLifecycle(t *testing.T) {
 	}
 	c.TryLock(context.Background(), "k")
 	l.Release(context.Background())
-	want := []dlock.EventKind{dlock.EventAcquired, dlock.EventNotAcquired, dlock.EventReleased}
+	want := []dlock.EventKind{dlock.EventAcquiring, dlock.EventAcquired, dlock.EventAcquiring, dlock.EventNotAcquired, dlock.EventReleased}
 	if got := ev.kinds(); !equal(got, want) {
 		t.Errorf("events = %v; want %v", got, want)
 	}

@@ -245,7 +245,9 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if l == nil {
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
 	}
-	c.observe(Event{Kind: EventAcquired, Key: h.key, Token: h.token, Wait: time.Since(sent)})
+	e := l.event(EventAcquired, nil)
+	e.Wait = time.Since(sent)
+	c.observe(e)
 	return l, nil
 }
 

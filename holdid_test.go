@@ -123,8 +123,8 @@ func TestDetachedHandle(t *testing.T) {
 	if hs := holders(t, c, "k"); len(hs) != 1 || hs[0].TTL <= 50*time.Second {
 		t.Errorf("holders: %+v; want the hold, untouched", hs)
 	}
-	if got := ev.kinds(); !equal(got, []dlock.EventKind{dlock.EventAcquired, dlock.EventReleased}) {
-		t.Errorf("events %v; want acquired, released", got)
+	if got := ev.kinds(); !equal(got, []dlock.EventKind{dlock.EventAcquiring, dlock.EventAcquired, dlock.EventReleased}) {
+		t.Errorf("events %v; want acquiring, acquired, released", got)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ type Lock struct {
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 	leave      func() // leaves the Client's gate for the key
+	events     lockEvents
 
 	// Renewal runs on a timer, not a goroutine of its own: an idle lock
 	// costs no goroutine. renewTimer is nil without renewal.
@@ -64,6 +65,10 @@ type Lock struct {
 func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, leave func()) *Lock {
 	renew := cfg.renew
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
+	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
+	if l.events.id == 0 {
+		l.events.id = nextAcquisitionID()
+	}
 	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
@@ -275,7 +280,13 @@ func (l *Lock) refresh(ctx context.Context) error {
 			l.validUntil = v
 			l.expiry.Reset(time.Until(v))
 		}
+		renewed := l.state == held
 		l.mu.Unlock()
+		if renewed {
+			e := l.event(EventRenewed, nil)
+			e.Held = time.Since(l.acquiredAt)
+			l.c.observe(e)
+		}
 		return l.ended()
 	case errors.Is(err, driver.ErrNotHeld):
 		if l.isEnding() {
@@ -285,10 +296,12 @@ func (l *Lock) refresh(ctx context.Context) error {
 		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's lease: %w", ErrLost, l.req.Key, err))
 		return l.ended()
 	default:
-		l.c.observe(Event{Kind: EventRenewFailed, Key: l.req.Key, Token: l.token, Err: err})
 		if err := l.ended(); err != nil {
 			return err
 		}
+		e := l.event(EventRenewFailed, err)
+		e.Held = time.Since(l.acquiredAt)
+		l.c.observe(e)
 		return fmt.Errorf("dlock: refresh %q: %w", l.req.Key, err)
 	}
 }
@@ -504,14 +517,13 @@ func (l *Lock) end(s lockState, cause error) {
 	l.haltRenewal()
 	l.leave()
 	l.c.forget(l)
-	held := time.Since(l.acquiredAt)
-	switch s {
-	case lost:
+	e := l.event(EventReleased, nil)
+	e.Held = time.Since(l.acquiredAt)
+	if s == lost {
 		l.c.cfg.logger.Warn("dlock: lock lost", "key", l.req.Key, "token", l.token, "err", cause)
-		l.c.observe(Event{Kind: EventLost, Key: l.req.Key, Token: l.token, Held: held, Err: cause})
-	default:
-		l.c.observe(Event{Kind: EventReleased, Key: l.req.Key, Token: l.token, Held: held})
+		e.Kind, e.Err = EventLost, cause
 	}
+	l.c.observe(e)
 }
 
 // checkExpiry runs when the validity deadline may have passed.

@@ -113,7 +113,7 @@ func TestMaxHoldAfterRelease(t *testing.T) {
 	if !errors.Is(l2.Err(), dlock.ErrMaxHold) {
 		t.Errorf("the second lock's Err() = %v; want ErrMaxHold", l2.Err())
 	}
-	want := []dlock.EventKind{dlock.EventAcquired, dlock.EventReleased, dlock.EventAcquired, dlock.EventLost}
+	want := []dlock.EventKind{dlock.EventAcquiring, dlock.EventAcquired, dlock.EventReleased, dlock.EventAcquiring, dlock.EventAcquired, dlock.EventLost}
 	if got := ev.kinds(); !equal(got, want) {
 		t.Errorf("events = %v; want %v", got, want)
 	}

@@ -59,18 +59,27 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 			return nil, argError("keys", k, "is given twice")
 		}
 	}
+	// started holds the acquisitions of the keys, in order, once
+	// observers saw them start (with an atomic attempt): taking the keys
+	// one by one then goes on with them.
+	var started []*acquisition
 	if ma, ok := c.drv.(driver.MultiAcquirer); ok && len(sorted) > 1 {
-		locks, done, err := c.acquireAtOnce(ctx, ma, sorted, wait, opts)
+		locks, acqs, done, err := c.acquireAtOnce(ctx, ma, sorted, wait, opts)
 		if err != nil {
 			return nil, err
 		}
 		if done {
 			return newMultiLock(locks), nil
 		}
+		started = acqs
 	}
 	var locks []*Lock
-	for _, k := range sorted {
-		l, err := c.acquire(ctx, k, wait, opts)
+	for i, k := range sorted {
+		var a *acquisition
+		if started != nil {
+			a = started[i]
+		}
+		l, err := c.acquireAs(ctx, k, wait, opts, a)
 		if err != nil {
 			// Nothing partial stays behind: give back what was taken,
 			// even if ctx has ended.
@@ -79,7 +88,13 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 				held.Release(rctx)
 			}
 			cancel()
-			return nil, fmt.Errorf("dlock: acquiring %d keys, stopped at %q: %w", len(sorted), k, err)
+			err = fmt.Errorf("dlock: acquiring %d keys, stopped at %q: %w", len(sorted), k, err)
+			if started != nil {
+				for _, a := range started[i+1:] {
+					a.failed(c, err)
+				}
+			}
+			return nil, err
 		}
 		locks = append(locks, l)
 	}
@@ -91,14 +106,17 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 // an error, the caller takes the keys one by one: a key that ctx holds
 // already (re-entry), another goroutine of this Client in a key's gate, a
 // set of keys the driver cannot take at once, or a key held by someone else
-// while the caller is willing to wait.
-func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, done bool, _ error) {
+// while the caller is willing to wait. Observers see the acquisition of
+// every key start once the attempt is made; if the caller is to go on one
+// by one, started returns those acquisitions, whose outcomes the caller
+// then reports.
+func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, started []*acquisition, done bool, _ error) {
 	reqs := make([]driver.Request, len(keys))
 	cfgs := make([]lockConfig, len(keys))
 	for i, k := range keys {
 		req, cfg, held, err := c.prepare(ctx, k, opts)
 		if err != nil || held != nil {
-			return nil, false, nil // the one-by-one path re-enters or reports it
+			return nil, nil, false, nil // the one-by-one path re-enters or reports it
 		}
 		reqs[i], cfgs[i] = req, cfg
 	}
@@ -112,7 +130,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		lv := c.gates.tryEnter(k)
 		if lv == nil {
 			leave(0)
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
 		leaves = append(leaves, lv)
 	}
@@ -125,9 +143,21 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 
 	if !c.enter() {
 		leave(0)
-		return nil, false, ErrClosed
+		return nil, nil, false, ErrClosed
 	}
 	defer c.ops.done()
+	acqs := make([]*acquisition, len(keys))
+	for i, req := range reqs {
+		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
+		cfgs[i].id = acqs[i].id
+	}
+	// failed reports that the acquisitions from index from on failed.
+	failed := func(from int, err error) error {
+		for _, a := range acqs[from:] {
+			a.failed(c, err)
+		}
+		return err
+	}
 	bctx, unbind := c.bind(ctx)
 	defer unbind()
 	begin := time.Now()
@@ -141,36 +171,33 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		})
 		leave(0)
 		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), notAcquired(keys[0], why(ctx)))
-		c.observe(Event{Kind: EventNotAcquired, Key: keys[0], Wait: time.Since(begin), Err: err})
-		return nil, false, err
+		return nil, nil, false, failed(0, err)
 	}
 	switch {
 	case errors.Is(err, driver.ErrUnsupported):
 		leave(0)
-		return nil, false, nil
+		return nil, acqs, false, nil
 	case err != nil:
 		cleanup(0)
 		if bctx.Err() != nil {
 			err = notAcquired(keys[0], why(ctx))
 		}
 		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
-		c.observe(Event{Kind: EventNotAcquired, Key: keys[0], Wait: time.Since(begin), Err: err})
-		return nil, false, err
+		return nil, nil, false, failed(0, err)
 	case !res.Acquired:
 		leave(0)
 		if wait {
-			return nil, false, nil
+			return nil, acqs, false, nil
 		}
 		k := keys[0]
 		if res.Blocked >= 0 && res.Blocked < len(keys) {
 			k = keys[res.Blocked]
 		}
 		err := fmt.Errorf("dlock: acquiring %d keys at once: %w: %q is held", len(keys), ErrNotAcquired, k)
-		c.observe(Event{Kind: EventNotAcquired, Key: k, Wait: time.Since(begin), Err: err})
-		return nil, false, err
+		return nil, nil, false, failed(0, err)
 	case len(res.Results) != len(reqs) || slices.ContainsFunc(res.Results, func(r driver.Result) bool { return !r.Acquired }):
 		cleanup(0)
-		return nil, false, fmt.Errorf("dlock: acquiring %d keys at once: the driver reported success without a hold for every key", len(keys))
+		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring %d keys at once: the driver reported success without a hold for every key", len(keys)))
 	}
 	for i, r := range res.Results {
 		if _, validUntil := lease(reqs[i], r, begin); !time.Now().Before(validUntil) {
@@ -178,9 +205,9 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 			// those locks out.
 			cleanup(0)
 			if wait {
-				return nil, false, nil
+				return nil, acqs, false, nil
 			}
-			return nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w: %q: the store answered after the lease of %v had run out", len(keys), ErrNotAcquired, keys[i], reqs[i].TTL)
+			return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring %d keys at once: %w: %q: the store answered after the lease of %v had run out", len(keys), ErrNotAcquired, keys[i], reqs[i].TTL))
 		}
 	}
 	locks := make([]*Lock, 0, len(reqs))
@@ -194,19 +221,25 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		l := newLock(c, ctx, req, res.Results[i].Token, ttl, cfgs[i], begin, validUntil, lv)
 		if l == nil {
 			cleanup(i)
+			// The locks made already were held: they are reported
+			// acquired, then released.
+			for j, held := range locks {
+				acqs[j].acquired(c, held)
+			}
+			failed(i, notAcquired(req.Key, ErrClosed))
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			for _, held := range locks {
 				held.Release(rctx)
 			}
 			cancel()
-			return nil, false, ErrClosed
+			return nil, nil, false, ErrClosed
 		}
 		locks = append(locks, l)
 	}
-	for _, l := range locks {
-		c.observe(Event{Kind: EventAcquired, Key: l.Key(), Token: l.token, Wait: time.Since(begin)})
+	for i, l := range locks {
+		acqs[i].acquired(c, l)
 	}
-	return locks, true, nil
+	return locks, nil, true, nil
 }
 
 // newMultiLock joins held locks into a MultiLock.

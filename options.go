@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -35,8 +36,9 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *clientConfig) { c.logger = l }
 }
 
-// WithObserver sets a hook that sees every acquisition, release and loss; use
-// it to feed metrics or traces. It is called synchronously and must be fast.
+// WithObserver sets a hook that sees every acquisition, renewal, release and
+// loss; use it to feed metrics or traces. It is called synchronously and
+// must be fast (see Observer).
 func WithObserver(o Observer) Option {
 	return func(c *clientConfig) { c.observer = o }
 }
@@ -65,6 +67,7 @@ type lockConfig struct {
 	shared     bool
 	limit      *int
 	maxHold    *time.Duration
+	id         uint64 // the acquisition's Event.ID; zero for a fresh one
 }
 
 // WithTTL sets the lease of the lock: how long the store keeps it after the
@@ -123,7 +126,8 @@ func WithInfo(info string) LockOption {
 // EventKind tells what an Event reports.
 type EventKind int
 
-// Event kinds.
+// Event kinds. Later versions may add kinds: an Observer should ignore the
+// kinds it does not know.
 const (
 	// EventAcquired: a lock was acquired. Event.Wait is the time spent.
 	EventAcquired EventKind = iota
@@ -136,6 +140,14 @@ const (
 	// EventRenewFailed: one renewal attempt failed; the lock is kept until
 	// its validity runs out. Event.Err says why.
 	EventRenewFailed
+	// EventAcquiring: an acquisition starts (Lock, TryLock, Do, LockAll,
+	// TryLockAll). Exactly one EventAcquired or EventNotAcquired with the
+	// same Event.ID follows it, so that an observer can count waiters or
+	// start a span here and end it there.
+	EventAcquiring
+	// EventRenewed: a renewal of the lease succeeded (an automatic one or
+	// Lock.Refresh).
+	EventRenewed
 )
 
 // String returns the kind's name.
@@ -151,23 +163,65 @@ func (k EventKind) String() string {
 		return "lost"
 	case EventRenewFailed:
 		return "renew_failed"
+	case EventAcquiring:
+		return "acquiring"
+	case EventRenewed:
+		return "renewed"
 	}
 	return "unknown"
 }
 
 // Event is what an Observer sees.
+//
+// The events of one acquisition share its ID: EventAcquiring, then
+// EventAcquired or EventNotAcquired, and after EventAcquired the events of
+// the hold (EventRenewed, EventRenewFailed) up to its end (EventReleased or
+// EventLost). A renewal that was under way when the hold ended may still
+// report its outcome after the end. A re-entrant acquisition (see
+// Client.Lock) reports no events: it takes no new hold. A hold taken over
+// with Client.Resume starts with EventAcquired (it waits for nothing),
+// under an ID of its own, and its Ctx is the context passed to Resume.
 type Event struct {
-	Kind  EventKind
-	Key   string
-	Token uint64        // the lock's fencing token, when it was acquired
+	Kind EventKind
+	Key  string
+	// ID names the acquisition the event belongs to: it is unique among
+	// the acquisitions of the process (across Clients) and never zero. An
+	// observer matches an EventAcquiring with its outcome by it, however
+	// many acquisitions of the same key run at once.
+	ID uint64
+	// Ctx is the context passed to the call that acquires the lock (Lock,
+	// TryLock, Do, LockAll, TryLockAll), for the events of the acquisition
+	// and of the hold alike: tracing and logging values (a span, a request
+	// ID) can be taken from it. For the events of the hold it may have
+	// ended long ago: use its values, not its cancellation. It is nil
+	// when no such context is known.
+	Ctx context.Context
+	// Mode and Limit are the mode the acquisition asked for and its
+	// number of permits (semaphores only, zero otherwise). They stay the
+	// same for every event of the acquisition: a write lock that was
+	// downgraded still reports driver.Exclusive (Lock.Mode tells the
+	// current mode), so that counts kept by mode add up.
+	Mode  Mode
+	Limit int
+	Token uint64        // the lock's fencing token, once it was acquired
 	Wait  time.Duration // EventAcquired, EventNotAcquired: time spent acquiring
-	Held  time.Duration // EventReleased, EventLost: time the lock was held
-	Err   error         // EventNotAcquired, EventLost, EventRenewFailed
+	// Held is how long the lock was held: in all for EventReleased and
+	// EventLost, so far for EventRenewed and EventRenewFailed.
+	Held time.Duration
+	Err  error // EventNotAcquired, EventLost, EventRenewFailed
 }
 
-// Observer receives events about locks. Adapters for Prometheus or
-// OpenTelemetry implement it outside the core package, so that the core does
-// not depend on them. EventLost and EventReleased are delivered after the
+// Observer receives events about locks. Adapters for Prometheus
+// (github.com/dlockhq/dlock/observe/prometheus) and OpenTelemetry
+// (github.com/dlockhq/dlock/observe/otel) implement it in modules of their
+// own, so that the core does not depend on them.
+//
+// Observe is called synchronously, on the goroutine that acquires, renews
+// or releases the lock (or on a timer's), and may be called from many
+// goroutines at once: it must be safe for concurrent use, fast, and must
+// not block. It must not call back into the Client or its locks (acquire,
+// release, refresh, close): some events are reported while the Client is
+// inside such a call. EventLost and EventReleased are delivered after the
 // lock's context was cancelled: the signal to stop work never waits for an
 // observer.
 type Observer interface {
