@@ -105,8 +105,11 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/fence"
+	"github.com/dlockhq/dlock/fill"
 	"github.com/dlockhq/dlock/job"
 	"github.com/dlockhq/dlock/leader"
+	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/sqldlock"
 %s)
 
@@ -120,6 +123,9 @@ var (
 	_ = job.Run
 	_ = leader.Campaign
 	_ = sqldlock.New
+	_ = fence.NewSQL
+	_ = fill.Once[int]
+	_ = ratelimit.New
 )
 
 // What the fragments take for granted.
@@ -130,8 +136,11 @@ var (
 	lock   *dlock.Lock
 )
 
-func buildReport(context.Context, ...any) error { return nil }
-func run(context.Context, ...any)               {}
+func buildReport(context.Context, ...any) error            { return nil }
+func run(context.Context, ...any)                          {}
+func loadReport(context.Context) (string, bool, error)     { return "", false, nil }
+func computeReport(context.Context) (string, error)        { return "", nil }
+func storeReport(context.Context, string) error            { return nil }
 
 func _() error {
 %s
