@@ -88,7 +88,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 	var then []clientv3.Op
 	switch {
 	case downgrade:
-		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
+		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease()))
 	case !rec.held:
 		then = append(then, d.aheadOp(req.Key, rec.mode, rec.limit, rec.rev, true))
 	}
@@ -161,7 +161,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 	}
 	sl := d.claim(s, req.Key, req.Mode, req.Limit)
 	qp := d.queuePrefix(req.Key)
-	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit)
+	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit, req.TTL)
 	first := d.firstOp(req.Key)
 	guarded := req.Queue || req.Mode != driver.Exclusive
 	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
@@ -287,7 +287,7 @@ func (d *Driver) heldElsewhere(ctx context.Context, req driver.Request, kv *mvcc
 	if downgrade {
 		name := string(kv.Key)
 		resp, _, err := d.txn(ctx, isEntry(name, kv.CreateRevision),
-			clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0), clientv3.WithIgnoreLease()))
+			clientv3.OpPut(name, encodeValue(v.Owner, v.Info, driver.Shared, 0, time.Duration(v.TTLms)*time.Millisecond), clientv3.WithIgnoreLease()))
 		switch {
 		case err != nil:
 			return driver.Result{}, fmt.Errorf("etcddlock: downgrade %q: %w", req.Key, err)

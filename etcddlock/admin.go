@@ -56,6 +56,11 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 				continue
 			}
 			v := decode(kv) // a foreign value lists with an empty owner
+			if v.TTLms > 0 {
+				// The session may last longer than the hold's lease,
+				// which its holder renews.
+				ttl = min(ttl, time.Duration(v.TTLms)*time.Millisecond)
+			}
 			h := driver.Holder{
 				Key:   key,
 				Owner: v.Owner,

@@ -277,8 +277,10 @@
 // blocking entry deletes it, which wakes the waiter like a release.
 //
 // The driver also implements driver.Lister (holders only, of every mode:
-// the admitted entries of each queue, with the time left on their lease as
-// etcd sees it) and driver.ForceReleaser (one transaction deletes the
+// the admitted entries of each queue, with the time left on their session
+// lease as etcd sees it, but no more than the lease the hold was acquired
+// with, which each entry's value records: a 3s lock of a 15s session lists
+// with at most 3s) and driver.ForceReleaser (one transaction deletes the
 // holders and all waiters of a key, and counts the holders).
 //
 // # Limits

@@ -652,3 +652,25 @@ func TestStaleCallsOnReusedName(t *testing.T) {
 	}
 	assertEmpty(t, cli, k)
 }
+
+// TestListReportsLockTTL checks that a hold whose lease is shorter than the
+// session's is listed with no more than its own lease left, not the
+// session's.
+func TestListReportsLockTTL(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	d := newTestDriver(t, srv.Addr, WithSessionTTL(30*time.Second))
+	defer d.Close()
+	r := req(key(t))
+	r.TTL = 3 * time.Second
+	if res, err := d.Acquire(ctx(t), r); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	defer d.Release(ctx(t), r)
+	hs, err := d.List(ctx(t), r.Key)
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("List = %+v, %v", hs, err)
+	}
+	if hs[0].TTL <= 0 || hs[0].TTL > r.TTL {
+		t.Errorf("listed TTL %v; want at most the hold's lease of %v (the session lasts 30s)", hs[0].TTL, r.TTL)
+	}
+}

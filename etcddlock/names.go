@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -129,17 +130,21 @@ func (sl *slot) free() {
 }
 
 // value is an entry's value: the raw owner (Lister reports it), the
-// holder's Info, and the mode of the entry: "shared" or "semaphore" (with its
-// limit), or nothing for an exclusive entry. A downgrade rewrites it.
+// holder's Info, the mode of the entry: "shared" or "semaphore" (with its
+// limit), or nothing for an exclusive entry, and the lease the hold was
+// acquired with. A downgrade rewrites it.
 type value struct {
 	Owner string `json:"owner"`
 	Info  string `json:"info,omitempty"`
 	Mode  string `json:"mode,omitempty"`
 	Limit int    `json:"limit,omitempty"`
+	// TTLms is the lease the hold was acquired with, in milliseconds (zero
+	// in entries of older drivers): Lister reports no more than it.
+	TTLms int64 `json:"ttl_ms,omitempty"`
 }
 
-func encodeValue(owner, info string, m driver.Mode, limit int) string {
-	v := value{Owner: owner, Info: info}
+func encodeValue(owner, info string, m driver.Mode, limit int, ttl time.Duration) string {
+	v := value{Owner: owner, Info: info, TTLms: ttl.Milliseconds()}
 	if m != driver.Exclusive {
 		v.Mode = m.String()
 	}
