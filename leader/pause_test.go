@@ -60,7 +60,15 @@ func runChild() bool {
 // old leader runs again its term ends with ErrLost.
 func TestPausedLeader(t *testing.T) {
 	for _, b := range backends {
-		if b.name == "mem" { // one process only
+		switch b.name {
+		case "mem": // one process only
+			continue
+		case "sqlite":
+			// A process stopped inside a write transaction (its
+			// renewal) keeps the file's write lock: no other process
+			// can write until it resumes (see sqldlock's "SQLite and
+			// several processes"), so the takeover this test waits
+			// for cannot happen when the stop lands there.
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {

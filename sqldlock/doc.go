@@ -1021,6 +1021,14 @@
 // reported as an error, never as success. Tokens are durable only with
 // synchronous=FULL (SQLite's default).
 //
+// SQLite has one write lock per file. A process that is stopped (SIGSTOP, a
+// debugger) or hangs inside a write transaction, such as a lock's renewal,
+// keeps it: until it resumes or dies, no other process can acquire, renew
+// or release any lock in the file, and their calls fail with SQLITE_BUSY
+// after the busy timeout. (A process that dies releases the write lock at
+// once.) The server stores do not share this: a stopped PostgreSQL or
+// MySQL client holds only the rows it locked.
+//
 // While one connection writes, SQLite makes the others wait in its busy
 // handler, which sleeps between attempts (up to 100ms at a time), so a
 // steady stream of writes can keep a connection waiting long enough for a
