@@ -170,6 +170,15 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				c.cleanup(ctx, req)
 				return nil, fmt.Errorf("%w: %q: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, req.Key, ErrLost, err)
 			}
+			if errors.Is(err, driver.ErrBusy) {
+				// The store answered, and changed nothing: the key
+				// is as good as held.
+				if !wait {
+					c.cleanup(ctx, req)
+					return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, req.Key, err)
+				}
+				reached = true
+			}
 			// A store that fails the first attempt is misconfigured or
 			// down: say so at once. Once it has answered, a failure
 			// while waiting is taken as a blip and ridden out.

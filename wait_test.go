@@ -3,12 +3,14 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
@@ -90,4 +92,38 @@ func TestWaitEndNamesStoreFailure(t *testing.T) {
 			t.Errorf("Lock = %v; want ErrUnavailable, not ErrNotAcquired", err)
 		}
 	})
+}
+
+// busyFirst answers ErrBusy to the first n Acquire calls, as SQLite does
+// while another process keeps the file's write lock.
+type busyFirst struct {
+	*memdlock.Driver
+	mu sync.Mutex
+	n  int
+}
+
+func (b *busyFirst) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	b.mu.Lock()
+	busy := b.n > 0
+	b.n--
+	b.mu.Unlock()
+	if busy {
+		return driver.Result{}, fmt.Errorf("test: database is locked: %w", driver.ErrBusy)
+	}
+	return b.Driver.Acquire(ctx, req)
+}
+
+// TestBusyStoreIsWaitedOut checks that a store that answers busy (and
+// changed nothing) is treated as a held key: Lock waits it out even when
+// the first attempt is answered so, and TryLock reports ErrNotAcquired.
+func TestBusyStoreIsWaitedOut(t *testing.T) {
+	c := newClient(t, &busyFirst{Driver: memdlock.New(), n: 3})
+	if _, err := c.TryLock(t.Context(), "k"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, driver.ErrBusy) {
+		t.Fatalf("TryLock on a busy store: %v; want ErrNotAcquired and the busy cause", err)
+	}
+	l, err := c.Lock(t.Context(), "k", dlock.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Lock on a store busy for its first attempts: %v; want the lock once it answers", err)
+	}
+	l.Release(t.Context())
 }

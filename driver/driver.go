@@ -136,6 +136,15 @@ var (
 	// may). It is the same value as dlock.ErrUnsupported. A Subscribe that
 	// returns it makes package dlock poll, quietly.
 	ErrUnsupported = errors.New("dlock: not supported by this backend")
+
+	// ErrBusy means the store answered that it cannot serve the request now
+	// and changed nothing: another client holds what the request needs for
+	// longer than the store waits (SQLite's database locked by another
+	// process past its busy timeout). Package dlock treats it as a held key:
+	// a waiting Lock waits and tries again, even when it is the first
+	// attempt's answer, and TryLock fails with dlock.ErrNotAcquired. A
+	// driver that cannot tell whether anything changed returns another error.
+	ErrBusy = errors.New("dlock/driver: the store is busy")
 )
 
 // Mode is the kind of hold a request asks for.

@@ -343,6 +343,11 @@ func fail(ctx context.Context, op, key string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("sqldlock: %s %q: %w: %w", op, key, cerr, err)
 	}
+	if sqliteBusy(err) {
+		// Another process kept the file's write lock past the busy
+		// timeout; the statement, and its transaction, did nothing.
+		return fmt.Errorf("sqldlock: %s %q: %w: %w", op, key, driver.ErrBusy, err)
+	}
 	return fmt.Errorf("sqldlock: %s %q: %w", op, key, err)
 }
 
