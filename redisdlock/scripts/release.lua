@@ -17,7 +17,7 @@ local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- @common
 local me = ARGV[1]
 local general = owner == RW or owner == SEM
-local res, changed, held = 0, false, false
+local res, changed, held, pruned = 0, false, false, 0
 if general then
   held = redis.call('ZSCORE', Z, me)
   if held then
@@ -38,10 +38,10 @@ if queued then
   if not held and tonumber(queued) > now then res = 1 end
 end
 if general then
-  prune()
+  pruned = prune()
   settle()
 end
-if changed then
+if changed or pruned > 0 then
   wake(ARGV[2])
 end
 return res
