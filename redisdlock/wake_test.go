@@ -270,3 +270,68 @@ func TestWakeAfterDeadHead(t *testing.T) {
 		})
 	}
 }
+
+// TestWakeFromOtherSteps checks that a Script-mode waiter at the head of
+// the queue is signalled by a Transaction-mode release, and every queued
+// waiter by a forced release (Script and Transaction mode).
+func TestWakeFromOtherSteps(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	for _, tc := range []struct {
+		name, mode string
+		force      bool
+		waiters    int
+	}{
+		{"tx-release", "tx", false, 1},
+		{"tx-force", "tx", true, 3},
+		{"script-force", "script", true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			prefix := testPrefix(t)
+			raw := withParams(srv.URL, "prefix", prefix)
+			d := openURL(t, withParams(srv.URL, "prefix", prefix, "mode", tc.mode))
+			defer d.Close()
+			h := request("k", time.Minute)
+			mustAcquire(t, d, h, true)
+			var attempts atomic.Int64
+			got := make(chan error, tc.waiters)
+			for i := range tc.waiters {
+				c, err := dlock.New(countingDriver{openURL(t, raw), &attempts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				go func() {
+					// Shared: after a forced release the waiters get
+					// in together.
+					l, err := c.Lock(ctx, "k", dlock.Shared(), dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour))
+					if err == nil {
+						defer l.Release(ctx)
+					}
+					got <- err
+				}()
+				waitFor(t, 10*time.Second, "waiter "+strconv.Itoa(i)+" queued", func() bool {
+					return queueLen(t, d, prefix, "k") == int64(i+1) && attempts.Load() == int64(2*(i+1))
+				})
+			}
+			if tc.force {
+				if _, err := d.ForceRelease(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := d.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(10 * time.Second)
+			for range tc.waiters {
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-timeout:
+					t.Fatal("the waiters were not all let in within 10s")
+				}
+			}
+		})
+	}
+}
