@@ -107,8 +107,9 @@
 //     so a crashed reader's or permit holder's lease returns on its own.
 //   - The waiters (Request.Queue) are the members of a second sorted set,
 //     in the order they first asked (scores from the hash's seq counter),
-//     with their modes in the fields w:OWNER and the leases of their queue
-//     entries in a third sorted set. An entry whose lease ended is kept
+//     with their modes in the fields w:OWNER, the field c:OWNER saying that
+//     the waiter listens on a channel of its own (see Waiting), and the
+//     leases of their queue entries in a third sorted set. An entry whose lease ended is kept
 //     there for a minute, so that its owner's next Acquire fails with
 //     ErrNotHeld instead of queueing it again at the back.
 //   - The hash, holders and queue expire (PEXPIREAT) with the longest lease
