@@ -107,8 +107,9 @@
 //     so a crashed reader's or permit holder's lease returns on its own.
 //   - The waiters (Request.Queue) are the members of a second sorted set,
 //     in the order they first asked (scores from the hash's seq counter),
-//     with their modes in the fields w:OWNER and the leases of their queue
-//     entries in a third sorted set. An entry whose lease ended is kept
+//     with their modes in the fields w:OWNER, the field c:OWNER saying that
+//     the waiter listens on a channel of its own (see Waiting), and the
+//     leases of their queue entries in a third sorted set. An entry whose lease ended is kept
 //     there for a minute, so that its owner's next Acquire fails with
 //     ErrNotHeld instead of queueing it again at the back.
 //   - The hash, holders and queue expire (PEXPIREAT) with the longest lease
@@ -125,14 +126,12 @@
 // queued writer: writer preference); a semaphore request when the holders
 // and the waiters ahead of it number fewer than its limit. A shared Acquire
 // by the exclusive holder downgrades the hold in place (same token, lease
-// renewed) and publishes on the release channel so that readers waiting
-// behind it are admitted; an exclusive Acquire by a reader (an upgrade), a
+// renewed) and signals the readers waiting behind it (see Waiting); an exclusive Acquire by a reader (an upgrade), a
 // semaphore request on a read-write lock or the other way round, and a
 // semaphore request with another limit fail with ErrModeMismatch and change
 // nothing. Every hold, each reader and each permit included, takes its
-// token from the lock's fencing counter. Releases publish as for exclusive
-// locks, and so does an admission from the queue (the next waiters may be
-// admitted too).
+// token from the lock's fencing counter. A release signals the waiters it
+// may let in (see Waiting); an admission from the queue signals nobody.
 //
 // Reader and permit leases are absolute times on the master's clock: after
 // a failover to a replica whose clock differs they end earlier or later by
@@ -161,7 +160,8 @@
 //	{PREFIX+ESC(KEY)}:holders   zset: holders in the general form, by lease end
 //	{PREFIX+ESC(KEY)}:queue     zset: waiters, in order
 //	{PREFIX+ESC(KEY)}:qexp      zset: waiters, by the end of their entry's lease
-//	{PREFIX+ESC(KEY)}:released  pub/sub channel announcing releases
+//	{PREFIX+ESC(KEY)}:released  pub/sub channel announcing releases to waiters that do not queue
+//	{PREFIX+ESC(KEY)}:released:OWNER  pub/sub channel telling the queued waiter OWNER it may be let in
 //
 // PREFIX is WithPrefix (default "dlock:") and must not contain braces. ESC
 // replaces '%', '{' and '}' in the key by "%25", "%7B" and "%7D", so the hash
@@ -218,8 +218,8 @@
 //
 // refresh: PEXPIRE if HGET owner matches, else the general form.
 // release: DEL and PUBLISH if HGET owner matches, else the general form.
-// forcerelease: DEL of the hash, holders and queue, and PUBLISH if
-// something was deleted. The sources are in the scripts directory,
+// forcerelease: DEL of the hash, holders and queue, and PUBLISH to the
+// lock's channel and every queued waiter's if something was deleted. The sources are in the scripts directory,
 // embedded with go:embed; scripts/common.lua, the general form's helpers,
 // is spliced into each after its fast path. Measured on one server,
 // EVALSHA of the exclusive acquire and release takes the same server time
@@ -227,13 +227,20 @@
 //
 // # Waiting
 //
-// Every release publishes on the lock's channel in the same atomic step that
-// deletes it. A Driver keeps one pub/sub connection, opened by the first
-// Subscribe and shared by all its waiters: it SUBSCRIBEs to a lock's
-// channel while at least one of its waiters waits for that lock (counted per
-// channel, UNSUBSCRIBE after the last), and fans messages out through
-// internal/notify. Per-lock channels mean a process hears about the locks it
-// waits for only. Subscribe returns once the server has confirmed the
+// Every release publishes in the same atomic step that deletes the hold. A
+// waiter that queues (every waiter in Script mode) listens on a channel of
+// its own, and a release signals only the waiters it may let in: the head
+// of the queue, the readers at its head, or as many waiters for permits as
+// are free; an expired entry removed by any script signals the new head.
+// So one release costs one message and one acquire, however many wait.
+// Waiters that do not queue (Transaction mode) listen on the lock's
+// channel, and so do the waiters of older versions of this package, which
+// are signalled there (the notes in notify.go tell more). A Driver keeps
+// one pub/sub connection, opened by the first Subscribe and shared by all
+// its waiters: it SUBSCRIBEs to a channel while at least one of its
+// waiters waits on it (counted per channel, UNSUBSCRIBE after the last),
+// and fans messages out through internal/notify. A process hears about the
+// locks it waits for only. Subscribe returns once the server has confirmed the
 // SUBSCRIBE, so no later release goes unheard. If the connection breaks,
 // go-redis reconnects and subscribes again, and each channel's waiters are
 // signalled when the server confirms it anew, since a release may have been

@@ -53,6 +53,11 @@ func (d *Driver) layout(key string) layout {
 	}
 }
 
+// waiterChannel returns the channel on which the queued waiter owner of the
+// lock with the release channel ch hears that it may be let in (Script
+// mode; see wake in scripts/common.lua).
+func waiterChannel(ch, owner string) string { return ch + ":" + owner }
+
 // base returns the name of the lock hash of key, which begins the names of
 // the lock's other keys: {PREFIX+ESC(KEY)}, or, for a key with a Redis
 // Cluster hash tag TAG of its own, {PREFIX+ESC(TAG)}{ESC(KEY)}, so that the

@@ -15,23 +15,51 @@ import (
 
 // Release notification.
 //
-// Every release (and forced release) PUBLISHes an empty message on the
-// lock's own channel, inside the script or transaction that deletes the
-// lock, so a message is sent when, and only when, a lock is freed. A Driver
-// keeps one pub/sub connection (a go-redis PubSub), opened by the first
-// Subscribe, and SUBSCRIBEs to a lock's channel while at least one waiter of
-// this Driver waits for that lock: per-lock channels mean a process hears
-// only about the locks it waits for, not about every release in the
-// keyspace. Subscriptions are counted per channel and the last one to
-// close UNSUBSCRIBEs at once. (Keeping idle channels subscribed for a while
-// saves a SUBSCRIBE round trip per wait, but Redis delivers a message to a
-// channel's subscribers in the order they subscribed: with subscriptions
-// that persist, the same process hears of every release first and wins
-// every race for a busy lock. Unsubscribing when a waiter has won sends its
-// process to the back of the line. Measured with 64 waiters over four
-// processes and a 1 ms critical section: p99 wait 0.15 s instead of 0.7 to
-// 1 s.) The waiters of one channel are woken through an internal/notify
-// Hub.
+// A change that may let a waiter in (a release, a forced release, a queue
+// entry given up, a writer turned reader, expired holds or entries removed)
+// PUBLISHes an empty message inside the script or transaction that makes
+// it, so a message is sent when, and only when, the lock's state changed.
+//
+// In Script mode every waiter queues (FIFO), and a queued waiter listens on
+// a channel of its own, the lock's channel plus ":" and its owner ID; the
+// queue entry carries the hash field c:OWNER to say so. The script that
+// makes the change signals only the waiters it may let in (wake in
+// scripts/common.lua): the head of the queue; when the head is a reader and
+// no writer holds the lock, every reader before the first queued writer;
+// for a semaphore, as many waiters from the head as permits are free. A
+// release thus costs one message and one attempt by the next in line,
+// however many wait, instead of waking every waiter to run the acquire
+// script and find that it is not its turn. Admission sends no message:
+// whoever else the lock can let in was signalled with the waiter admitted.
+// A waiter at the head that died keeps its place until its queue entry
+// expires; the waiters behind it then learn of it from their own polls
+// (dlock polls queued waiters at least every third of the lease), or at
+// once from the next script that removes the expired entry, which signals
+// the new head.
+//
+// Waiters that do not queue (Transaction mode, and Script mode requests
+// without Queue) listen on the lock's channel, which carries the releases
+// of the simple form (where nobody is queued) and the changes after which
+// the queue is empty. Transaction mode signals the lock's channel and the
+// head of the queue; readers behind that head find out by polling.
+//
+// Drivers of older versions of this package listen on the lock's channel
+// only, and queue without c:OWNER: a script of this version that signals
+// such a waiter does so on the lock's channel (which wakes every such
+// waiter, as before). Their scripts, in turn, signal on the lock's channel
+// only, so in a mixed fleet a waiter of this version queued behind a
+// holder of an older one learns of the release by polling. Older scripts
+// leave c:OWNER fields of the entries they remove behind; they go with the
+// lock's hash once nobody holds or waits. PUBSUB NUMSUB cannot tell
+// whether anyone listens on the lock's channel: in a Cluster it counts the
+// subscribers of one node only.
+//
+// A Driver keeps one pub/sub connection (a go-redis PubSub), opened by the
+// first Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
+// this Driver waits on it: a process hears only about the locks it waits
+// for, not about every release in the keyspace. Subscriptions are counted
+// per channel and the last one to close UNSUBSCRIBEs at once. The waiters
+// of one channel are woken through an internal/notify Hub.
 //
 // Subscribe returns only after the server confirmed the SUBSCRIBE, so every
 // release after it is signalled. If the connection breaks, go-redis

@@ -426,18 +426,28 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// Subscribe implements driver.Notifier. The subscription is signalled by
-// every release of req.Key made through a driver of this package (any mode,
-// any process) after Subscribe returns, and after the pub/sub connection
-// was re-established (a release may have been missed meanwhile). All
+// Subscribe implements driver.Notifier. In Script mode a waiter that queues
+// (req.Queue) listens on a channel of its own, and is signalled when a
+// change made after Subscribe returns may let it in: when it is at the head
+// of the queue (or among the readers, or the waiters for free permits, at
+// the head) and a hold or a queue entry ended, or a writer became a reader.
+// Other waiters are signalled by every release of req.Key made through a
+// driver of this package (any mode, any process) after Subscribe returns.
+// Either way a subscription is signalled after the pub/sub connection was
+// re-established (a release may have been missed meanwhile). All
 // subscriptions of a Driver share one pub/sub connection. In Legacy mode,
 // releases by services that speak the bare protocol are not signalled;
-// waiters poll for those.
+// waiters poll for those. See the notes in notify.go for drivers of older
+// versions of this package.
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
 	if err := d.check(ctx, &req); err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
-	s, err := d.n.subscribe(ctx, d.layout(req.Key).channel)
+	ch := d.layout(req.Key).channel
+	if d.cfg.mode == Script && req.Queue {
+		ch = waiterChannel(ch, req.Owner)
+	}
+	s, err := d.n.subscribe(ctx, ch)
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}

@@ -141,6 +141,7 @@ type generalHold struct {
 	mine  float64 // the owner's lease end (ms); 0 if it holds nothing
 	now   float64 // the server's clock (ms)
 	other float64 // the longest lease of another holder or a waiter (ms)
+	head  string  // the first waiter in the queue, if any
 }
 
 // readGeneral reads the general form of k for owner, under tx's WATCH.
@@ -150,12 +151,14 @@ func readGeneral(ctx context.Context, tx *redis.Tx, k layout, owner string) (gen
 		clock *redis.TimeCmd
 		top   *redis.ZSliceCmd
 		qtop  *redis.ZSliceCmd
+		head  *redis.StringSliceCmd
 	)
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		mine = p.ZScore(ctx, k.holders, owner)
 		clock = p.Time(ctx)
 		top = p.ZRevRangeWithScores(ctx, k.holders, 0, 1)
 		qtop = p.ZRevRangeWithScores(ctx, k.qexp, 0, 0)
+		head = p.ZRange(ctx, k.queue, 0, 0)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -173,6 +176,9 @@ func readGeneral(ctx context.Context, tx *redis.Tx, k layout, owner string) (gen
 	}
 	for _, z := range qtop.Val() {
 		g.other = max(g.other, z.Score)
+	}
+	if h := head.Val(); len(h) > 0 {
+		g.head = h[0]
 	}
 	return g, nil
 }
@@ -282,12 +288,27 @@ func (p txProto) release(ctx context.Context, k layout, req driver.Request) erro
 			if g.mine == 0 {
 				return driver.ErrNotHeld
 			}
+			// The head of the queue listens on a channel of its own
+			// if Script mode queued it (see wake in
+			// scripts/common.lua). (Readers behind it, let in by
+			// this release too, find out by polling.)
+			own := ""
+			if g.head != "" {
+				if ok, err := tx.HExists(ctx, k.lock, "c:"+g.head).Result(); err != nil {
+					return err
+				} else if ok {
+					own = waiterChannel(k.channel, g.head)
+				}
+			}
 			o := req.Owner
 			if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
 				pipe.ZRem(ctx, k.holders, o)
 				pipe.HDel(ctx, k.lock, "t:"+o, "i:"+o, "m:"+o)
 				expireGeneral(ctx, pipe, k, g.other, g.now)
 				pipe.Publish(ctx, k.channel, "")
+				if own != "" {
+					pipe.Publish(ctx, own, "")
+				}
 			}); err != nil {
 				return err
 			}
@@ -310,6 +331,13 @@ func (p txProto) forceRelease(ctx context.Context, k layout) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The waiters that Script mode queued listen on channels of their own
+	// (see wake in scripts/common.lua); one that queues after this read
+	// finds out by polling.
+	own, err := ownChannels(ctx, node, k)
+	if err != nil {
+		return 0, err
+	}
 	var (
 		owner *redis.StringCmd
 		live  *redis.IntCmd
@@ -319,6 +347,9 @@ func (p txProto) forceRelease(ctx context.Context, k layout) (int, error) {
 		live = pipe.ZCount(ctx, k.holders, "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf")
 		pipe.Del(ctx, k.lock, k.holders, k.queue, k.qexp)
 		pipe.Publish(ctx, k.channel, "")
+		for _, ch := range own {
+			pipe.Publish(ctx, ch, "")
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -363,4 +394,34 @@ func takeFenced(ctx context.Context, tx *redis.Tx, k layout, fence *redis.String
 		return 0, fmt.Errorf("fencing counter %q moved from %d to %d inside a transaction", k.fence, last, incr.Val())
 	}
 	return uint64(token), nil
+}
+
+// ownChannels returns the channels of the waiters queued for k that listen
+// on channels of their own.
+func ownChannels(ctx context.Context, node *redis.Client, k layout) ([]string, error) {
+	queued, err := node.ZRange(ctx, k.queue, 0, -1).Result()
+	if err != nil || len(queued) == 0 {
+		if isWrongType(err) {
+			return nil, nil // not a lock: the DEL says no more
+		}
+		return nil, err
+	}
+	fields := make([]string, len(queued))
+	for i, o := range queued {
+		fields[i] = "c:" + o
+	}
+	marks, err := node.HMGet(ctx, k.lock, fields...).Result()
+	if err != nil {
+		if isWrongType(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var chans []string
+	for i, m := range marks {
+		if m != nil {
+			chans = append(chans, waiterChannel(k.channel, queued[i]))
+		}
+	}
+	return chans, nil
 }

@@ -4,7 +4,8 @@
 -- (see common.lua)
 -- ARGV: [1] owner, [2] lease in milliseconds, [3] holder info, [4] mode
 -- (x exclusive, r shared, s semaphore), [5] '1' to queue the owner if it
--- does not acquire, [6] the semaphore's limit, [7] the release channel
+-- does not acquire (it then listens on its own channel: see wake), [6] the
+-- semaphore's limit, [7] the release channel
 -- Returns {1, token} when the owner holds the lock (newly or again),
 -- {0, ms} when it does not (ms: the soonest a lease ends, < 0 unknown),
 -- {-1} when the owner's queue entry has expired, {-2, mode, limit} when the
@@ -74,7 +75,7 @@ if owner and owner ~= RW and owner ~= SEM then
     redis.call('HSET', H, 'm:' .. me, 'r')
     redis.call('ZADD', Z, int(now + ms), me)
     settle()
-    redis.call('PUBLISH', ARGV[7], '')
+    wake(ARGV[7])
     return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
   end
   if not queue then
@@ -84,10 +85,15 @@ if owner and owner ~= RW and owner ~= SEM then
   owner = RW
 end
 
-prune()
+local pruned = prune()
 if owner and redis.call('ZCARD', Z) + redis.call('ZCARD', W) == 0 then
   redis.call('DEL', H, Z, W)
   owner = nil
+end
+if pruned > 0 then
+  -- Expired holds or queue entries ended: whoever is next in line may be
+  -- let in (this owner too, in a moment).
+  wake(ARGV[7])
 end
 
 if not owner then
@@ -126,7 +132,7 @@ if held then
   redis.call('ZADD', Z, int(now + ms), me)
   if m == 'x' and mode == 'r' then
     redis.call('HSET', H, 'm:' .. me, 'r') -- a downgrade
-    redis.call('PUBLISH', ARGV[7], '')
+    wake(ARGV[7])
   end
   settle()
   return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
@@ -173,8 +179,9 @@ if admit then
   if place then
     redis.call('ZREM', W, me)
     redis.call('ZREM', E, me)
-    redis.call('HDEL', H, 'w:' .. me)
-    redis.call('PUBLISH', ARGV[7], '') -- the next in line may be admitted too
+    redis.call('HDEL', H, 'w:' .. me, 'c:' .. me)
+    -- No signal: whoever else this lock can let in now was signalled
+    -- with this owner, by the change that let it in.
   end
   if mode == 'x' and redis.call('ZCARD', W) == 0 then
     -- Alone again: back to the simple form.
@@ -192,7 +199,7 @@ end
 if queue then
   if not place then
     redis.call('ZADD', W, redis.call('HINCRBY', H, 'seq', 1), me)
-    redis.call('HSET', H, 'w:' .. me, mode)
+    redis.call('HSET', H, 'w:' .. me, mode, 'c:' .. me, '1')
   end
   redis.call('ZADD', E, int(now + ms), me)
 end

@@ -13,7 +13,8 @@
 -- (info) and m:OWNER (mode x or r; RW only); waiters are the members of the
 -- zset W (score: their place in line, from the hash's seq counter), with
 -- the time their queue entry expires in the zset E and their mode in the
--- hash field w:OWNER. E keeps an expired entry for a minute more (GONE), so
+-- hash field w:OWNER; a waiter that listens for its turn on a channel of
+-- its own (see wake) also has the field c:OWNER. E keeps an expired entry for a minute more (GONE), so
 -- that its owner learns that it lost its place instead of queueing again
 -- at the back. The hash, Z and W expire when the last holder's or waiter's
 -- lease ends, so that the hash exists exactly while someone holds or
@@ -34,18 +35,71 @@ local function int(n)
 end
 
 -- prune drops the expired holders and waiters (keeping the waiters' entries
--- in E) and forgets E's entries that expired more than GONE ago.
+-- in E) and forgets E's entries that expired more than GONE ago. It returns
+-- the number of holders and waiters dropped.
 local function prune()
   local dead = redis.call('ZRANGEBYSCORE', Z, '-inf', int(now))
   for _, o in ipairs(dead) do
     redis.call('ZREM', Z, o)
     redis.call('HDEL', H, 't:' .. o, 'i:' .. o, 'm:' .. o)
   end
+  local n = #dead
   redis.call('ZREMRANGEBYSCORE', E, '-inf', int(now - GONE))
   local gone = redis.call('ZRANGEBYSCORE', E, '-inf', int(now))
   for _, o in ipairs(gone) do
     if redis.call('ZREM', W, o) == 1 then
-      redis.call('HDEL', H, 'w:' .. o)
+      redis.call('HDEL', H, 'w:' .. o, 'c:' .. o)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- wake signals the waiters that a change (a hold or a queue entry ended, a
+-- writer became a reader) may let in, now that the change is made. ch is
+-- the lock's channel. A waiter queued by this version listens on a channel
+-- of its own, ch .. ':' .. OWNER (its hash field c:OWNER says so), so that
+-- a release wakes the waiters next in line and nobody else: the head of the
+-- queue, or, when the head is a reader and no writer holds the lock, every
+-- reader before the first queued writer, or, for a semaphore, as many
+-- waiters from the head as permits are free (at least one). A waiter queued
+-- by an older version (no c:OWNER) listens on ch: it is signalled there,
+-- and with it every other such waiter. With nobody queued the signal goes
+-- to ch, where waiters that do not queue (Transaction mode) listen.
+-- Expired entries are not woken: wake runs after prune.
+local function wake(ch)
+  local owner = redis.call('HGET', H, 'owner')
+  local n = 1
+  local q
+  if owner == SEM then
+    n = tonumber(redis.call('HGET', H, 'limit') or '1') - redis.call('ZCARD', Z)
+    if n < 1 then n = 1 end
+    q = redis.call('ZRANGE', W, 0, n - 1)
+  else
+    q = redis.call('ZRANGE', W, 0, 0)
+    if q[1] and redis.call('HGET', H, 'w:' .. q[1]) == 'r' then
+      local first = redis.call('ZRANGE', Z, 0, 0)
+      if not first[1] or redis.call('HGET', H, 'm:' .. first[1]) ~= 'x' then
+        q = redis.call('ZRANGE', W, 0, -1)
+        n = #q
+      end
+    end
+  end
+  if not q[1] then
+    redis.call('PUBLISH', ch, '')
+    return
+  end
+  local shared = false
+  for i = 1, n do
+    local o = q[i]
+    if not o or (i > 1 and owner ~= SEM and redis.call('HGET', H, 'w:' .. o) ~= 'r') then
+      break
+    end
+    if redis.call('HEXISTS', H, 'c:' .. o) == 1 then
+      redis.call('PUBLISH', ch .. ':' .. o, '')
+    elseif not shared then
+      shared = true
+      redis.call('PUBLISH', ch, '')
     end
   end
 end

@@ -1,12 +1,13 @@
 -- dlock release: remove the owner's hold and queue entry, and wake the
--- waiters.
+-- waiters next in line (see wake in common.lua).
 -- KEYS: H, F, Z, W, E as for acquire; ARGV[1] owner, ARGV[2] the
 -- release channel
 -- Returns 1 if the owner held the lock or waited for it, 0 if it did not
 -- (its remains, such as an expired hold, are removed all the same).
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
-  -- The fast path: the holder of the simple form.
+  -- The fast path: the holder of the simple form. Nobody is queued; the
+  -- lock's channel wakes waiters that do not queue (Transaction mode).
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
@@ -16,7 +17,7 @@ local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- @common
 local me = ARGV[1]
 local general = owner == RW or owner == SEM
-local res, changed, held = 0, false, false
+local res, changed, held, pruned = 0, false, false, 0
 if general then
   held = redis.call('ZSCORE', Z, me)
   if held then
@@ -31,16 +32,16 @@ if queued then
   -- A queue entry, live or expired: either way the owner stops waiting.
   redis.call('ZREM', E, me)
   if redis.call('ZREM', W, me) == 1 then
-    redis.call('HDEL', H, 'w:' .. me)
+    redis.call('HDEL', H, 'w:' .. me, 'c:' .. me)
   end
   changed = true
   if not held and tonumber(queued) > now then res = 1 end
 end
 if general then
-  prune()
+  pruned = prune()
   settle()
 end
-if changed then
-  redis.call('PUBLISH', ARGV[2], '')
+if changed or pruned > 0 then
+  wake(ARGV[2])
 end
 return res
