@@ -6,39 +6,28 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/dlockhq/dlock/internal/sqldialect"
 
 	"github.com/dlockhq/dlock"
 )
 
 // Dialect is an SQL dialect. It must be given explicitly: a *sql.Tx does
-// not say which server it talks to.
-type Dialect int
+// not say which server it talks to. It is the same type as
+// sqldlock.Dialect.
+type Dialect = sqldialect.Dialect
 
 // The supported dialects.
 const (
 	// Postgres is PostgreSQL 9.5 or later (ON CONFLICT).
-	Postgres Dialect = iota + 1
+	Postgres = sqldialect.Postgres
 	// MySQL is MySQL 5.7 or later, or MariaDB 10.2 or later, with InnoDB
 	// tables.
-	MySQL
+	MySQL = sqldialect.MySQL
 	// SQLite is SQLite 3.35 or later (RETURNING).
-	SQLite
+	SQLite = sqldialect.SQLite
 )
-
-// String returns "postgres", "mysql" or "sqlite".
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
-}
 
 // DefaultTable is the fence table of NewSQL when no table is given.
 const DefaultTable = "dlock_fence"
@@ -47,7 +36,7 @@ const DefaultTable = "dlock_fence"
 const DefaultTokenColumn = "fence_token"
 
 // maxIdentLen is the longest identifier accepted: PostgreSQL's limit.
-const maxIdentLen = 63
+const maxIdentLen = sqldialect.MaxIdentLen
 
 // Querier runs statements. *sql.DB, *sql.Conn and *sql.Tx satisfy it.
 type Querier interface {
@@ -81,8 +70,8 @@ type SQL struct {
 // ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes); it is quoted in every
 // statement. A bad dialect or name is a *dlock.ArgError naming it.
 func NewSQL(d Dialect, table string) (*SQL, error) {
-	if d != Postgres && d != MySQL && d != SQLite {
-		return nil, &dlock.ArgError{Name: "dialect", Value: d, Reason: "is not Postgres, MySQL or SQLite"}
+	if err := d.Check(); err != nil {
+		return nil, err
 	}
 	if table == "" {
 		table = DefaultTable
@@ -90,16 +79,16 @@ func NewSQL(d Dialect, table string) (*SQL, error) {
 	if err := checkIdent("table", table); err != nil {
 		return nil, err
 	}
-	s := &SQL{d: d, table: d.quote(table), name: table}
+	s := &SQL{d: d, table: d.Quote(table), name: table}
 	t := s.table
 	if d == MySQL {
 		s.upsert = `INSERT INTO ` + t + ` (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = GREATEST(token, ?)`
 	} else {
-		s.upsert = `INSERT INTO ` + t + ` (resource, token) VALUES (` + d.placeholder(1) + `, ` + d.placeholder(2) + `)
+		s.upsert = `INSERT INTO ` + t + ` (resource, token) VALUES (` + d.Placeholder(1) + `, ` + d.Placeholder(2) + `)
 ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE ` + t + `.token <= excluded.token
 RETURNING token`
 	}
-	s.highest = `SELECT token FROM ` + t + ` WHERE resource = ` + d.placeholder(1)
+	s.highest = `SELECT token FROM ` + t + ` WHERE resource = ` + d.Placeholder(1)
 	s.current = s.highest
 	if d != SQLite { // SQLite's writers are serialized
 		s.current += ` FOR UPDATE`
@@ -339,16 +328,16 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 		desc[i] = fmt.Sprintf("%s=%v", c, u.Where[c])
 	}
 	tok := int64(token)
-	col := d.quote(tc)
+	col := d.Quote(tc)
 	var b strings.Builder
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
-		return d.placeholder(len(args))
+		return d.Placeholder(len(args))
 	}
-	b.WriteString("UPDATE " + d.quote(u.Table) + " SET ")
+	b.WriteString("UPDATE " + d.Quote(u.Table) + " SET ")
 	for _, c := range set {
-		b.WriteString(d.quote(c) + " = " + arg(u.Set[c]) + ", ")
+		b.WriteString(d.Quote(c) + " = " + arg(u.Set[c]) + ", ")
 	}
 	b.WriteString(col + " = " + arg(tok) + " WHERE ")
 	// conds writes the conditions, numbered after the parameters in args.
@@ -358,7 +347,7 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 			if i > 0 {
 				w.WriteString(" AND ")
 			}
-			w.WriteString(d.quote(c) + " = " + arg(u.Where[c]))
+			w.WriteString(d.Quote(c) + " = " + arg(u.Where[c]))
 		}
 		return w.String()
 	}
@@ -366,7 +355,7 @@ func (s *SQL) buildUpdate(u Update, token uint64) (updateStmt, error) {
 	st.update, st.updateArgs = b.String(), args
 
 	args = nil
-	st.read = "SELECT COALESCE(" + col + ", 0) FROM " + d.quote(u.Table) + " WHERE " + conds()
+	st.read = "SELECT COALESCE(" + col + ", 0) FROM " + d.Quote(u.Table) + " WHERE " + conds()
 	if d != SQLite {
 		st.read += " FOR UPDATE" // a current read, not MySQL's snapshot
 	}
@@ -386,44 +375,6 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-// checkIdent reports whether s is a plain SQL identifier: an ASCII letter or
-// underscore, then ASCII letters, digits and underscores, at most 63 bytes.
-// The error is a *dlock.ArgError naming the argument and the value.
-func checkIdent(what, s string) error {
-	reason := ""
-	switch {
-	case s == "":
-		reason = "must not be empty"
-	case len(s) > maxIdentLen:
-		reason = "is longer than " + strconv.Itoa(maxIdentLen) + " bytes"
-	default:
-		for i := 0; i < len(s); i++ {
-			c := s[i]
-			letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-			if !letter && (i == 0 || c < '0' || c > '9') {
-				reason = "is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
-				break
-			}
-		}
-	}
-	if reason == "" {
-		return nil
-	}
-	return &dlock.ArgError{Name: what, Value: s, Reason: reason}
-}
-
-// quote quotes a checked identifier.
-func (d Dialect) quote(ident string) string {
-	if d == MySQL {
-		return "`" + ident + "`"
-	}
-	return `"` + ident + `"`
-}
-
-// placeholder returns the n-th (1-based) bind parameter marker.
-func (d Dialect) placeholder(n int) string {
-	if d == Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
+// checkIdent checks an identifier of at most maxIdentLen bytes (see
+// sqldialect.CheckIdent).
+func checkIdent(what, s string) error { return sqldialect.CheckIdent(what, s, maxIdentLen) }

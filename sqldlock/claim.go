@@ -62,18 +62,18 @@ func (c Claim[ID]) One(ctx context.Context, db Querier) (ID, error) {
 		return zero, err
 	}
 	d := c.Dialect
-	t, idc, st := d.quote(c.Table), d.quote(c.IDColumn), d.quote(c.StateColumn)
-	isFree, freeArgs := st+" = "+d.placeholder(1), []any{c.Free}
+	t, idc, st := d.Quote(c.Table), d.Quote(c.IDColumn), d.Quote(c.StateColumn)
+	isFree, freeArgs := st+" = "+d.Placeholder(1), []any{c.Free}
 	if c.Free == nil {
 		isFree, freeArgs = st+" IS NULL", nil
 	}
-	selectQ := "SELECT " + idc + " FROM " + t + " WHERE " + isFree + " LIMIT " + d.placeholder(len(freeArgs)+1)
+	selectQ := "SELECT " + idc + " FROM " + t + " WHERE " + isFree + " LIMIT " + d.Placeholder(len(freeArgs)+1)
 	// UPDATE t SET state = $1 WHERE id = $2 AND <state is free ($3)>
-	updateQ := "UPDATE " + t + " SET " + st + " = " + d.placeholder(1) + " WHERE " + idc + " = " + d.placeholder(2) + " AND "
+	updateQ := "UPDATE " + t + " SET " + st + " = " + d.Placeholder(1) + " WHERE " + idc + " = " + d.Placeholder(2) + " AND "
 	if c.Free == nil {
 		updateQ += st + " IS NULL"
 	} else {
-		updateQ += st + " = " + d.placeholder(3)
+		updateQ += st + " = " + d.Placeholder(3)
 	}
 	candidates, rounds := c.Candidates, c.Rounds
 	if candidates <= 0 {
@@ -136,7 +136,7 @@ func (c Claim[ID]) candidates(ctx context.Context, db Querier, q string, args []
 }
 
 func (c Claim[ID]) check() error {
-	if err := c.Dialect.check(); err != nil {
+	if err := c.Dialect.Check(); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, value string }{

@@ -2,72 +2,21 @@ package sqldlock
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/sqldialect"
 )
 
-// maxIdentLen is the longest identifier the helpers accept: PostgreSQL's
-// limit (MySQL allows 64, SQLite more).
-const maxIdentLen = 63
+// maxIdentLen is the longest identifier the helpers accept.
+const maxIdentLen = sqldialect.MaxIdentLen
 
 // maxTableLen is the longest lock table name: the names derived from it
 // (NAME_token_seq, NAME_acquire_v1, NAME_holds, NAME_seq, NAME_acq_multi_v1
 // and the rest, see WithTable) must still fit in 63 bytes.
 const maxTableLen = 48
 
-// checkIdent reports whether s is a plain SQL identifier: an ASCII letter or
-// underscore followed by ASCII letters, digits and underscores, at most max
-// bytes. Plain identifiers need no escaping in any dialect; they are quoted
-// all the same, so reserved words are safe too. The error is a
-// *dlock.ArgError naming the argument and the bad value.
-func checkIdent(what, s string, max int) error {
-	reason := ""
-	switch {
-	case s == "":
-		reason = "must not be empty"
-	case len(s) > max:
-		reason = "is longer than " + strconv.Itoa(max) + " bytes"
-	default:
-		for i := 0; i < len(s); i++ {
-			c := s[i]
-			letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-			if !letter && (i == 0 || c < '0' || c > '9') {
-				reason = "is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
-				break
-			}
-		}
-	}
-	if reason == "" {
-		return nil
-	}
-	return &dlock.ArgError{Name: what, Value: s, Reason: reason}
-}
-
-// quote quotes a checked identifier for the dialect.
-func (d Dialect) quote(ident string) string {
-	if d == MySQL {
-		return "`" + ident + "`"
-	}
-	return `"` + ident + `"`
-}
-
-// placeholder returns the n-th (1-based) bind parameter marker.
-func (d Dialect) placeholder(n int) string {
-	if d == Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
-func (d Dialect) check() error {
-	switch d {
-	case Postgres, MySQL, SQLite:
-		return nil
-	}
-	return &dlock.ArgError{Name: "dialect", Value: d, Reason: "is not Postgres, MySQL or SQLite"}
-}
+// checkIdent is sqldialect.CheckIdent.
+var checkIdent = sqldialect.CheckIdent
 
 // likePrefix returns a LIKE pattern (with ESCAPE '!') matching every string
 // that starts with prefix. '!' is used as the escape character because a

@@ -619,9 +619,9 @@ func micros(n int64) time.Duration {
 
 // Names of the functions of schema version 5: the holds-table steps, each
 // one statement.
-func (o pgOps) acqMulti() string { return Postgres.quote(o.n.raw + "_acq_multi_v1") }
-func (o pgOps) refMulti() string { return Postgres.quote(o.n.raw + "_ref_multi_v1") }
-func (o pgOps) relMulti() string { return Postgres.quote(o.n.raw + "_rel_multi_v1") }
+func (o pgOps) acqMulti() string { return Postgres.Quote(o.n.raw + "_acq_multi_v1") }
+func (o pgOps) refMulti() string { return Postgres.Quote(o.n.raw + "_ref_multi_v1") }
+func (o pgOps) relMulti() string { return Postgres.Quote(o.n.raw + "_rel_multi_v1") }
 
 // indent indents every line of s but the first by tabs tabs, for a
 // statement spliced into a function's body.

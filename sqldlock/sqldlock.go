@@ -12,38 +12,28 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlockhq/dlock/internal/sqldialect"
+
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/jackc/pgx/v5"
 )
 
-// Dialect is the SQL dialect of the database behind a *sql.DB.
-type Dialect int
+// Dialect is the SQL dialect of the database behind a *sql.DB. It is the
+// same type as fence.Dialect.
+type Dialect = sqldialect.Dialect
 
 // The supported dialects.
 const (
 	// Postgres is PostgreSQL 10 or later. Notifications (LISTEN/NOTIFY)
 	// need the database/sql driver of github.com/jackc/pgx/v5/stdlib.
-	Postgres Dialect = iota + 1
+	Postgres = sqldialect.Postgres
 	// MySQL is MySQL 5.7 or later, or MariaDB 10.2 or later, with InnoDB
 	// tables, through github.com/go-sql-driver/mysql.
-	MySQL
+	MySQL = sqldialect.MySQL
 	// SQLite is SQLite 3.35 or later, through modernc.org/sqlite.
-	SQLite
+	SQLite = sqldialect.SQLite
 )
-
-// String returns the dialect's name.
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // DefaultTable is the name of the lock table unless WithTable says otherwise.
 const DefaultTable = "dlock_locks"
@@ -227,7 +217,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (Driver, error) {
 }
 
 func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []Option) (Driver, error) {
-	if err := d.check(); err != nil {
+	if err := d.Check(); err != nil {
 		return nil, err
 	}
 	cfg := config{table: DefaultTable}
@@ -237,29 +227,29 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 	if err := checkIdent("table", cfg.table, maxTableLen); err != nil {
 		return nil, err
 	}
-	n := names{raw: cfg.table, table: d.quote(cfg.table)}
+	n := names{raw: cfg.table, table: d.Quote(cfg.table)}
 	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg, fair: cfg.fair,
 		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
 		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())
 	switch d {
 	case Postgres:
-		drv.n.seq = d.quote(cfg.table + "_token_seq")
-		drv.n.acquire = d.quote(cfg.table + "_acquire_v1")
-		drv.n.acq2 = d.quote(cfg.table + "_acquire_v2")
-		drv.n.acq3 = d.quote(cfg.table + "_acquire_v3")
-		drv.n.rel1 = d.quote(cfg.table + "_release_v1")
-		drv.n.wait1 = d.quote(cfg.table + "_wait_v1")
-		drv.n.holds = d.quote(cfg.table + "_holds")
+		drv.n.seq = d.Quote(cfg.table + "_token_seq")
+		drv.n.acquire = d.Quote(cfg.table + "_acquire_v1")
+		drv.n.acq2 = d.Quote(cfg.table + "_acquire_v2")
+		drv.n.acq3 = d.Quote(cfg.table + "_acquire_v3")
+		drv.n.rel1 = d.Quote(cfg.table + "_release_v1")
+		drv.n.wait1 = d.Quote(cfg.table + "_wait_v1")
+		drv.n.holds = d.Quote(cfg.table + "_holds")
 		drv.ops = pgOps{n: drv.n, fair: cfg.fair}
 		return &pgDriver{drv}, nil
 	case MySQL:
-		drv.n.seq = d.quote(cfg.table + "_seq")
-		drv.n.holds = d.quote(cfg.table + "_holds")
+		drv.n.seq = d.Quote(cfg.table + "_seq")
+		drv.n.holds = d.Quote(cfg.table + "_holds")
 		drv.ops = myOps{n: drv.n, fair: cfg.fair}
 	default:
-		drv.n.seq = d.quote(cfg.table + "_seq")
-		drv.n.holds = d.quote(cfg.table + "_holds")
+		drv.n.seq = d.Quote(cfg.table + "_seq")
+		drv.n.holds = d.Quote(cfg.table + "_holds")
 		o := liteOps{n: drv.n, fair: cfg.fair}
 		if cfg.fair && cfg.file != "" {
 			o.gate, drv.unGate = sqliteGate(cfg.file)

@@ -236,13 +236,13 @@ func TestSchemaDoc(t *testing.T) {
 		text.WriteString(line + "\n")
 	}
 	for _, o := range []ops{
-		pgOps{n: names{raw: DefaultTable, table: Postgres.quote(DefaultTable), seq: Postgres.quote(DefaultTable + "_token_seq"),
-			acquire: Postgres.quote(DefaultTable + "_acquire_v1"), acq2: Postgres.quote(DefaultTable + "_acquire_v2"),
-			acq3: Postgres.quote(DefaultTable + "_acquire_v3"), rel1: Postgres.quote(DefaultTable + "_release_v1"),
-			wait1: Postgres.quote(DefaultTable + "_wait_v1"),
-			holds: Postgres.quote(DefaultTable + "_holds")}},
-		myOps{n: names{raw: DefaultTable, table: MySQL.quote(DefaultTable), seq: MySQL.quote(DefaultTable + "_seq"), holds: MySQL.quote(DefaultTable + "_holds")}},
-		liteOps{n: names{raw: DefaultTable, table: SQLite.quote(DefaultTable), seq: SQLite.quote(DefaultTable + "_seq"), holds: SQLite.quote(DefaultTable + "_holds")}},
+		pgOps{n: names{raw: DefaultTable, table: Postgres.Quote(DefaultTable), seq: Postgres.Quote(DefaultTable + "_token_seq"),
+			acquire: Postgres.Quote(DefaultTable + "_acquire_v1"), acq2: Postgres.Quote(DefaultTable + "_acquire_v2"),
+			acq3: Postgres.Quote(DefaultTable + "_acquire_v3"), rel1: Postgres.Quote(DefaultTable + "_release_v1"),
+			wait1: Postgres.Quote(DefaultTable + "_wait_v1"),
+			holds: Postgres.Quote(DefaultTable + "_holds")}},
+		myOps{n: names{raw: DefaultTable, table: MySQL.Quote(DefaultTable), seq: MySQL.Quote(DefaultTable + "_seq"), holds: MySQL.Quote(DefaultTable + "_holds")}},
+		liteOps{n: names{raw: DefaultTable, table: SQLite.Quote(DefaultTable), seq: SQLite.Quote(DefaultTable + "_seq"), holds: SQLite.Quote(DefaultTable + "_holds")}},
 	} {
 		for _, q := range o.ddl() {
 			if !strings.Contains(text.String(), q+"\n") {

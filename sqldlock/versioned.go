@@ -71,15 +71,15 @@ func (v Versioned) Update(ctx context.Context, db Execer, id any, version int64,
 	slices.Sort(cols)
 	var q strings.Builder
 	args := make([]any, 0, len(set)+2)
-	q.WriteString("UPDATE " + d.quote(v.Table) + " SET ")
+	q.WriteString("UPDATE " + d.Quote(v.Table) + " SET ")
 	for _, c := range cols {
 		args = append(args, set[c])
-		q.WriteString(d.quote(c) + " = " + d.placeholder(len(args)) + ", ")
+		q.WriteString(d.Quote(c) + " = " + d.Placeholder(len(args)) + ", ")
 	}
-	ver := d.quote(v.VersionColumn)
+	ver := d.Quote(v.VersionColumn)
 	args = append(args, id, version)
-	q.WriteString(ver + " = " + ver + " + 1 WHERE " + d.quote(v.IDColumn) + " = " + d.placeholder(len(args)-1) +
-		" AND " + ver + " = " + d.placeholder(len(args)))
+	q.WriteString(ver + " = " + ver + " + 1 WHERE " + d.Quote(v.IDColumn) + " = " + d.Placeholder(len(args)-1) +
+		" AND " + ver + " = " + d.Placeholder(len(args)))
 	res, err := db.ExecContext(ctx, q.String(), args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqldlock: update %s %s=%v: %w", v.Table, v.IDColumn, id, err)
@@ -97,7 +97,7 @@ func (v Versioned) Update(ctx context.Context, db Execer, id any, version int64,
 }
 
 func (v Versioned) check(set map[string]any) error {
-	if err := v.Dialect.check(); err != nil {
+	if err := v.Dialect.Check(); err != nil {
 		return err
 	}
 	for _, c := range []struct{ name, value string }{
