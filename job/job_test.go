@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	_ "github.com/dlockhq/dlock/etcddlock"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/job"
 	_ "github.com/dlockhq/dlock/memdlock"
@@ -25,42 +26,23 @@ func TestMain(m *testing.M) {
 	testsrv.Main(m, testsrv.Redis, testsrv.Etcd)
 }
 
-// store is a store the tests run on: url returns a URL private to the test
-// (a key prefix of its own on a shared server).
-type store struct {
-	name string
-	url  func(t *testing.T) string
-}
-
-var stores = []store{
-	{"mem", func(t *testing.T) string { return "mem://" + testsrv.DatabaseName(t.Name()) }},
-	{"redis", func(t *testing.T) string {
+var stores = []dlocktest.Store{
+	{Name: "mem", URL: func(t *testing.T) string { return "mem://" + testsrv.DatabaseName(t.Name()) }},
+	{Name: "redis", URL: func(t *testing.T) string {
 		return testsrv.Get(t, testsrv.Redis).URL + "?prefix=" + testsrv.DatabaseName(t.Name()) + ":"
 	}},
-	{"etcd", func(t *testing.T) string {
+	{Name: "etcd", URL: func(t *testing.T) string {
 		return testsrv.Get(t, testsrv.Etcd).URL + "?session=2s&prefix=/" + testsrv.DatabaseName(t.Name())
 	}},
 }
 
 // eachStore runs test on every store.
 func eachStore(t *testing.T, test func(t *testing.T, url string)) {
-	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) { test(t, s.url(t)) })
-	}
+	dlocktest.EachStore(t, stores, test)
 }
 
 // open returns a Client of its own on url, as another instance would have.
-func open(t *testing.T, url string) *dlock.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func open(t *testing.T, url string) *dlock.Client { return dlocktest.Open(t, url) }
 
 // testCtx bounds a test's waits, so that a bug fails it instead of hanging.
 func testCtx(t *testing.T) context.Context {

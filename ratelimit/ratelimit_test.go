@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	_ "github.com/dlockhq/dlock/memcachedlock"
 	"github.com/dlockhq/dlock/memdlock"
@@ -22,21 +23,15 @@ import (
 
 func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Redis, testsrv.Postgres, testsrv.Memcached) }
 
-// store is a store the tests run on: url returns a URL private to the test.
-type store struct {
-	name string
-	url  func(t *testing.T) string
-}
-
-var stores = []store{
-	{"mem", func(t *testing.T) string { return "mem://" + testsrv.DatabaseName(t.Name()) }},
-	{"redis", func(t *testing.T) string {
+var stores = []dlocktest.Store{
+	{Name: "mem", URL: func(t *testing.T) string { return "mem://" + testsrv.DatabaseName(t.Name()) }},
+	{Name: "redis", URL: func(t *testing.T) string {
 		return testsrv.Get(t, testsrv.Redis).URL + "?prefix=" + testsrv.DatabaseName(t.Name()) + ":"
 	}},
-	{"sqlite", func(t *testing.T) string {
+	{Name: "sqlite", URL: func(t *testing.T) string {
 		return (&url.URL{Scheme: "sqlite", Path: filepath.Join(t.TempDir(), "locks.db")}).String()
 	}},
-	{"postgres", func(t *testing.T) string {
+	{Name: "postgres", URL: func(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		url, _, err := testsrv.Get(t, testsrv.Postgres).NewDatabase(ctx, t.Name())
@@ -49,23 +44,11 @@ var stores = []store{
 
 // eachStore runs test on every store.
 func eachStore(t *testing.T, test func(t *testing.T, url string)) {
-	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) { test(t, s.url(t)) })
-	}
+	dlocktest.EachStore(t, stores, test)
 }
 
 // open returns a Client of its own on url, as another process would have.
-func open(t *testing.T, url string) *dlock.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func open(t *testing.T, url string) *dlock.Client { return dlocktest.Open(t, url) }
 
 func newLimiter(t *testing.T, c *dlock.Client, key string, n int, window time.Duration) *ratelimit.Limiter {
 	t.Helper()
