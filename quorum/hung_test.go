@@ -147,9 +147,9 @@ func TestCloseHungNodes(t *testing.T) {
 // of two concurrent Releases of one hold one succeeds and the other fails
 // with ErrNotHeld only.
 func TestRacingReleasesRedis(t *testing.T) {
-	for _, mode := range []redisdlock.Mode{redisdlock.Script, redisdlock.Transaction, redisdlock.Legacy} {
+	for _, mode := range []redisdlock.Protocol{redisdlock.Script, redisdlock.Transaction, redisdlock.Legacy} {
 		t.Run(mode.String(), func(t *testing.T) {
-			nodes, _ := proxiedNodes(t, 3, 0, redisdlock.WithMode(mode))
+			nodes, _ := proxiedNodes(t, 3, 0, redisdlock.WithProtocol(mode))
 			q := newQuorum(t, nodes)
 			r := req(key(t))
 			if res, err := q.Acquire(ctx(t), r); err != nil || !res.Acquired {
@@ -199,9 +199,9 @@ func TestRacingReleasesRedis(t *testing.T) {
 // TestLongestLeaseRedis takes and releases a hold of dlock.DefaultMaxTTL
 // (7 days) over Redis nodes in every mode.
 func TestLongestLeaseRedis(t *testing.T) {
-	for _, mode := range []redisdlock.Mode{redisdlock.Script, redisdlock.Transaction, redisdlock.Legacy} {
+	for _, mode := range []redisdlock.Protocol{redisdlock.Script, redisdlock.Transaction, redisdlock.Legacy} {
 		t.Run(mode.String(), func(t *testing.T) {
-			nodes, _ := proxiedNodes(t, 3, 0, redisdlock.WithMode(mode))
+			nodes, _ := proxiedNodes(t, 3, 0, redisdlock.WithProtocol(mode))
 			q := newQuorum(t, nodes)
 			c, err := dlock.New(q)
 			if err != nil {

@@ -65,11 +65,11 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		case "mode":
 			switch v {
 			case "script":
-				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Script))
+				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Script))
 			case "tx", "transaction":
-				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Transaction))
+				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Transaction))
 			case "legacy":
-				nodeOpts = append(nodeOpts, redisdlock.WithMode(redisdlock.Legacy))
+				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Legacy))
 			default:
 				return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", v)
 			}

@@ -24,7 +24,10 @@
 // is unacceptable, use a consensus store, and pass Lock.Token to the
 // protected resource either way.
 //
-// # Modes
+// # Protocols
+//
+// The driver speaks one of three protocols (WithProtocol, or mode= in the
+// URL; not to be confused with the lock modes below).
 //
 // Script (the default): acquire, refresh and release are Lua scripts, each
 // one atomic step on the server, run with EVALSHA (EVAL after NOSCRIPT, as

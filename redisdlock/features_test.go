@@ -624,8 +624,8 @@ func TestOpenURL(t *testing.T) {
 			}
 			defer c.Close()
 			d := c.Driver().(*redisdlock.Driver)
-			if d.Mode() != tc.mode {
-				t.Errorf("Open(%s): mode %v; want %v", tc.url, d.Mode(), tc.mode)
+			if d.Protocol() != tc.mode {
+				t.Errorf("Open(%s): mode %v; want %v", tc.url, d.Protocol(), tc.mode)
 			}
 			lockKey := "k"
 			if tc.key == "k"+prefix {
@@ -717,11 +717,11 @@ func TestNewValidation(t *testing.T) {
 		{"nil client", nil, nil, "client"},
 		{"nil *Client", (*redis.Client)(nil), nil, "client"},
 		{"ring", ring, nil, "client"},
-		{"bad mode", c, []redisdlock.Option{redisdlock.WithMode(7)}, "mode"},
+		{"bad mode", c, []redisdlock.Option{redisdlock.WithProtocol(7)}, "mode"},
 		{"brace prefix", c, []redisdlock.Option{redisdlock.WithPrefix("a{b")}, "prefix"},
 		{"negative replicas", c, []redisdlock.Option{redisdlock.WithReplicaAck(-1, time.Second)}, "replicas"},
 		{"zero timeout", c, []redisdlock.Option{redisdlock.WithReplicaAck(1, 0)}, "replica timeout"},
-		{"bad unit", c, []redisdlock.Option{redisdlock.WithMode(redisdlock.Legacy), redisdlock.WithLegacyUnit(time.Minute)}, "legacy unit"},
+		{"bad unit", c, []redisdlock.Option{redisdlock.WithProtocol(redisdlock.Legacy), redisdlock.WithLegacyUnit(time.Minute)}, "legacy unit"},
 	}
 	for _, tc := range cases {
 		_, err := redisdlock.New(tc.client, tc.opts...)
@@ -732,7 +732,7 @@ func TestNewValidation(t *testing.T) {
 	}
 	// A brace in the prefix is fine in Legacy mode: the key is the
 	// existing services' own.
-	d, err := redisdlock.New(c, redisdlock.WithMode(redisdlock.Legacy), redisdlock.WithPrefix("{app}:"))
+	d, err := redisdlock.New(c, redisdlock.WithProtocol(redisdlock.Legacy), redisdlock.WithPrefix("{app}:"))
 	if err != nil {
 		t.Fatalf("New in Legacy mode with a braced prefix: %v", err)
 	}

@@ -85,7 +85,7 @@ func TestSlotGrouping(t *testing.T) {
 	for _, k := range []string{"foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{user1000}.following", "a}b", "{}x}"} {
 		keyslot(k)
 	}
-	for _, mode := range []Mode{Script, Transaction, Legacy} {
+	for _, mode := range []Protocol{Script, Transaction, Legacy} {
 		for _, prefix := range []string{"", "p:", "}x{"} {
 			if mode != Legacy && strings.ContainsAny(prefix, "{}") {
 				continue
@@ -93,7 +93,7 @@ func TestSlotGrouping(t *testing.T) {
 			t.Run(mode.String()+"/"+prefix, func(t *testing.T) {
 				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: srv.Addrs, ContextTimeoutEnabled: true})
 				defer cc.Close()
-				d, err := New(cc, WithMode(mode), WithPrefix(prefix+"slot"+time.Now().Format("150405.000000")+":"))
+				d, err := New(cc, WithProtocol(mode), WithPrefix(prefix+"slot"+time.Now().Format("150405.000000")+":"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -38,14 +38,20 @@ const (
 	maxLimit = math.MaxInt32
 )
 
-// Mode selects the protocol the driver speaks to Redis.
-type Mode int
+// Protocol selects the commands the driver uses to keep locks in Redis
+// (WithProtocol). It is not a lock mode (dlock.ModeShared and the others).
+type Protocol int
+
+// Mode is the former name of Protocol.
+//
+// Deprecated: use Protocol.
+type Mode = Protocol
 
 const (
 	// Script (the default) runs acquire, refresh and release as Lua
 	// scripts (EVALSHA, falling back to EVAL after NOSCRIPT). Leases expire
 	// on the server's clock.
-	Script Mode = iota
+	Script Protocol = iota
 	// Transaction uses WATCH/MULTI/EXEC and no scripts, for servers where
 	// EVAL is denied. It stores locks exactly as Script does, so drivers in
 	// the two modes share locks. Leases expire on the server's clock.
@@ -57,8 +63,9 @@ const (
 	Legacy
 )
 
-// String returns the mode's name as used in URLs: script, tx or legacy.
-func (m Mode) String() string {
+// String returns the protocol's name as used in URLs (mode=): script, tx or
+// legacy.
+func (m Protocol) String() string {
 	switch m {
 	case Script:
 		return "script"
@@ -67,7 +74,7 @@ func (m Mode) String() string {
 	case Legacy:
 		return "legacy"
 	}
-	return fmt.Sprintf("Mode(%d)", int(m))
+	return fmt.Sprintf("Protocol(%d)", int(m))
 }
 
 // ErrReplicaAck is wrapped by the error Acquire returns when fewer replicas
@@ -82,7 +89,7 @@ type Option func(*config)
 
 type config struct {
 	prefix         string
-	mode           Mode
+	mode           Protocol
 	replicas       int
 	replicaTimeout time.Duration
 	unit           time.Duration
@@ -97,10 +104,16 @@ func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
 
-// WithMode selects the protocol (default Script).
-func WithMode(m Mode) Option {
-	return func(c *config) { c.mode = m }
+// WithProtocol selects the protocol (default Script). The URL's mode=
+// parameter selects it too.
+func WithProtocol(p Protocol) Option {
+	return func(c *config) { c.mode = p }
 }
+
+// WithMode is the former name of WithProtocol.
+//
+// Deprecated: use WithProtocol.
+func WithMode(m Protocol) Option { return WithProtocol(m) }
 
 // WithReplicaAck makes every successful Acquire wait until n replicas have
 // acknowledged the write (Redis WAIT n timeout). If fewer do within timeout,
@@ -249,8 +262,13 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 	return d, nil
 }
 
-// Mode returns the driver's protocol.
-func (d *Driver) Mode() Mode { return d.cfg.mode }
+// Protocol returns the driver's protocol.
+func (d *Driver) Protocol() Protocol { return d.cfg.mode }
+
+// Mode is the former name of Protocol.
+//
+// Deprecated: use Protocol.
+func (d *Driver) Mode() Protocol { return d.cfg.mode }
 
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }

@@ -150,7 +150,7 @@ func TestConformance(t *testing.T) {
 	cluster := func(t *testing.T, mode redisdlock.Mode) drivertest.Config {
 		prefix := testPrefix(t)
 		return hungConfig(t, testsrv.Get(t, testsrv.RedisCluster), testsrv.RedisCluster,
-			[]string{"prefix", prefix, "mode", mode.String()}, redisdlock.WithPrefix(prefix), redisdlock.WithMode(mode))
+			[]string{"prefix", prefix, "mode", mode.String()}, redisdlock.WithPrefix(prefix), redisdlock.WithProtocol(mode))
 	}
 	t.Run("Cluster", func(t *testing.T) { drivertest.Run(t, cluster(t, redisdlock.Script)) })
 	t.Run("ClusterTransaction", func(t *testing.T) { drivertest.Run(t, cluster(t, redisdlock.Transaction)) })

@@ -52,11 +52,11 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 	if q.Has(paramMode) {
 		switch m := q.Get(paramMode); m {
 		case "script":
-			opts = append(opts, WithMode(Script))
+			opts = append(opts, WithProtocol(Script))
 		case "tx", "transaction":
-			opts = append(opts, WithMode(Transaction))
+			opts = append(opts, WithProtocol(Transaction))
 		case "legacy":
-			opts = append(opts, WithMode(Legacy))
+			opts = append(opts, WithProtocol(Legacy))
 		default:
 			return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", m)
 		}
