@@ -251,7 +251,7 @@ func TestHungMinority(t *testing.T) {
 // TestHungMinorityResumed checks that once two paused servers of five
 // resume, the releases in the background leave nothing on them.
 func TestHungMinorityResumed(t *testing.T) {
-	t.Skip("not yet: an acquisition that waited in a paused server's socket can run after the release that cleans up after it, and its hold then lasts its lease")
+	t.Skip("not yet: a lock-round acquisition that waited in a paused server's socket can still run after the releases that clean up after it (seen in 1 run of 2), and its hold then lasts its lease")
 	srv, c := faultyRedlock(t)
 	servers := srv.Members()
 	resume := pause(t, servers[3:])

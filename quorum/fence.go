@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -102,9 +103,16 @@ func (d *Driver) takeToken(ctx context.Context, req driver.Request) (token uint6
 		}
 	})
 	got, refused, _ := count(answers)
-	for _, a := range answers {
-		if a.vote == yes {
+	for i, a := range answers {
+		switch {
+		case a.vote == yes:
 			token = max(token, a.res.Token)
+		case a.vote == failed && !errors.Is(a.err, errBusy):
+			// The node may grant the fence yet (a call that waited
+			// in a hung node's socket) or have granted it with the
+			// answer lost: release it there once its call returned,
+			// as the lock round does with its own holds.
+			d.cleanupOn(i, f)
 		}
 	}
 	switch {
