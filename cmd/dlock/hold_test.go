@@ -23,7 +23,9 @@ func (e *env) runIn(stdin string, extra []string, args ...string) result {
 	defer cancel()
 	cmd := e.command(ctx, args...)
 	cmd.Env = append(cmd.Env, extra...)
-	cmd.Stdin = strings.NewReader(stdin)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

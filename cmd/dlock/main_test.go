@@ -222,19 +222,7 @@ type result struct {
 // run runs dlock to completion.
 func (e *env) run(args ...string) result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
-	defer cancel()
-	cmd := e.command(ctx, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		e.t.Fatalf("dlock %q: %v", args, err)
-	}
-	r := result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
-	e.t.Logf("dlock %q: exit %d\nstdout: %s\nstderr: %s", cmd.Args[1:], r.code, r.stdout, r.stderr)
-	return r
+	return e.runIn("", nil, args...)
 }
 
 // proc is a dlock process running in the background.
