@@ -164,7 +164,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				c.cleanup(ctx, req)
 				return nil, stopped()
 			}
-			if req.Queue && reached && errors.Is(err, driver.ErrNotHeld) {
+			if req.Queue && reached && errors.Is(err, driver.ErrNotOwner) {
 				// The waiter's place in the queue ended with its session
 				// or lease: it must not carry on as if it had waited.
 				c.cleanup(ctx, req)
@@ -323,7 +323,7 @@ func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 		return struct{}{}, c.drv.Release(ctx, req)
 	})
 	report := func(_ struct{}, err error) {
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		if err != nil && !errors.Is(err, driver.ErrNotOwner) {
 			c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
 		}
 	}

@@ -475,7 +475,7 @@ func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Resu
 	n := len(q.reqs)
 	q.mu.Unlock()
 	if req.Queue && q.vanishAt > 0 && n >= q.vanishAt {
-		return driver.Result{}, fmt.Errorf("queue entry of %q: %w", req.Key, driver.ErrNotHeld)
+		return driver.Result{}, fmt.Errorf("queue entry of %q: %w", req.Key, driver.ErrNotOwner)
 	}
 	if n == q.blipAt {
 		return driver.Result{}, errors.New("connection reset")

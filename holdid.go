@@ -227,7 +227,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	sent := time.Now()
 	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
 	switch {
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		return nil, fmt.Errorf("%w: %q: the store has no live hold for this hold ID "+
 			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, h.key, err)
 	case errors.Is(err, driver.ErrUnsupported):

@@ -203,7 +203,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.c.cleanup(ctx, req)
 		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
 		return l.ended()
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		l.end(lost, fmt.Errorf("%w: %q: %w", ErrLost, req.Key, err))
 		return l.ended()
 	}
@@ -288,7 +288,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 			l.c.observe(e)
 		}
 		return l.ended()
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		if l.isEnding() {
 			// A Release overtook this refresh: no loss.
 			return fmt.Errorf("%w: %q is being released", ErrNotHeld, l.req.Key)
@@ -391,7 +391,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 	case abandoned:
 		l.end(released, fmt.Errorf("%w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
 		return fmt.Errorf("dlock: %s %q: %w", what, req.Key, err)
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		l.end(lost, fmt.Errorf("%w: %q: the lease had ended before %s: %w", ErrLost, req.Key, what, err))
 		return l.ended()
 	default:
@@ -485,7 +485,7 @@ func (l *Lock) closeLock() error {
 		return struct{}{}, l.c.drv.Release(ctx, l.request())
 	})
 	l.end(closed, ErrClosed)
-	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+	if err != nil && !errors.Is(err, driver.ErrNotOwner) {
 		return fmt.Errorf("dlock: release %q on close: %w", l.req.Key, err)
 	}
 	return nil

@@ -114,7 +114,7 @@ func (e Event) Reason() string {
 		switch {
 		case errors.Is(err, ErrMaxHold):
 			return "max_hold"
-		case errors.Is(err, driver.ErrNotHeld):
+		case errors.Is(err, driver.ErrNotOwner):
 			return "not_held"
 		}
 		return "expired"

@@ -448,7 +448,7 @@ func TestEventReason(t *testing.T) {
 		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, dlock.ErrLost), "other"},
 		{dlock.EventNotAcquired, errors.New("boom"), "other"},
 		{dlock.EventLost, wrap(dlock.ErrLost, dlock.ErrMaxHold), "max_hold"},
-		{dlock.EventLost, wrap(dlock.ErrLost, driver.ErrNotHeld), "not_held"},
+		{dlock.EventLost, wrap(dlock.ErrLost, driver.ErrNotOwner), "not_held"},
 		{dlock.EventLost, wrap(dlock.ErrLost), "expired"},
 		{dlock.EventReleased, nil, ""},
 		{dlock.EventRenewFailed, errors.New("boom"), ""},

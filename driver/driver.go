@@ -19,7 +19,7 @@
 //     one indivisible operation (a Lua script, a transaction, a conditional
 //     UPDATE, a CAS). A check followed by a separate write is not atomic.
 //   - Ownership. Refresh and Release change the store only if req.Owner holds
-//     the key. A foreign owner gets ErrNotHeld and the store is unchanged.
+//     the key. A foreign owner gets ErrNotOwner and the store is unchanged.
 //   - Leases. Every hold expires after the TTL it was last given unless it is
 //     refreshed. Where the store has a clock (a database, Redis, a consensus
 //     service), expiry is measured on that clock, never on the client's.
@@ -120,10 +120,10 @@ import (
 // Errors a driver returns. Drivers wrap them with detail (fmt.Errorf with %w);
 // callers test with errors.Is.
 var (
-	// ErrNotHeld means the owner in the request does not hold the key: it
+	// ErrNotOwner means the owner in the request does not hold the key: it
 	// never did, it released it, or its lease expired (and perhaps another
 	// owner took the key).
-	ErrNotHeld = errors.New("dlock/driver: lock not held by this owner")
+	ErrNotOwner = errors.New("dlock/driver: the owner does not hold the key")
 
 	// ErrModeMismatch means the request's mode or Limit cannot share the key
 	// with its current holders or waiters (see Modes in the package
@@ -219,7 +219,7 @@ type Request struct {
 	//
 	// Once an owner is queued, its place must not be silently lost: if the
 	// entry has vanished (its lease or session ended) a further Acquire
-	// returns an error wrapping ErrNotHeld instead of queueing the owner
+	// returns an error wrapping ErrNotOwner instead of queueing the owner
 	// again at the back, and package dlock ends the wait with ErrLost.
 	Queue bool
 	// Info is free-form text about the holder (host, process) shown by
@@ -318,12 +318,12 @@ type Driver interface {
 
 	// Refresh resets the lease of req.Owner's hold on req.Key to req.TTL from
 	// now, atomically checking that req.Owner still holds it. It returns an
-	// error wrapping ErrNotHeld if it does not (the store is unchanged).
+	// error wrapping ErrNotOwner if it does not (the store is unchanged).
 	Refresh(ctx context.Context, req Request) error
 
 	// Release removes req.Owner's hold on req.Key, and any queue entry of
 	// req.Owner, atomically checking ownership. It returns an error wrapping
-	// ErrNotHeld if req.Owner held nothing live on the key (it never did, had
+	// ErrNotOwner if req.Owner held nothing live on the key (it never did, had
 	// already released it, or its lease had expired); any expired remains of
 	// req.Owner's hold are removed all the same.
 	Release(ctx context.Context, req Request) error

@@ -234,11 +234,11 @@ func (s *suite) testForeignOwner(t *testing.T) {
 	foreign := req
 	foreign.Owner = rand.Text()
 	for _, dd := range []driver.Driver{d, d2} {
-		if err := dd.Release(ctx(t), foreign); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release by a foreign owner = %v; want ErrNotHeld", err)
+		if err := dd.Release(ctx(t), foreign); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release by a foreign owner = %v; want ErrNotOwner", err)
 		}
-		if err := dd.Refresh(ctx(t), foreign); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Refresh by a foreign owner = %v; want ErrNotHeld", err)
+		if err := dd.Refresh(ctx(t), foreign); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Refresh by a foreign owner = %v; want ErrNotOwner", err)
 		}
 		fres, err := dd.Acquire(ctx(t), foreign)
 		if err != nil || fres.Acquired {
@@ -259,8 +259,8 @@ func (s *suite) testForeignOwner(t *testing.T) {
 	if err := d.Release(ctx(t), req); err != nil {
 		t.Errorf("owner's Release = %v", err)
 	}
-	if err := d.Release(ctx(t), req); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("second Release = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), req); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("second Release = %v; want ErrNotOwner", err)
 	}
 	s.assertNoResidue(t, key)
 }

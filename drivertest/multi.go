@@ -59,8 +59,8 @@ func (s *suite) testAcquireAll(t *testing.T) {
 	if res2.RetryAfter < 0 || res2.RetryAfter > longTTL {
 		t.Errorf("RetryAfter = %v; want within [0, %v]", res2.RetryAfter, longTTL)
 	}
-	if err := other.Release(ctx(t), second[0]); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release(e) by the refused owner = %v; want ErrNotHeld (nothing taken)", err)
+	if err := other.Release(ctx(t), second[0]); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release(e) by the refused owner = %v; want ErrNotOwner (nothing taken)", err)
 	}
 	free := s.request(e)
 	if r, err := other.Acquire(ctx(t), free); err != nil || !r.Acquired {
@@ -77,8 +77,8 @@ func (s *suite) testAcquireAll(t *testing.T) {
 		if r, err := ma.AcquireAll(ctx(t), mixed); !errors.Is(err, driver.ErrModeMismatch) || r.Acquired {
 			t.Errorf("AcquireAll(e, semaphore a) with a held exclusive = %+v, %v; want ErrModeMismatch", r, err)
 		}
-		if err := other.Release(ctx(t), mixed[0]); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release(e) after a refused AcquireAll = %v; want ErrNotHeld (nothing taken)", err)
+		if err := other.Release(ctx(t), mixed[0]); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release(e) after a refused AcquireAll = %v; want ErrNotOwner (nothing taken)", err)
 		}
 	}
 

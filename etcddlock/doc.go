@@ -79,7 +79,7 @@
 //     no hold is lost.
 //   - Otherwise the session ends (as it does when a request finds the lease
 //     gone): every hold and queue entry of it is lost. Refresh and Release
-//     report driver.ErrNotHeld, and so does a waiter's next Acquire (its
+//     report driver.ErrNotOwner, and so does a waiter's next Acquire (its
 //     place in the queue is gone; package dlock ends the wait with
 //     dlock.ErrLost). The next acquisition grants a new lease. The old one
 //     is revoked, in case it is still alive on the server, but only once
@@ -169,7 +169,7 @@
 //   - A waiter's later Acquire checks that its entry is the same
 //     incarnation (its CreateRevision) and whether it is admitted now, in
 //     one transaction. An entry that is gone is never created again: the
-//     waiter gets driver.ErrNotHeld.
+//     waiter gets driver.ErrNotOwner.
 //   - Refresh checks the entry's incarnation and that it holds, renews the
 //     session alongside, and moves the local deadline.
 //   - Release deletes the entry if it is still the incarnation the driver
@@ -204,7 +204,7 @@
 // entry's incarnation first), and every deletion: Release, the deletion of
 // an entry whose deadline passed, which is retried until it succeeds, and
 // the session's grant, renewals and revocation. A Release whose earlier
-// attempt may have deleted the entry reports driver.ErrNotHeld when a later
+// attempt may have deleted the entry reports driver.ErrNotOwner when a later
 // one finds it gone: the safe side. The transaction that
 // creates an entry is not repeated this way (see above).
 //

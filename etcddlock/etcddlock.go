@@ -81,7 +81,7 @@ var (
 // record is what the driver remembers of one of its entries. When an entry
 // is lost (its deadline passed, its session ended, it was deleted by someone
 // else), its record stays for tombstoneTTL as a tombstone: the owner's later
-// calls are answered ErrNotHeld, a waiter is never queued again at the back,
+// calls are answered ErrNotOwner, a waiter is never queued again at the back,
 // and a late Release never deletes a newer entry of the same name.
 type record struct {
 	name     string      // the entry's etcd key
@@ -196,7 +196,7 @@ func (d *Driver) check() error {
 }
 
 func notHeld(key, why string) error {
-	return fmt.Errorf("etcddlock: %q: %s: %w", key, why, driver.ErrNotHeld)
+	return fmt.Errorf("etcddlock: %q: %s: %w", key, why, driver.ErrNotOwner)
 }
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

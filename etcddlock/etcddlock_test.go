@@ -211,7 +211,7 @@ func TestValidityIsCappedBySession(t *testing.T) {
 		t.Errorf("after the renewal the lease is known to last %v from the call; want at least %v", left, s.ttl)
 	}
 	for _, r := range []driver.Request{first, short, stale} {
-		if err := d.Release(ctx(t), r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		if err := d.Release(ctx(t), r); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 			t.Errorf("Release: %v", err)
 		}
 	}
@@ -282,14 +282,14 @@ func TestReleaseChecksIncarnation(t *testing.T) {
 	if err != nil || !second.Acquired || second.Token <= first.Token {
 		t.Fatalf("new incarnation = %+v, %v; want acquired with a token above %d", second, err, first.Token)
 	}
-	if err := a.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh of the old incarnation = %v; want ErrNotHeld", err)
+	if err := a.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Refresh of the old incarnation = %v; want ErrNotOwner", err)
 	}
-	if res, err := a.Acquire(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Acquire of the lost incarnation = %+v, %v; want ErrNotHeld", res, err)
+	if res, err := a.Acquire(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Acquire of the lost incarnation = %+v, %v; want ErrNotOwner", res, err)
 	}
-	if err := a.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release of the old incarnation = %v; want ErrNotHeld", err)
+	if err := a.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release of the old incarnation = %v; want ErrNotOwner", err)
 	}
 	if err := b.Refresh(ctx(t), r); err != nil {
 		t.Errorf("new incarnation after the stale Release: %v", err)
@@ -308,11 +308,11 @@ func TestReleaseChecksIncarnation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx(t), old); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release by the expired holder = %v; want ErrNotHeld", err)
+	if err := a.Release(ctx(t), old); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release by the expired holder = %v; want ErrNotOwner", err)
 	}
-	if err := a.Release(ctx(t), next); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("foreign Release = %v; want ErrNotHeld", err)
+	if err := a.Release(ctx(t), next); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("foreign Release = %v; want ErrNotOwner", err)
 	}
 	if err := l.Refresh(ctx(t)); err != nil {
 		t.Errorf("new holder after the stale Release: %v", err)
@@ -467,11 +467,11 @@ func TestListReportsHolder(t *testing.T) {
 		t.Errorf("ForceRelease = %d, %v; want 1 (the holder; waiters are not counted)", n, err)
 	}
 	assertEmpty(t, admin(t), k)
-	if _, err := d.Acquire(ctx(t), w); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("re-Acquire of a force-released queue entry = %v; want ErrNotHeld", err)
+	if _, err := d.Acquire(ctx(t), w); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("re-Acquire of a force-released queue entry = %v; want ErrNotOwner", err)
 	}
-	if err := d.Release(ctx(t), w); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release of a force-released queue entry = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), w); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release of a force-released queue entry = %v; want ErrNotOwner", err)
 	}
 	if n, _ := count(ctx(t), admin(t), k); n != 0 {
 		t.Errorf("the lost waiter was queued again")
@@ -482,11 +482,11 @@ func TestUnknownOwnerRelease(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	d := newTestDriver(t, srv.Addr)
 	defer d.Close()
-	if err := d.Release(ctx(t), req(key(t))); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release of an unknown owner = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), req(key(t))); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release of an unknown owner = %v; want ErrNotOwner", err)
 	}
-	if err := d.Refresh(ctx(t), req(key(t))); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh of an unknown owner = %v; want ErrNotHeld", err)
+	if err := d.Refresh(ctx(t), req(key(t))); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Refresh of an unknown owner = %v; want ErrNotOwner", err)
 	}
 }
 
@@ -612,20 +612,20 @@ func TestStaleCallsOnReusedName(t *testing.T) {
 		}
 	}
 	d.table.Put(reqID(a), stale, time.Minute)
-	if err := d.Refresh(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("stale Refresh = %v; want ErrNotHeld", err)
+	if err := d.Refresh(ctx(t), a); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("stale Refresh = %v; want ErrNotOwner", err)
 	}
 	intact("a stale Refresh")
 	d.table.Put(reqID(a), stale, time.Minute)
-	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("stale Release = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("stale Release = %v; want ErrNotOwner", err)
 	}
 	intact("a stale Release")
 	d.expire(reqID(a), stale)
 	intact("a stale expiry")
 	d.table.Take(reqID(a))
-	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release without a record = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release without a record = %v; want ErrNotOwner", err)
 	}
 	intact("a Release without a record")
 
@@ -638,7 +638,7 @@ func TestStaleCallsOnReusedName(t *testing.T) {
 		t.Fatalf("queued Acquire = %+v, %v; want queued", res, err)
 	}
 	d.table.Take(reqID(b))
-	if err := d.Release(ctx(t), b); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+	if err := d.Release(ctx(t), b); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 		t.Errorf("Release without a record = %v", err)
 	}
 	if names, _ := entries(t, cli, k); len(names) != 1 {

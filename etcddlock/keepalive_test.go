@@ -178,8 +178,8 @@ func TestKeepAliveLostKeepsValidHolds(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the entry of a session that cannot be renewed is still there")
 	}
-	if err := d.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh after the session ended = %v; want ErrNotHeld", err)
+	if err := d.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Refresh after the session ended = %v; want ErrNotOwner", err)
 	}
 	d.Release(ctx(t), r)
 	assertEmpty(t, cli, r.Key)

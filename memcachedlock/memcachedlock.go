@@ -282,7 +282,7 @@ func (d *Driver) take(ctx context.Context, req driver.Request, token uint64) (dr
 		return driver.Result{}, nil
 	}
 	if err := d.renew(it, req.Owner, exp); err != nil {
-		if errors.Is(err, driver.ErrNotHeld) {
+		if errors.Is(err, driver.ErrNotOwner) {
 			return driver.Result{RetryAfter: time.Millisecond}, nil
 		}
 		return driver.Result{}, err
@@ -310,7 +310,7 @@ func (d *Driver) fresh(req driver.Request, token uint64, exp int32, granted time
 	}
 	it, err := d.owned(d.lockKey(req.Key), req.Owner)
 	switch {
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		return driver.Result{RetryAfter: time.Millisecond}, nil // its lease ran out already
 	case err != nil:
 		return driver.Result{}, err
@@ -348,7 +348,7 @@ func (d *Driver) nextToken(key string) (uint64, error) {
 // expiry through cas, or a tombstone (exp < 0) that is expired at once. If
 // the item changed since it was read, it is read again once: if it is still
 // owner's, the cas is repeated; if not (or it is gone), the error wraps
-// driver.ErrNotHeld.
+// driver.ErrNotOwner.
 func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 	for attempt := 0; ; attempt++ {
 		it.Expiration = exp
@@ -360,7 +360,7 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return driver.ErrNotHeld
+			return driver.ErrNotOwner
 		case !errors.Is(err, memcache.ErrCASConflict) || attempt > 0:
 			return err
 		}
@@ -371,17 +371,17 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 }
 
 // owned reads the lock item lk with gets and returns it if owner holds it;
-// otherwise the error wraps driver.ErrNotHeld.
+// otherwise the error wraps driver.ErrNotOwner.
 func (d *Driver) owned(lk, owner string) (*memcache.Item, error) {
 	it, err := d.mc.Get(lk)
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		return nil, driver.ErrNotHeld
+		return nil, driver.ErrNotOwner
 	}
 	if err != nil {
 		return nil, err
 	}
 	if _, o, ok := decodeValue(it.Value); !ok || o != owner {
-		return nil, driver.ErrNotHeld
+		return nil, driver.ErrNotOwner
 	}
 	return it, nil
 }

@@ -154,11 +154,11 @@ func TestForeignOwnerCannotRelease(t *testing.T) {
 	if res, err := d.Acquire(ctx(t), a); err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
-	if err := d.Release(ctx(t), b); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("foreign Release = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), b); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("foreign Release = %v; want ErrNotOwner", err)
 	}
-	if err := d.Refresh(ctx(t), b); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("foreign Refresh = %v; want ErrNotHeld", err)
+	if err := d.Refresh(ctx(t), b); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("foreign Refresh = %v; want ErrNotOwner", err)
 	}
 	if err := d.Refresh(ctx(t), a); err != nil {
 		t.Errorf("owner's Refresh after foreign attempts = %v", err)
@@ -179,8 +179,8 @@ func TestForeignOwnerCannotRelease(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("expired holder's Release = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx(t), a); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("expired holder's Release = %v; want ErrNotOwner", err)
 	}
 	if err := d.Refresh(ctx(t), b); err != nil {
 		t.Errorf("B lost its lock to A's late release: %v", err)
@@ -213,11 +213,11 @@ func TestReleaseNeverRemovesAnotherOwnersItem(t *testing.T) {
 	if err != nil || !rb.Acquired {
 		t.Fatalf("B's Acquire = %+v, %v", rb, err)
 	}
-	if err := d.renew(seen, a.Owner, -1); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("A's cas of the tombstone = %v; want ErrNotHeld", err)
+	if err := d.renew(seen, a.Owner, -1); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("A's cas of the tombstone = %v; want ErrNotOwner", err)
 	}
-	if err := d.renew(seen, a.Owner, 60); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("A's cas of a new expiry = %v; want ErrNotHeld", err)
+	if err := d.renew(seen, a.Owner, 60); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("A's cas of a new expiry = %v; want ErrNotOwner", err)
 	}
 	it, err := d.mc.Get(d.lockKey(k))
 	if err != nil {

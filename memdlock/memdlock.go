@@ -282,7 +282,7 @@ func (s *store) acquire(req driver.Request, now time.Time) (driver.Result, error
 	pos := l.waiterAt(req.Owner)
 	if pos < 0 {
 		if _, ok := l.gone[req.Owner]; ok && req.Queue {
-			return driver.Result{}, fmt.Errorf("memdlock: %q: the queue entry expired: %w", req.Key, driver.ErrNotHeld)
+			return driver.Result{}, fmt.Errorf("memdlock: %q: the queue entry expired: %w", req.Key, driver.ErrNotOwner)
 		}
 		pos = len(l.queue)
 	}
@@ -346,7 +346,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		h = l.holderOf(req.Owner)
 	}
 	if h == nil {
-		return fmt.Errorf("memdlock: refresh %q: %w", req.Key, driver.ErrNotHeld)
+		return fmt.Errorf("memdlock: refresh %q: %w", req.Key, driver.ErrNotOwner)
 	}
 	h.expires = now.Add(req.TTL)
 	return nil
@@ -363,7 +363,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	now := time.Now()
 	l := s.locks[req.Key]
 	if l == nil {
-		return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotHeld)
+		return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotOwner)
 	}
 	_, wasGone := l.gone[req.Owner]
 	delete(l.gone, req.Owner)
@@ -385,9 +385,9 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	case h != nil && now.Before(h.expires), h == nil && queued:
 		return nil
 	case h != nil:
-		return fmt.Errorf("memdlock: release %q: lease had expired: %w", req.Key, driver.ErrNotHeld)
+		return fmt.Errorf("memdlock: release %q: lease had expired: %w", req.Key, driver.ErrNotOwner)
 	}
-	return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotHeld)
+	return fmt.Errorf("memdlock: release %q: %w", req.Key, driver.ErrNotOwner)
 }
 
 // Capabilities implements driver.Driver.

@@ -13,11 +13,11 @@
 //     to come as soon as they answer (see Nodes that are down or hung).
 //   - Refresh needs N/2+1 nodes to renew the lease. When so many nodes report
 //     that they no longer hold it that a majority is out of reach, the lock is
-//     lost (driver.ErrNotHeld) and the remaining minority is released. A node
+//     lost (driver.ErrNotOwner) and the remaining minority is released. A node
 //     that lost the hold while a majority kept it (it restarted, or was down
 //     when the lock was taken) is given the hold again, so the majority does
 //     not erode.
-//   - Release goes to every node, and reports driver.ErrNotHeld only when no
+//   - Release goes to every node, and reports driver.ErrNotOwner only when no
 //     majority held the lock.
 //
 // The driver never retries and never sleeps: package dlock retries a failed

@@ -389,7 +389,7 @@ func (d *Driver) releaseOn(ctx context.Context, sl *slot, i int, req driver.Requ
 	}
 	_, err := timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Release(ctx, req) })
 	sl.end()
-	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+	if err != nil && !errors.Is(err, driver.ErrNotOwner) {
 		d.cleanupOn(i, req)
 	}
 	return err
@@ -423,7 +423,7 @@ func (d *Driver) cleanupOn(i int, req driver.Request) {
 			_, err := timed(context.Background(), timeout, func(ctx context.Context) (struct{}, error) {
 				return struct{}{}, d.nodes[i].Release(ctx, req)
 			})
-			if err == nil || errors.Is(err, driver.ErrNotHeld) {
+			if err == nil || errors.Is(err, driver.ErrNotOwner) {
 				if failures == 0 {
 					return
 				}

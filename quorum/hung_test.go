@@ -143,9 +143,9 @@ func TestCloseHungNodes(t *testing.T) {
 }
 
 // TestRacingReleasesRedis checks over Redis nodes in every mode that a
-// Release of an owner just released fails with ErrNotHeld only, and that
+// Release of an owner just released fails with ErrNotOwner only, and that
 // of two concurrent Releases of one hold one succeeds and the other fails
-// with ErrNotHeld only.
+// with ErrNotOwner only.
 func TestRacingReleasesRedis(t *testing.T) {
 	for _, mode := range []redisdlock.Protocol{redisdlock.Script, redisdlock.Transaction, redisdlock.Legacy} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -158,8 +158,8 @@ func TestRacingReleasesRedis(t *testing.T) {
 			if err := q.Release(ctx(t), r); err != nil {
 				t.Fatal(err)
 			}
-			if err := q.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) || errors.Is(err, context.Canceled) {
-				t.Fatalf("second Release = %v; want an error wrapping ErrNotHeld only", err)
+			if err := q.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) || errors.Is(err, context.Canceled) {
+				t.Fatalf("second Release = %v; want an error wrapping ErrNotOwner only", err)
 			}
 			for round := range 30 {
 				r := req(key(t))
@@ -182,10 +182,10 @@ func TestRacingReleasesRedis(t *testing.T) {
 					switch {
 					case err == nil:
 						ok++
-					case !errors.Is(err, driver.ErrNotHeld) || strings.Contains(err.Error(), "node "):
+					case !errors.Is(err, driver.ErrNotOwner) || strings.Contains(err.Error(), "node "):
 						// "node N: ..." marks a node that failed rather
 						// than one that did not hold the lock.
-						t.Fatalf("round %d: racing Release = %v; want nil or ErrNotHeld only", round, err)
+						t.Fatalf("round %d: racing Release = %v; want nil or ErrNotOwner only", round, err)
 					}
 				}
 				if ok != 1 {

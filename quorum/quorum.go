@@ -406,7 +406,7 @@ func (d *Driver) rollback(ctx context.Context, req driver.Request, answers []ans
 	}
 	var errs []error
 	for i, err := range d.each(ctx, granted, func(ctx context.Context, i int) error { return d.releaseOn(ctx, slots[i], i, req, timeout) }) {
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) && answers[i].vote == yes {
+		if err != nil && !errors.Is(err, driver.ErrNotOwner) && answers[i].vote == yes {
 			errs = append(errs, fmt.Errorf("%s: %w", d.name(i), err))
 		}
 	}
@@ -444,10 +444,10 @@ func (d *Driver) retryAfter(answers []answer) time.Duration {
 // succeeds once a majority renewed it, waiting only briefly for the others
 // (see acquireGrace). A node that had lost the hold
 // while the majority kept it gets it back (if it is free there). When so
-// many nodes report driver.ErrNotHeld that a majority cannot be reached,
+// many nodes report driver.ErrNotOwner that a majority cannot be reached,
 // the lock is lost: Refresh releases what is left of it (on the nodes that
 // have not answered, in the background) and returns an error wrapping
-// driver.ErrNotHeld.
+// driver.ErrNotOwner.
 // Otherwise (nodes failed) it returns their errors, and package dlock keeps
 // the lock until its validity ends, trying again.
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
@@ -475,7 +475,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
 		// fences), so that it does not stand in the next holder's way.
 		d.releaseLeft(ctx, req, answers)
 		return fmt.Errorf("quorum: refresh %q: %d of %d nodes no longer hold it, %d needed: %w",
-			req.Key, noN, len(d.nodes), d.quorum, driver.ErrNotHeld)
+			req.Key, noN, len(d.nodes), d.quorum, driver.ErrNotOwner)
 	default:
 		return fmt.Errorf("quorum: refresh %q: only %d of %d nodes renewed the lease, %d needed: %w",
 			req.Key, yesN, len(d.nodes), d.quorum, d.errs(answers))
@@ -551,7 +551,7 @@ func (d *Driver) releaseLeft(ctx context.Context, req driver.Request, answers []
 // rid of the hold by then; a node that does not answer in that time (down,
 // hung) gets its release in the background, and keeps the hold until its
 // lease ends if the release never reaches it. It returns nil if a majority
-// released a live hold, an error wrapping driver.ErrNotHeld if so many
+// released a live hold, an error wrapping driver.ErrNotOwner if so many
 // nodes did not hold it that no majority can have held it, and the nodes'
 // errors otherwise.
 func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
@@ -579,7 +579,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 	case yesN >= d.quorum:
 		return nil
 	case noN > len(d.nodes)-d.quorum:
-		return fmt.Errorf("quorum: release %q: %d of %d nodes did not hold it: %w", req.Key, noN, len(d.nodes), driver.ErrNotHeld)
+		return fmt.Errorf("quorum: release %q: %d of %d nodes did not hold it: %w", req.Key, noN, len(d.nodes), driver.ErrNotOwner)
 	default:
 		return fmt.Errorf("quorum: release %q: only %d of %d nodes released it, %d needed: %w",
 			req.Key, yesN, len(d.nodes), d.quorum, d.errs(answers))
@@ -641,7 +641,7 @@ func voteOf(err error) answer {
 	switch {
 	case err == nil:
 		return answer{vote: yes}
-	case errors.Is(err, driver.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotOwner):
 		return answer{vote: no, err: err}
 	default:
 		return answer{vote: failed, err: err}

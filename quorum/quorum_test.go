@@ -456,8 +456,8 @@ func TestStaleFenceCleared(t *testing.T) {
 	if err != nil || len(hs) != 1 || hs[0].Owner != b.Owner || hs[0].Token != rb.Token {
 		t.Errorf("List = %+v, %v; want B with token %d", hs, err, rb.Token)
 	}
-	if err := q.Release(ctx(t), a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("A's late Release = %v; want ErrNotHeld", err)
+	if err := q.Release(ctx(t), a); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("A's late Release = %v; want ErrNotOwner", err)
 	}
 	if err := q.Refresh(ctx(t), b); err != nil {
 		t.Errorf("B's Refresh after A's late release: %v", err)
@@ -552,8 +552,8 @@ func TestRefreshMajorityLost(t *testing.T) {
 	// Two nodes lose it: the lock is lost, and the last hold is released.
 	stores[0].ForceRelease(ctx(t), k)
 	stores[1].ForceRelease(ctx(t), k)
-	if err := q.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Refresh with 1 of 3 holding = %v; want ErrNotHeld", err)
+	if err := q.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Fatalf("Refresh with 1 of 3 holding = %v; want ErrNotOwner", err)
 	}
 	for i, s := range stores {
 		if n := s.Count(k); n != 0 {
@@ -598,8 +598,8 @@ func TestRefreshFailuresAreNotLoss(t *testing.T) {
 	}
 	failing.Store(true)
 	err := q.Refresh(ctx(t), r)
-	if err == nil || errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, errDown) {
-		t.Errorf("Refresh with 2 of 3 nodes failing = %v; want their errors, not ErrNotHeld", err)
+	if err == nil || errors.Is(err, driver.ErrNotOwner) || !errors.Is(err, errDown) {
+		t.Errorf("Refresh with 2 of 3 nodes failing = %v; want their errors, not ErrNotOwner", err)
 	}
 	if err := stores[2].Refresh(ctx(t), r); err != nil {
 		t.Errorf("node 2 lost the hold: %v", err)
@@ -659,8 +659,8 @@ func TestReleaseNeedsMajority(t *testing.T) {
 	}
 	stores[0].ForceRelease(ctx(t), k)
 	stores[1].ForceRelease(ctx(t), k)
-	if err := q.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release with 1 of 3 holding = %v; want ErrNotHeld", err)
+	if err := q.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release with 1 of 3 holding = %v; want ErrNotOwner", err)
 	}
 	for i, s := range stores {
 		if n := s.Count(k); n != 0 {

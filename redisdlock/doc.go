@@ -114,7 +114,7 @@
 //     the waiter listens on a channel of its own (see Waiting), and the
 //     leases of their queue entries in a third sorted set. An entry whose lease ended is kept
 //     there for a minute, so that its owner's next Acquire fails with
-//     ErrNotHeld instead of queueing it again at the back.
+//     ErrNotOwner instead of queueing it again at the back.
 //   - The hash, holders and queue expire (PEXPIREAT) with the longest lease
 //     of a holder or waiter, and are deleted when none is left: the hash
 //     exists exactly while someone holds or waits, so the fast path, which

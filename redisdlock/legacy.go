@@ -188,11 +188,11 @@ func (p legacyProto) refresh(ctx context.Context, k layout, req driver.Request, 
 				return err
 			}
 			if !s.ours(req.Owner) {
-				return driver.ErrNotHeld
+				return driver.ErrNotOwner
 			}
 			now := p.now()
 			if exp, err := parseStamp(k, s.value); err != nil || exp < now {
-				return driver.ErrNotHeld // the lease has run out
+				return driver.ErrNotOwner // the lease has run out
 			}
 			v := p.stamp(now, ttl)
 			return commit(ctx, tx, func(pipe redis.Pipeliner) { p.restamp(ctx, pipe, k, v, ttl) })
@@ -208,7 +208,7 @@ func (p legacyProto) release(ctx context.Context, k layout, req driver.Request) 
 				return err
 			}
 			if s.owner != req.Owner {
-				return driver.ErrNotHeld
+				return driver.ErrNotOwner
 			}
 			if !s.ours(req.Owner) {
 				// The timestamp is no longer ours (it expired and another
@@ -217,7 +217,7 @@ func (p legacyProto) release(ctx context.Context, k layout, req driver.Request) 
 				if err := commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Del(ctx, k.holder) }); err != nil {
 					return err
 				}
-				return driver.ErrNotHeld
+				return driver.ErrNotOwner
 			}
 			exp, perr := parseStamp(k, s.value)
 			if err := commit(ctx, tx, func(pipe redis.Pipeliner) {
@@ -227,7 +227,7 @@ func (p legacyProto) release(ctx context.Context, k layout, req driver.Request) 
 				return err
 			}
 			if perr != nil || exp < p.now() {
-				return driver.ErrNotHeld // its lease had run out; the remains are gone now
+				return driver.ErrNotOwner // its lease had run out; the remains are gone now
 			}
 			return nil
 		}, k.lock, k.holder)

@@ -186,11 +186,11 @@ func TestLostPlace(t *testing.T) {
 	mustAcquire(t, d, w, false)
 	// The entry's lease ends on the server's clock; nothing signals it.
 	time.Sleep(100 * time.Millisecond)
-	if res, err := d.Acquire(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Acquire after the queue entry expired = %+v, %v; want ErrNotHeld", res, err)
+	if res, err := d.Acquire(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+		t.Fatalf("Acquire after the queue entry expired = %+v, %v; want ErrNotOwner", res, err)
 	}
-	if err := d.Release(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release of the expired entry = %v; want ErrNotHeld", err)
+	if err := d.Release(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Release of the expired entry = %v; want ErrNotOwner", err)
 	}
 	// The same when the lock is free by the time the waiter returns.
 	w2 := queued(request("k", 50*time.Millisecond), driver.Exclusive, 0)
@@ -199,8 +199,8 @@ func TestLostPlace(t *testing.T) {
 	if err := d.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := d.Acquire(ctx, w2); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Acquire of a free lock after the queue entry expired = %+v, %v; want ErrNotHeld", res, err)
+	if res, err := d.Acquire(ctx, w2); !errors.Is(err, driver.ErrNotOwner) {
+		t.Fatalf("Acquire of a free lock after the queue entry expired = %+v, %v; want ErrNotOwner", res, err)
 	}
 	if n, err := d.Count(ctx, ""); err != nil || n != 0 {
 		t.Errorf("Count = %d, %v; want 0", n, err)

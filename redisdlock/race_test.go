@@ -13,8 +13,8 @@ import (
 
 // TestRacingReleases checks, in every mode on a standalone server and a
 // Cluster, that a Release of an owner that was just released fails with
-// driver.ErrNotHeld and nothing else, and that of two concurrent Releases
-// of one hold exactly one succeeds and the other fails with ErrNotHeld
+// driver.ErrNotOwner and nothing else, and that of two concurrent Releases
+// of one hold exactly one succeeds and the other fails with ErrNotOwner
 // only (in Transaction and Legacy modes the loser's EXEC finds the watched
 // key changed: that too means the hold is gone).
 func TestRacingReleases(t *testing.T) {
@@ -56,8 +56,8 @@ func TestRacingReleases(t *testing.T) {
 				if err := a.Release(ctx, req); err != nil {
 					t.Fatalf("Release = %v", err)
 				}
-				if err := a.Release(ctx, req); !errors.Is(err, driver.ErrNotHeld) {
-					t.Fatalf("second Release = %v; want an error wrapping ErrNotHeld", err)
+				if err := a.Release(ctx, req); !errors.Is(err, driver.ErrNotOwner) {
+					t.Fatalf("second Release = %v; want an error wrapping ErrNotOwner", err)
 				}
 				for round := range 40 {
 					req := newReq()
@@ -78,8 +78,8 @@ func TestRacingReleases(t *testing.T) {
 						switch {
 						case err == nil:
 							ok++
-						case !errors.Is(err, driver.ErrNotHeld):
-							t.Fatalf("round %d: racing Release = %v; want nil or ErrNotHeld", round, err)
+						case !errors.Is(err, driver.ErrNotOwner):
+							t.Fatalf("round %d: racing Release = %v; want nil or ErrNotOwner", round, err)
 						}
 					}
 					if ok != 1 {

@@ -121,7 +121,7 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	}
 	switch {
 	case len(v) == 1 && v[0] == -1:
-		return driver.Result{}, fmt.Errorf("the queue entry expired while waiting: %w", driver.ErrNotHeld)
+		return driver.Result{}, fmt.Errorf("the queue entry expired while waiting: %w", driver.ErrNotOwner)
 	case len(v) == 3 && v[0] == -2:
 		return driver.Result{}, mismatch(req, v[1], v[2])
 	case len(v) != 2:
@@ -217,7 +217,7 @@ func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, 
 		return err
 	}
 	if n == 0 {
-		return driver.ErrNotHeld
+		return driver.ErrNotOwner
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) 
 		return err
 	}
 	if n == 0 {
-		return driver.ErrNotHeld
+		return driver.ErrNotOwner
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func commit(ctx context.Context, tx *redis.Tx, queue func(pipe redis.Pipeliner))
 // held the lock, and a conflict says nothing about that: nothing was
 // written, and the next run reads the changed keys afresh. (Racing
 // releases of one hold are the usual case: the loser's second run finds
-// the hold gone and reports ErrNotHeld.) This is one atomic step done
+// the hold gone and reports ErrNotOwner.) This is one atomic step done
 // optimistically, not a retry of a failed request.
 func rerun(step func() error) error {
 	var err error
@@ -233,11 +233,11 @@ func isMark(owner string) bool { return owner == markRW || owner == markSem }
 
 // heldBy reads the key's owner field inside a WATCH: owner itself, or a
 // mark of readers or permits, among which owner may hold. Anything else
-// (no lock, another owner's) is ErrNotHeld.
+// (no lock, another owner's) is ErrNotOwner.
 func heldBy(ctx context.Context, tx *redis.Tx, k layout, owner string) (string, error) {
 	got, err := tx.HGet(ctx, k.lock, fieldOwner).Result()
 	if errors.Is(err, redis.Nil) || err == nil && got != owner && !isMark(got) {
-		return "", driver.ErrNotHeld
+		return "", driver.ErrNotOwner
 	}
 	return got, err
 }
@@ -257,7 +257,7 @@ func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl 
 				return err
 			}
 			if g.mine <= g.now {
-				return driver.ErrNotHeld
+				return driver.ErrNotOwner
 			}
 			end := g.now + float64(ttl.Milliseconds())
 			return commit(ctx, tx, func(pipe redis.Pipeliner) {
@@ -286,7 +286,7 @@ func (p txProto) release(ctx context.Context, k layout, req driver.Request) erro
 				return err
 			}
 			if g.mine == 0 {
-				return driver.ErrNotHeld
+				return driver.ErrNotOwner
 			}
 			// The head of the queue listens on a channel of its own
 			// if Script mode queued it (see wake in
@@ -313,7 +313,7 @@ func (p txProto) release(ctx context.Context, k layout, req driver.Request) erro
 				return err
 			}
 			if g.mine <= g.now {
-				return driver.ErrNotHeld // its lease had run out; the remains are gone now
+				return driver.ErrNotOwner // its lease had run out; the remains are gone now
 			}
 			return nil
 		}, k.lock, k.holders, k.qexp)

@@ -174,7 +174,7 @@
 // paused or lost its connection for longer than the lease) no longer holds
 // anyone up, but its row is kept as the record of a lost place: the owner's
 // next Acquire with Request.Queue fails with an error wrapping
-// driver.ErrNotHeld instead of queueing it again at the back (on a fair
+// driver.ErrNotOwner instead of queueing it again at the back (on a fair
 // driver, even if the key has become free meanwhile), and package dlock
 // ends its wait with dlock.ErrLost and releases it, which deletes the row.
 // The record of an owner that never comes back goes a minute after its

@@ -266,15 +266,15 @@ func TestFairTakeover(t *testing.T) {
 		mustRelease(t, other, w)
 		mustAcquire(t, d, late)
 		mustRelease(t, d, late)
-		if err := d.Release(tctx(t), holder); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release by the expired holder = %v; want ErrNotHeld", err)
+		if err := d.Release(tctx(t), holder); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release by the expired holder = %v; want ErrNotOwner", err)
 		}
 		mustBeEmpty(t, d, "k")
 	})
 }
 
 // TestPlaceLost checks that a waiter whose queue entry's lease ended is told
-// so (ErrNotHeld) instead of being queued again at the back, on a fair
+// so (ErrNotOwner) instead of being queued again at the back, on a fair
 // driver even once the key has become free, that the record of its lost
 // place holds nobody up, and that it goes with its owner's Release.
 func TestPlaceLost(t *testing.T) {
@@ -301,16 +301,16 @@ func TestPlaceLost(t *testing.T) {
 			lost := func(when string) {
 				t.Helper()
 				for range 2 {
-					if res, err := other.Acquire(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-						t.Fatalf("Acquire with Queue after the entry's lease (%s) = %+v, %v; want ErrNotHeld", when, res, err)
+					if res, err := other.Acquire(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+						t.Fatalf("Acquire with Queue after the entry's lease (%s) = %+v, %v; want ErrNotOwner", when, res, err)
 					}
 				}
 			}
 			switch first {
 			case "waiter":
 				lost("the key held")
-				if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("Release of an expired entry = %v; want ErrNotHeld", err)
+				if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+					t.Errorf("Release of an expired entry = %v; want ErrNotOwner", err)
 				}
 				if n, err := d.Count(ctx, key); err != nil || n != 2 {
 					t.Errorf("Count after the lost waiter's Release = %d, %v; want 2 (the holder and the waiter)", n, err)
@@ -326,8 +326,8 @@ func TestPlaceLost(t *testing.T) {
 				}
 				mustAcquire(t, d, next)
 				lost("the key held by the next waiter")
-				if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("Release of an expired entry = %v; want ErrNotHeld", err)
+				if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+					t.Errorf("Release of an expired entry = %v; want ErrNotOwner", err)
 				}
 			}
 			mustRelease(t, d, next)
@@ -347,11 +347,11 @@ func TestPlaceLost(t *testing.T) {
 			return len(es) == 1 && !es[0].live
 		})
 		mustRelease(t, d, holder)
-		if res, err := other.Acquire(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-			t.Fatalf("Acquire with Queue of a free key after the entry's lease = %+v, %v; want ErrNotHeld", res, err)
+		if res, err := other.Acquire(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+			t.Fatalf("Acquire with Queue of a free key after the entry's lease = %+v, %v; want ErrNotOwner", res, err)
 		}
-		if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release of an expired entry = %v; want ErrNotHeld", err)
+		if err := other.Release(ctx, w); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release of an expired entry = %v; want ErrNotOwner", err)
 		}
 		mustBeEmpty(t, d, "lost-alone")
 	})

@@ -389,11 +389,11 @@ func TestSlowContenderCannotStealRenewal(t *testing.T) {
 						start := time.Now()
 						res, err := sd.Acquire(ctx, r)
 						t.Logf("slow Acquire (queue %v) took %v: %+v, %v", r.Queue, time.Since(start).Round(time.Millisecond), res, err)
-						if errors.Is(err, driver.ErrNotHeld) && r.Queue {
+						if errors.Is(err, driver.ErrNotOwner) && r.Queue {
 							// Its queue entry lapsed between two slow
 							// calls: it leaves the queue, as dlock has
 							// it do, and comes back as a new owner.
-							if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+							if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 								t.Fatalf("slow Release: %v", err)
 							}
 							r = req(key, ttl)
@@ -414,7 +414,7 @@ func TestSlowContenderCannotStealRenewal(t *testing.T) {
 					}
 					// The slow client leaves the queue; the key must be
 					// free.
-					if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+					if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 						t.Errorf("slow Release: %v", err)
 					}
 					nl, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl))

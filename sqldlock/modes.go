@@ -46,7 +46,7 @@ const markerOwner = ""
 
 // goneFor is how long a waiter row is kept after its lease ended, so that
 // its owner's next Acquire with Request.Queue reports the lost place
-// (driver.ErrNotHeld) instead of queueing it again at the back (or, on a
+// (driver.ErrNotOwner) instead of queueing it again at the back (or, on a
 // fair driver, taking a lock that has meanwhile become free), as memdlock
 // does. Package dlock releases the owner then, which deletes the row; if
 // the owner never comes back, the row goes goneFor after its lease ended
@@ -180,7 +180,7 @@ func modeMismatch(key string, format string, args ...any) error {
 // placeLost is the error of an Acquire with Request.Queue by an owner whose
 // queue entry's lease ended.
 func placeLost(key string) error {
-	return fmt.Errorf("%q: the queue entry's lease ended, and with it the place in line: %w", key, driver.ErrNotHeld)
+	return fmt.Errorf("%q: the queue entry's lease ended, and with it the place in line: %w", key, driver.ErrNotOwner)
 }
 
 // acquireMulti is the slow path of Acquire, for Shared and Semaphore

@@ -103,11 +103,11 @@ func TestSlowMultiContenderCannotStealRenewal(t *testing.T) {
 							start := time.Now()
 							res, err := sd.Acquire(ctx, *r)
 							t.Logf("slow %s Acquire (queue %v) took %v: %+v, %v", r.Mode, r.Queue, time.Since(start).Round(time.Millisecond), res, err)
-							if errors.Is(err, driver.ErrNotHeld) && r.Queue {
+							if errors.Is(err, driver.ErrNotOwner) && r.Queue {
 								// Its queue entry lapsed between two slow
 								// calls: it leaves the queue, as dlock has
 								// it do, and comes back as a new owner.
-								if err := sd.Release(ctx, *r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+								if err := sd.Release(ctx, *r); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 									t.Fatalf("slow Release: %v", err)
 								}
 								mode, limit := r.Mode, r.Limit
@@ -145,7 +145,7 @@ func TestSlowMultiContenderCannotStealRenewal(t *testing.T) {
 						}
 						// The slow client leaves; the key must be free.
 						for _, r := range reqs {
-							if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+							if err := sd.Release(ctx, r); err != nil && !errors.Is(err, driver.ErrNotOwner) {
 								t.Errorf("slow Release: %v", err)
 							}
 						}

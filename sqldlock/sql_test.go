@@ -83,8 +83,8 @@ func TestTokens(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		r3 := req(key, time.Minute)
 		next(a, r3, "takeover after expiry")
-		if err := b.Release(ctx, short); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release by the expired owner = %v; want ErrNotHeld", err)
+		if err := b.Release(ctx, short); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release by the expired owner = %v; want ErrNotOwner", err)
 		}
 		if n, err := b.ForceRelease(ctx, key); err != nil || n != 1 {
 			t.Fatalf("ForceRelease = %d, %v; want 1", n, err)
@@ -228,8 +228,8 @@ func TestDatabaseClock(t *testing.T) {
 			t.Errorf("Refresh of a live lease: %v", err)
 		}
 		time.Sleep(time.Until(start.Add(ttl + 100*time.Millisecond)))
-		if err := a.Refresh(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Refresh after the lease = %v; want ErrNotHeld", err)
+		if err := a.Refresh(ctx, r); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Refresh after the lease = %v; want ErrNotOwner", err)
 		}
 		if hs, err := b.List(ctx, "clock"); err != nil || len(hs) != 0 {
 			t.Errorf("List after the lease = %+v, %v; want none", hs, err)
@@ -275,8 +275,8 @@ func TestNothingLeftBehind(t *testing.T) {
 		if n, err := d.Count(ctx, "crashed/"); err != nil || n != 3 {
 			t.Fatalf("Count of expired rows = %d, %v; want 3", n, err)
 		}
-		if err := d.Release(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release of an expired hold = %v; want ErrNotHeld", err)
+		if err := d.Release(ctx, crashed); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release of an expired hold = %v; want ErrNotOwner", err)
 		}
 		if n, err := d.Count(ctx, "crashed/"); err != nil || n != 2 {
 			t.Fatalf("Count after releasing an expired hold = %d, %v; want 2", n, err)

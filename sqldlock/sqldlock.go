@@ -484,7 +484,7 @@ func (d *sqlDriver) Refresh(ctx context.Context, req driver.Request) error {
 		return fail(ctx, "refresh", req.Key, err)
 	}
 	if !ok {
-		return fail(ctx, "refresh", req.Key, driver.ErrNotHeld)
+		return fail(ctx, "refresh", req.Key, driver.ErrNotOwner)
 	}
 	return nil
 }
@@ -504,9 +504,9 @@ func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
 	case err != nil:
 		return fail(ctx, "release", req.Key, err)
 	case !found:
-		return fail(ctx, "release", req.Key, driver.ErrNotHeld)
+		return fail(ctx, "release", req.Key, driver.ErrNotOwner)
 	case !live:
-		return fail(ctx, "release", req.Key, fmt.Errorf("the lease had expired: %w", driver.ErrNotHeld))
+		return fail(ctx, "release", req.Key, fmt.Errorf("the lease had expired: %w", driver.ErrNotOwner))
 	}
 	return nil
 }

@@ -92,13 +92,13 @@
 //     another contender in.
 //   - When the session expires (the client learns so when it reconnects),
 //     every hold and queue entry of it is lost: Refresh and Release report
-//     driver.ErrNotHeld, and so does the owner's next queued Acquire, which
+//     driver.ErrNotOwner, and so does the owner's next queued Acquire, which
 //     ends the wait with dlock.ErrLost rather than queueing again at the
 //     back. The client sets up a new session by itself, and new
 //     acquisitions use it.
 //
 // Closing the driver's connection (Conn().Close()) ends its session too:
-// Refresh and Release then report driver.ErrNotHeld, rather than the
+// Refresh and Release then report driver.ErrNotOwner, rather than the
 // client's "connection closed". A request that fails because the
 // connection dropped in passing, the session perhaps alive, keeps its
 // error.

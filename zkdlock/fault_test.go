@@ -350,8 +350,8 @@ func TestLostReply(t *testing.T) {
 			if err := d.Release(ctx(t), r); err != nil {
 				t.Errorf("Release of an unrecorded node = %v", err)
 			}
-			if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-				t.Errorf("second Release = %v; want ErrNotHeld", err)
+			if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+				t.Errorf("second Release = %v; want ErrNotOwner", err)
 			}
 			assertNoResidue(t, srv.Addr, r.Key)
 
@@ -375,7 +375,7 @@ func TestLostReply(t *testing.T) {
 
 // TestSessionExpiry expires the driver's session under a hold and a queue
 // entry: both are lost (Refresh, Release and a queued Acquire report
-// ErrNotHeld), and the driver acquires again in a new session.
+// ErrNotOwner), and the driver acquires again in a new session.
 func TestSessionExpiry(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
 	p := startProxy(t, srv.Addr)
@@ -411,15 +411,15 @@ func TestSessionExpiry(t *testing.T) {
 	p.Unblock()
 	waitSession(t, d, func(id int64) bool { return id != sid })
 
-	if _, err := d.Acquire(ctx(t), queued); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("queued Acquire after the session expired = %v; want ErrNotHeld", err)
+	if _, err := d.Acquire(ctx(t), queued); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("queued Acquire after the session expired = %v; want ErrNotOwner", err)
 	}
-	if err := d.Refresh(ctx(t), held); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh after the session expired = %v; want ErrNotHeld", err)
+	if err := d.Refresh(ctx(t), held); !errors.Is(err, driver.ErrNotOwner) {
+		t.Errorf("Refresh after the session expired = %v; want ErrNotOwner", err)
 	}
 	for _, r := range []driver.Request{held, queued} {
-		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release after the session expired = %v; want ErrNotHeld", err)
+		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release after the session expired = %v; want ErrNotOwner", err)
 		}
 	}
 	again := req(held.Key)

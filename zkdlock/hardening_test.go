@@ -17,7 +17,7 @@ import (
 
 // TestLostAfterConnClosed closes the driver's connection under a hold and a
 // queue entry, which ends the session and deletes their nodes: Refresh and
-// Release report ErrNotHeld (ErrLost to package dlock), not the client's
+// Release report ErrNotOwner (ErrLost to package dlock), not the client's
 // "connection closed".
 func TestLostAfterConnClosed(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
@@ -33,11 +33,11 @@ func TestLostAfterConnClosed(t *testing.T) {
 	}
 	d.Conn().Close()
 	for _, r := range []driver.Request{held, queued} {
-		if err := d.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Refresh after the connection closed = %v; want ErrNotHeld", err)
+		if err := d.Refresh(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Refresh after the connection closed = %v; want ErrNotOwner", err)
 		}
-		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release after the connection closed = %v; want ErrNotHeld", err)
+		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release after the connection closed = %v; want ErrNotOwner", err)
 		}
 	}
 	if err := other.Release(ctx(t), blocker); err != nil {
@@ -105,8 +105,8 @@ func TestHugeInfo(t *testing.T) {
 		if res, err := d.Acquire(ctx(t), r); !errors.Is(err, driver.ErrUnsupported) {
 			t.Errorf("Acquire with %d bytes of Info = %+v, %v; want ErrUnsupported", size, res, err)
 		}
-		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Release after the refused Acquire = %v; want ErrNotHeld", err)
+		if err := d.Release(ctx(t), r); !errors.Is(err, driver.ErrNotOwner) {
+			t.Errorf("Release after the refused Acquire = %v; want ErrNotOwner", err)
 		}
 	}
 	r2 := req(key(t))

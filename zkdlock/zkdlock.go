@@ -301,9 +301,9 @@ func checkMode(req driver.Request) error {
 	return fmt.Errorf("zkdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
 }
 
-// notHeld returns an error wrapping driver.ErrNotHeld.
+// notHeld returns an error wrapping driver.ErrNotOwner.
 func notHeld(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{driver.ErrNotHeld}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{driver.ErrNotOwner}, args...)...)
 }
 
 // Close implements driver.Driver: it stops the leases' timers, deletes the

@@ -119,7 +119,7 @@ func (s *releaseSpy) Release(ctx context.Context, req driver.Request) error {
 // delay (a testsrv.StartDelayedProxy), that a TryLock whose context ends
 // while its request is on the wire returns promptly through package dlock,
 // and that the Release dlock makes once the driver's Acquire has returned
-// finds and removes what the request took (it returns nil, not ErrNotHeld,
+// finds and removes what the request took (it returns nil, not ErrNotOwner,
 // unless the Acquire itself failed and so left nothing).
 // The key is k; the Client, which owns d, is closed when t ends. Check the
 // store for residue after it returns.
@@ -159,7 +159,7 @@ func AbandonedAcquire(t *testing.T, d driver.Driver, delay time.Duration, k stri
 		// An Acquire that returned an error has left nothing (the
 		// contract): its Release may find nothing. One that returned a
 		// result must have it found and removed.
-		if err != nil && !(failed && errors.Is(err, driver.ErrNotHeld)) {
+		if err != nil && !(failed && errors.Is(err, driver.ErrNotOwner)) {
 			t.Errorf("Release after the abandoned Acquire (which returned %s) = %v; want nil: what the request took, found and removed", acquired, err)
 		}
 	case <-time.After(30 * time.Second):
