@@ -124,9 +124,9 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return nil, urlError(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 		}
 		if tc != nil {
-			// The node's own copy: go-redis verifies the node's host,
-			// which the TLS parameters leave to it unless servername is
-			// given.
+			// The node's own copy, without a server name unless
+			// servername is given: the TLS dial then verifies each
+			// node's certificate against the node's own host.
 			skip := o.TLSConfig.InsecureSkipVerify
 			o.TLSConfig = tc.Clone()
 			o.TLSConfig.InsecureSkipVerify = skip

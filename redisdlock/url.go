@@ -132,7 +132,8 @@ func redisError(u *url.URL, err error) error {
 
 // openRedis opens redis://[user:pass@]host:port[/db] and rediss:// (TLS):
 // go-redis's ParseURL with the driver's own parameters and the TLS
-// parameters (tlsParams) taken out.
+// parameters (tls, cacert, cert, key, servername; see the package
+// documentation) taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
 	opts, err := takeOptions(u, q)
