@@ -136,7 +136,8 @@
 //
 // # URL
 //
-// Importing the package registers the redlock scheme with package dlock:
+// Importing the package registers the redlock and redlocks schemes with
+// package dlock:
 //
 //	redlock://host:port,host:port,host:port[?prefix=...]
 //
@@ -149,4 +150,17 @@
 // for every node (dial_timeout, read_timeout, pool_size, ...), as do
 // credentials before the hosts and a database number in the path. The
 // quorum Driver owns the nodes it is given or opens: its Close closes them.
+//
+// redlocks:// is redlock:// over TLS, as rediss:// is redis:// (package
+// redisdlock): every node verifies its server's certificate against the
+// system's roots and the node's host. The TLS parameters of redisdlock's
+// URLs apply to every node: tls=true (TLS on redlock:// too), cacert (the
+// authorities, a PEM file), cert and key (a client certificate and its
+// key), servername (the name every server's certificate must carry instead
+// of its host):
+//
+//	redlocks://:password@redis1:6380,redis2:6380,redis3:6380?cacert=/etc/dlock/ca.pem
+//
+// A node whose certificate does not verify counts as down; when a majority
+// does not verify, the open fails at once with the x509 errors.
 package quorum

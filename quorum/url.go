@@ -22,6 +22,7 @@ import (
 
 func init() {
 	dlock.Register("redlock", openRedlock)
+	dlock.Register("redlocks", openRedlock)
 }
 
 func urlError(u *url.URL, format string, args ...any) error {
@@ -30,11 +31,15 @@ func urlError(u *url.URL, format string, args ...any) error {
 
 // openRedlock opens redlock://[user:pass@]host:port,host:port,...[/db][?params]:
 // one standalone Redis server per host, each through a redisdlock driver
-// with a client of its own. Parameters:
+// with a client of its own. redlocks:// is the same over TLS, as rediss://
+// is to redis://. Parameters:
 //
 //   - prefix, mode: the redisdlock options, for every node;
 //   - drift_factor (a number), drift_margin (a Go duration), fence (on or
 //     off): the quorum options;
+//   - tls, cacert, cert, key, servername: TLS to every node, as on
+//     rediss:// URLs (tls=true or any of the others turns TLS on for
+//     redlock:// too);
 //   - anything else goes to go-redis (redis.ParseURL) for every node:
 //     dial_timeout, read_timeout, pool_size, ...
 //
@@ -55,6 +60,10 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, urlError(u, "names no server; write redlock://host:port,host:port,host:port")
 	}
 	q := u.Query()
+	tc, err := urlutil.TLS(u, q, u.Scheme == "redlocks")
+	if err != nil {
+		return nil, err
+	}
 	var opts []Option
 	var nodeOpts []redisdlock.Option
 	for k, vs := range q {
@@ -106,10 +115,21 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	for _, h := range hosts {
 		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
+		if tc != nil {
+			ru.Scheme = "rediss" // go-redis then also takes skip_verify
+		}
 		o, err := redis.ParseURL(ru.String())
 		if err != nil {
 			closeAll()
 			return nil, urlError(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
+		}
+		if tc != nil {
+			// The node's own copy, without a server name unless
+			// servername is given: the TLS dial then verifies each
+			// node's certificate against the node's own host.
+			skip := o.TLSConfig.InsecureSkipVerify
+			o.TLSConfig = tc.Clone()
+			o.TLSConfig.InsecureSkipVerify = skip
 		}
 		if o.ReadTimeout < 0 || o.WriteTimeout < 0 {
 			closeAll()

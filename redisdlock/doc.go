@@ -302,6 +302,28 @@
 // a master fails it finds the promoted replica as soon as the cluster has
 // promoted it.
 //
+// # TLS
+//
+// rediss:// connects over TLS, verifying the server's certificate against
+// the system's roots and the URL's host. These parameters, on every
+// scheme, configure it (and turn TLS on for redis://, redis+sentinel:// and
+// redis+cluster://):
+//
+//	tls=true             TLS with the system's roots (tls=false: no TLS)
+//	cacert=/path/ca.pem  the authorities the server's certificate must chain to
+//	cert=/path/c.pem     a client certificate (PEM), for tls-auth-clients yes;
+//	key=/path/c-key.pem  its private key (both or neither)
+//	servername=name      the name the server's certificate must carry,
+//	                     when it is not the host dialled
+//
+// A Sentinel URL uses the same TLS for the Sentinels and for the master and
+// replicas they name; a Cluster URL for every node. go-redis's skip_verify=true
+// turns verification off (never do so outside a test). A certificate that
+// does not verify fails the open at once, with Go's x509 error ("certificate
+// signed by unknown authority"); credentials are never quoted in errors.
+//
+//	rediss://:password@redis.example:6380/0?cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
+//
 // # Client settings
 //
 // For a client you pass to New, set MaxRetries: -1 and

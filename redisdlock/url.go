@@ -2,6 +2,7 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -122,26 +123,35 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s and %s; others go to go-redis)",
-			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit)
+		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit,
+			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
 	return urlError(u, "%s", strings.TrimPrefix(msg, "redis: "))
 }
 
 // openRedis opens redis://[user:pass@]host:port[/db] and rediss:// (TLS):
-// go-redis's ParseURL with the driver's own parameters taken out.
+// go-redis's ParseURL with the driver's own parameters and the TLS
+// parameters (tls, cacert, cert, key, servername; see the package
+// documentation) taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
 	opts, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
+	tc, err := urlutil.TLS(u, q, u.Scheme == "rediss")
+	if err != nil {
+		return nil, err
+	}
 	ru := *u
+	ru.Scheme = tlsScheme(tc)
 	ru.RawQuery = q.Encode()
 	o, err := redis.ParseURL(ru.String())
 	if err != nil {
 		return nil, redisError(u, err)
 	}
+	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if !q.Has("max_retries") {
 		o.MaxRetries = -1
 	}
@@ -177,11 +187,15 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
 	q.Del("sentinel_username")
 	q.Del("sentinel_password")
+	tc, err := urlutil.TLS(u, q, false)
+	if err != nil {
+		return nil, err
+	}
 	q.Set("master_name", parts[0])
 	for _, h := range hosts[1:] {
 		q.Add("addr", h)
 	}
-	fu := url.URL{Scheme: "redis", Host: hosts[0], RawQuery: q.Encode()}
+	fu := url.URL{Scheme: tlsScheme(tc), Host: hosts[0], RawQuery: q.Encode()}
 	if len(parts) == 2 {
 		fu.Path = "/" + parts[1]
 	}
@@ -189,6 +203,7 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, redisError(u, err)
 	}
+	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if u.User != nil {
 		if q.Has("password") || q.Has("username") {
 			return nil, urlError(u, "give the master's credentials either before the host or as parameters, not both")
@@ -223,14 +238,19 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if strings.Trim(u.Path, "/") != "" {
 		return nil, urlError(u, "has a path (%q); a Cluster has database 0 only: write redis+cluster://host:port[,host:port]", u.Path)
 	}
+	tc, err := urlutil.TLS(u, q, false)
+	if err != nil {
+		return nil, err
+	}
 	for _, h := range hosts[1:] {
 		q.Add("addr", h)
 	}
-	cu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], RawQuery: q.Encode()}
+	cu := url.URL{Scheme: tlsScheme(tc), User: u.User, Host: hosts[0], RawQuery: q.Encode()}
 	o, err := redis.ParseClusterURL(cu.String())
 	if err != nil {
 		return nil, redisError(u, err)
 	}
+	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
 	}
@@ -239,6 +259,27 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	c := redis.NewClusterClient(o)
 	c.AddHook(reloadOnConnError{c})
 	return finishOpen(ctx, u, c, opts)
+}
+
+// tlsScheme is the scheme of the URL handed to go-redis: rediss when the
+// connections use TLS, so that go-redis also takes its skip_verify
+// parameter, else redis.
+func tlsScheme(tc *tls.Config) string {
+	if tc != nil {
+		return "rediss"
+	}
+	return "redis"
+}
+
+// withSkipVerify returns tc, the TLS configuration of the URL's TLS
+// parameters, in place of parsed, the one go-redis made of a rediss URL
+// (which names the first host as the server for every node, and trusts the
+// system's roots only), keeping go-redis's skip_verify=true.
+func withSkipVerify(tc, parsed *tls.Config) *tls.Config {
+	if tc != nil && parsed != nil {
+		tc.InsecureSkipVerify = parsed.InsecureSkipVerify
+	}
+	return tc
 }
 
 // finishOpen makes a driver that owns client, after checking that the

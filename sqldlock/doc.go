@@ -33,6 +33,35 @@
 // Every scheme accepts table=NAME (see WithTable) and fair=1 (see WithFair,
 // and Fairness below; fair=0, the default, leaves it off).
 //
+// # TLS
+//
+// PostgreSQL URLs take pgx's (libpq's) TLS parameters. Use
+// sslmode=verify-full, which verifies the server's certificate and its name
+// (pgx's default, prefer, verifies nothing and falls back to plain TCP),
+// with sslrootcert (the authorities, a PEM file; the system's roots
+// without it) and, for a server that asks for a client certificate
+// (clientcert=verify-ca or the cert method in pg_hba.conf), sslcert and
+// sslkey:
+//
+//	postgres://app:pw@db.example:5432/app?sslmode=verify-full&sslrootcert=/etc/dlock/ca.pem&sslcert=/etc/dlock/client.pem&sslkey=/etc/dlock/client-key.pem
+//
+// MySQL URLs take the TLS parameters of dlock's other store URLs: cacert (the
+// authorities, a PEM file), cert and key (a client certificate and its key,
+// for an account with REQUIRE X509) and servername (the name the server's
+// certificate must carry when it is not the URL's host). Any of them makes
+// the connection TLS, verifying the certificate and its name; tls may then
+// only be true:
+//
+//	mysql://app:pw@db.example:3306/app?cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
+//
+// Without them, go-sql-driver's tls parameter applies: tls=true (verifying,
+// with the system's roots, against the URL's host), skip-verify and
+// preferred (encrypted but not verified: not for untrusted networks), or the
+// name of a configuration registered with mysql.RegisterTLSConfig. On both,
+// a certificate that does not verify fails the open at once with Go's x509
+// error ("certificate signed by unknown authority"); passwords and key file
+// names are never quoted in errors.
+//
 // Opening a PostgreSQL or MySQL connection is bounded: a server that accepts
 // connections and never answers makes dlock.Open (and any later connection
 // of the pool) fail, with an error wrapping context.DeadlineExceeded, after

@@ -187,6 +187,10 @@ func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
 	if !q.Has("clientFoundRows") {
 		q.Set("clientFoundRows", "true")
 	}
+	tlsCfg, err := mysqlTLS(u, q)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg, err := mysql.ParseDSN("/?" + q.Encode())
 	if err != nil {
 		return nil, nil, urlError(u, "%v", err)
@@ -210,6 +214,10 @@ func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
 		port = "3306"
 	}
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", net.JoinHostPort(host, port), db
+	// ParseDSN made the configuration of tls= for its default address
+	// (verifying the name 127.0.0.1): the connector makes it again for
+	// this one, unless the TLS parameters gave one (see mysqlTLS).
+	cfg.TLS = tlsCfg
 	if u.User != nil {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()

@@ -172,7 +172,7 @@ processes on one host coordinate with no set-up. The stores, by URL:
   redis://user:password@redis.example.com:6379/0    Redis (rediss:// for TLS)
   redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster
   redis+cluster://node1:6379,node2:6379             Redis Cluster
-  redlock://redis1:6379,redis2:6379,redis3:6379     Redlock over N Redis servers
+  redlock://redis1:6379,redis2:6379,redis3:6379     Redlock over N Redis servers (redlocks:// for TLS)
   memcached://cache1:11211                          memcached
   etcd://etcd1:2379,etcd2:2379?session=15s          etcd
   zk://zk1:2181,zk2:2181/chroot?session=15s         ZooKeeper

@@ -10,7 +10,7 @@ import (
 
 	_ "github.com/dlockhq/dlock/etcddlock"     // etcd
 	_ "github.com/dlockhq/dlock/memcachedlock" // memcached
-	_ "github.com/dlockhq/dlock/quorum"        // redlock
+	_ "github.com/dlockhq/dlock/quorum"        // redlock, redlocks
 	_ "github.com/dlockhq/dlock/redisdlock"    // redis, rediss, redis+sentinel, redis+cluster
 	_ "github.com/dlockhq/dlock/sqldlock"      // sqlite, postgres, postgresql, mysql
 	_ "github.com/dlockhq/dlock/zkdlock"       // zk

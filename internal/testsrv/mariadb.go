@@ -20,12 +20,18 @@ import (
 // password, binary log off, InnoDB tuned for speed), waits until it accepts
 // connections, and creates the database "dlock". The error wraps ErrMissing
 // if mariadbd/mysqld or mariadb-install-db/mysql_install_db cannot be found.
-func StartMariaDB(ctx context.Context) (_ *Server, err error) {
+func StartMariaDB(ctx context.Context) (*Server, error) {
+	return startMariaDB(ctx, MariaDB, nil)
+}
+
+// startMariaDB starts a MariaDB server as StartMariaDB documents, named
+// name, with the more server options extra.
+func startMariaDB(ctx context.Context, name string, extra []string) (_ *Server, err error) {
 	mysqld, installDB, err := findMariaDB()
 	if err != nil {
 		return nil, err
 	}
-	s, err := newServer(MariaDB, nil, syscall.SIGTERM)
+	s, err := newServer(name, nil, syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +80,7 @@ func StartMariaDB(ctx context.Context) (_ *Server, err error) {
 			"--character-set-server=utf8mb4",
 			"--collation-server=utf8mb4_general_ci",
 		}, common...)
-		return startProcess(mysqld, args, dir, nil, log)
+		return startProcess(mysqld, append(args, extra...), dir, nil, log)
 	}
 	ready := func(ctx context.Context, port int) error {
 		err := pingMySQL(ctx, mysqlDSN(port, "", "timeout=2s"))

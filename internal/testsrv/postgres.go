@@ -22,7 +22,27 @@ import (
 // creates the database "dlock". When the test process runs as root, initdb
 // and postgres run as the "postgres" system user. The error wraps ErrMissing
 // if initdb or postgres cannot be found.
-func StartPostgres(ctx context.Context) (_ *Server, err error) {
+func StartPostgres(ctx context.Context) (*Server, error) {
+	return startPostgres(ctx, postgresOptions{name: Postgres, params: "sslmode=disable"})
+}
+
+// postgresOptions are what the PostgreSQL servers of StartPostgres and
+// StartPostgresTLS differ in.
+type postgresOptions struct {
+	name string // the Server's Name
+	// params is the query of the URLs of the server's databases, which
+	// the harness also connects with.
+	params string
+	// setup, if set, prepares the data directory after initdb (run as
+	// the test process's user; cred is the server's user, or nil).
+	setup func(data string, cred *syscall.Credential) error
+	// args are more server options (-c name=value).
+	args []string
+}
+
+// startPostgres starts a PostgreSQL server as StartPostgres documents, with
+// opts.
+func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err error) {
 	initdb, postgres, err := findPostgres()
 	if err != nil {
 		return nil, err
@@ -31,7 +51,7 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newServer(Postgres, cred, syscall.SIGINT)
+	s, err := newServer(opts.name, cred, syscall.SIGINT)
 	if err != nil {
 		return nil, err
 	}
@@ -44,9 +64,15 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 	}, dir, cred, s.logPath); err != nil {
 		return nil, err
 	}
+	if opts.setup != nil {
+		if err := opts.setup(data, cred); err != nil {
+			return nil, err
+		}
+	}
+	pgURL := func(port int, db string) string { return pgURLParams(port, db, opts.params) }
 
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		return startProcess(postgres, []string{
+		return startProcess(postgres, append([]string{
 			"-D", data,
 			"-p", strconv.Itoa(port),
 			"-c", "listen_addresses=127.0.0.1",
@@ -58,7 +84,7 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 			"-c", "huge_pages=off",
 			"-c", "logging_collector=off",
 			"-c", "log_min_messages=warning",
-		}, dir, cred, log)
+		}, opts.args...), dir, cred, log)
 	}
 	ready := func(ctx context.Context, port int) error {
 		conn, err := pgx.Connect(ctx, pgURL(port, "postgres"))
@@ -106,8 +132,8 @@ func StartPostgres(ctx context.Context) (_ *Server, err error) {
 	return s, nil
 }
 
-func pgURL(port int, db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, db)
+func pgURLParams(port int, db, params string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?%s", port, db, params)
 }
 
 // postgresCredential returns the credential to run PostgreSQL programs

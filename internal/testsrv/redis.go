@@ -425,6 +425,12 @@ func (s *Server) startRedisMember(ctx context.Context, bin, name string, portFn 
 // failure it stops the process and returns an error with the log's tail;
 // dir is left for the caller to remove.
 func startRedisProcess(ctx context.Context, bin, name, dir string, portFn func() (int, error), extra func(port int) ([]string, error)) (*Server, error) {
+	return startRedisProcessReady(ctx, bin, name, dir, portFn, extra, pingRedisPort)
+}
+
+// startRedisProcessReady is startRedisProcess with ready as the readiness
+// check instead of a plain PING.
+func startRedisProcessReady(ctx context.Context, bin, name, dir string, portFn func() (int, error), extra func(port int) ([]string, error), ready func(ctx context.Context, port int) error) (*Server, error) {
 	s := &Server{Name: name, logPath: filepath.Join(dir, logFile), stopSig: syscall.SIGTERM, portFn: portFn}
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
 		args := redisBaseArgs(port, dir, s.logPath)
@@ -437,7 +443,7 @@ func startRedisProcess(ctx context.Context, bin, name, dir string, portFn func()
 		}
 		return startProcess(bin, args, dir, nil, log)
 	}
-	if err := s.launch(ctx, start, pingRedisPort); err != nil {
+	if err := s.launch(ctx, start, ready); err != nil {
 		_ = s.Stop() // s.Dir is unset: the directory stays
 		return nil, err
 	}
