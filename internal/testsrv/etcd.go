@@ -100,7 +100,7 @@ func startEtcd(ctx context.Context, certs *testcert.Set) (_ *Server, err error) 
 	s.Addrs = []string{s.Addr}
 	s.URL = "etcd://" + s.Addr
 	if certs != nil {
-		s.URL += etcdTLSQuery(certs)
+		s.URL += tlsQuery(certs)
 	}
 	return s, nil
 }

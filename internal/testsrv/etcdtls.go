@@ -33,8 +33,9 @@ func etcdTLSArgs(certs *testcert.Set) []string {
 	}
 }
 
-// etcdTLSQuery returns the query of a URL of a member started with certs.
-func etcdTLSQuery(certs *testcert.Set) string {
+// tlsQuery returns the query of a URL of a server started with certs: the
+// files of certs' authority and client certificate.
+func tlsQuery(certs *testcert.Set) string {
 	q := url.Values{}
 	q.Set("cacert", certs.CA)
 	q.Set("cert", certs.ClientCert)
