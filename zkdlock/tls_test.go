@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/dlocktest"
+	"github.com/dlockhq/dlock/internal/testcert"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -219,12 +220,97 @@ func TestAuth(t *testing.T) {
 			{zkURL(srv.Addr, creds, url.Values{"insecure_auth": {"false"}}), "insecure_auth=true"},
 			{zkURL(srv.Addr, url.User(user), url.Values{"insecure_auth": {"true"}}), "without a user name and a password"},
 			{zkURL(srv.Addr, url.UserPassword("a:b", password), url.Values{"insecure_auth": {"true"}}), "colon"},
-			{zkURL(srv.Addr, nil, url.Values{"acl": {"creator"}}), "acl=creator without user:password"},
+			{zkURL(srv.Addr, nil, url.Values{"acl": {"creator"}}), "acl=creator without user:password or a client certificate"},
 			{zkURL(srv.Addr, creds, url.Values{"acl": {"mine"}, "insecure_auth": {"true"}}), `acl="mine"`},
 		} {
 			dlocktest.RejectURL(t, tc.url, "url", tc.names)
 			if _, err := dlock.Open(ctx(t), tc.url); err == nil || strings.Contains(err.Error(), password) {
 				t.Errorf("Open(%q) = %v; want an error without the password", tc.url, err)
+			}
+		}
+	})
+}
+
+// TestTLS checks zk:// URLs with TLS parameters against a server that
+// serves TLS and asks for client certificates.
+func TestTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper")
+	}
+	certs, err := testcert.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := testsrv.StartZooKeeperTLS(ctx(t), certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	cfg, err := certs.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsq := func() url.Values {
+		return url.Values{"cacert": {certs.CA}, "cert": {certs.ClientCert}, "key": {certs.ClientKey}, "linger": {"0"}}
+	}
+
+	t.Run("Lock", func(t *testing.T) {
+		admin := connect(t, srv.Addr, cfg, "")
+		lockUnder(t, srv.URL+"&linger=0", admin, DefaultPrefix, key(t), zk.WorldACL(zk.PermAll))
+	})
+	t.Run("Auth", func(t *testing.T) {
+		// Over TLS a password needs no insecure_auth.
+		const user, password = "owner", "s3cret-pw"
+		admin := connect(t, srv.Addr, cfg, user+":"+password)
+		root := "/" + escape(key(t))
+		protect(t, admin, root, user, password)
+		q := tlsq()
+		q.Set("prefix", root)
+		// The znodes belong to every identity of the session: the
+		// client certificate's and the user's.
+		want := append([]zk.ACL{{Perms: zk.PermAll, Scheme: "x509", ID: "CN=dlock-test"}}, zk.DigestACL(zk.PermAll, user, password)...)
+		lockUnder(t, zkURL(srv.Addr, url.UserPassword(user, password), q), admin, root, key(t), want)
+	})
+	t.Run("CertificateOnly", func(t *testing.T) {
+		// acl=creator with a client certificate and no password: the
+		// znodes belong to the certificate's subject.
+		admin := connect(t, srv.Addr, cfg, "")
+		q := tlsq()
+		q.Set("acl", "creator")
+		lockUnder(t, zkURL(srv.Addr, nil, q), admin, DefaultPrefix, key(t), []zk.ACL{{Perms: zk.PermAll, Scheme: "x509", ID: "CN=dlock-test"}})
+	})
+	t.Run("Refused", func(t *testing.T) {
+		other, err := testcert.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			q    url.Values
+			want []string
+		}{
+			{"wrong CA", url.Values{"cacert": {other.CA}, "cert": {certs.ClientCert}, "key": {certs.ClientKey}},
+				[]string{"server's certificate is not trusted", "x509: certificate signed by unknown authority"}},
+			{"system roots", url.Values{"tls": {"true"}}, []string{"x509: certificate signed by unknown authority"}},
+			{"no client certificate", url.Values{"cacert": {certs.CA}}, []string{"server rejected the client certificate", "bad certificate"}},
+		} {
+			c, err := dlock.Open(ctx(t), zkURL(srv.Addr, nil, tc.q))
+			if err == nil {
+				c.Close()
+				t.Errorf("%s: Open succeeded", tc.name)
+				continue
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: Open = %v; want a failure without waiting for the context to end", tc.name, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: Open = %v; want %q in it", tc.name, err, w)
+				}
 			}
 		}
 	})

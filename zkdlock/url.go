@@ -111,8 +111,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))
 	switch {
-	case acls == aclCreator && user == "":
-		return nil, urlError(u, "acl=%s without user:password: the znodes would belong to no one", aclCreator)
+	case acls == aclCreator && user == "" && (tlsCfg == nil || len(tlsCfg.Certificates) == 0):
+		return nil, urlError(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
 	case acls == aclCreator:
 		opts = append(opts, WithACL(zk.AuthACL(zk.PermAll)))
 	}
