@@ -187,7 +187,8 @@ func WithCuratorLayout(l Layout) Option { return func(c *config) { c.layout = l 
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithDialer makes the connection dial servers with d instead of
-// net.DialTimeout.
+// net.DialTimeout: for TLS, a function calling a tls.Dialer's Dial (see the
+// package documentation, TLS).
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dial = d } }
 
 // WithConnectOptions passes options to go-zookeeper's Connect, such as
