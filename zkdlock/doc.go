@@ -392,7 +392,10 @@
 //     with other credentials, or none, get zk.ErrNoAuth. The default with
 //     user:password. It is also allowed with a client certificate alone
 //     (the certificate's subject then owns the znodes); all the processes
-//     sharing locks need the same identity.
+//     sharing locks need the same identity. Over TLS with a client
+//     certificate the certificate's subject is one of the session's
+//     identities: the znodes then admit whoever presents a certificate
+//     with that subject too, whatever their password.
 //   - open: every permission to anyone (zk.WorldACL(zk.PermAll)). The
 //     default without user:password, as in Curator without an
 //     ACLProvider.
