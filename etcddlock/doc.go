@@ -314,8 +314,40 @@
 //
 // The port defaults to 2379. session is the session TTL, prefix the key
 // prefix, dial-timeout the client's dial timeout (also the bound on the
-// request that checks the connection when the URL is opened). Credentials
-// enable etcd's authentication. A driver opened from a URL owns its client
-// (and discards its log); one built with New uses the caller's client and
-// leaves it open.
+// request that checks the connection when the URL is opened). A driver
+// opened from a URL owns its client (and discards its log); one built with
+// New uses the caller's client and leaves it open.
+//
+// # TLS and authentication
+//
+// These parameters make a URL connect over TLS, which verifies the
+// members' certificates (they are named as etcdctl names its flags):
+//
+//   - cacert=FILE: the PEM certificates of the authorities the members'
+//     certificates must chain to, instead of the system's roots.
+//   - cert=FILE and key=FILE: a client certificate and its private key
+//     (PEM), for members run with --client-cert-auth.
+//   - servername=NAME: the name the members' certificates must carry, when
+//     it is not the host of the URL.
+//   - tls=true: TLS with the system's roots and no other parameter.
+//
+// A member whose certificate does not verify, or that rejects the client's
+// certificate, fails the Open at once with the reason ("the server's
+// certificate is not trusted ... x509: certificate signed by unknown
+// authority", "the server rejected the client certificate ... bad
+// certificate"), rather than when the dial timeout runs out: the Open
+// completes a TLS handshake with the members before the client dials them.
+//
+// user:password in the URL authenticates to etcd (its auth must be
+// enabled; the user needs read and write permission on the key prefix).
+// The password is sent only over TLS: without TLS parameters the Open
+// fails with a *dlock.ArgError unless the URL has insecure_auth=true,
+// which allows sending it in clear text (on a trusted network, or to a
+// local member). A password never appears in errors: URLs in messages are
+// redacted. With a client certificate and no password, etcd takes the
+// certificate's common name for the user.
+//
+// A program that builds its own client sets clientv3.Config.TLS (and
+// Username and Password) and passes the client to New; see the example of
+// New with TLS.
 package etcddlock

@@ -34,7 +34,7 @@ const (
 	keepAliveTimeout = 3 * time.Second
 )
 
-// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=].
+// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		return nil, urlutil.Error(u, "has a path (%q); write etcd://host:port[,host:port] and give a key prefix with ?prefix=", u.Path)
@@ -46,19 +46,26 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if len(hosts) == 0 {
 		return nil, urlutil.Error(u, "names no server")
 	}
+	q := u.Query()
+	tlsCfg, err := urlutil.TLS(u, q, false)
+	if err != nil {
+		return nil, err
+	}
 	cfg := clientv3.Config{
 		Endpoints:            hosts,
 		DialTimeout:          defaultDialTimeout,
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
 		Logger:               zap.NewNop(),
+		TLS:                  tlsCfg,
 	}
-	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
+	user, password, err := urlutil.Password(u, q, tlsCfg != nil)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Username, cfg.Password = user, password
 	var opts []Option
-	for k, vs := range u.Query() {
+	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
 		case "session":
@@ -76,12 +83,19 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			}
 			cfg.DialTimeout = d
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix and dial-timeout)", k)
+			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, dial-timeout, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
 		}
 	}
 	// Check the options before dialing.
 	if _, err := configure(opts); err != nil {
 		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if tlsCfg != nil {
+		if err := urlutil.CheckTLS(cctx, hosts, tlsCfg); err != nil {
+			return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
+		}
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
@@ -94,8 +108,6 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	// clientv3 dials in the background: ask once, so that a bad address or
 	// bad credentials fail the Open.
-	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
 	if _, err := cli.Get(cctx, d.prefix, clientv3.WithCountOnly()); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)

@@ -321,7 +321,7 @@ func (d *Driver) create(parent, name string, data []byte) (string, error) {
 	var err error
 	for range createAttempts {
 		var p string
-		p, err = d.conn.Create(parent+"/"+name, data, zk.FlagEphemeralSequential, acl)
+		p, err = d.conn.Create(parent+"/"+name, data, zk.FlagEphemeralSequential, d.acl)
 		if err == nil {
 			return p, nil
 		}
@@ -339,16 +339,16 @@ func (d *Driver) create(parent, name string, data []byte) (string, error) {
 // deletes once it is empty, should the driver's own deletion not happen),
 // and the prefix's znodes if they are missing.
 func (d *Driver) ensureParent(parent string) error {
-	_, err := d.conn.CreateContainer(parent, nil, zk.FlagContainer, acl)
+	_, err := d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		p := ""
 		for c := range strings.SplitSeq(d.root[1:], "/") {
 			p += "/" + c
-			if _, err := d.conn.Create(p, nil, zk.FlagPersistent, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			if _, err := d.conn.Create(p, nil, zk.FlagPersistent, d.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
 		}
-		_, err = d.conn.CreateContainer(parent, nil, zk.FlagContainer, acl)
+		_, err = d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
 	}
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return err

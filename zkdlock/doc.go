@@ -330,14 +330,86 @@
 //
 // Importing the package registers the zk scheme with package dlock:
 //
-//	zk://host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock&curator=mutex]
+//	zk://[user:password@]host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock&curator=mutex&acl=creator]
 //
 // The port defaults to 2181. A chroot path is put in front of the prefix.
 // session is the session timeout to ask for (a Go duration), linger the
 // idle period of the keys' znodes (a Go duration; 0 deletes them with the
 // last node), prefix the znode under which locks are kept, and curator
 // the Layout ("mutex", the default, or "rwlock"). Open waits
-// until a server has answered.
+// until a server has answered. The TLS and authentication parameters
+// follow.
+//
+// # TLS
+//
+// ZooKeeper serves TLS on its secureClientPort when it runs the Netty
+// connection factory (serverCnxnFactory=
+// org.apache.zookeeper.server.NettyServerCnxnFactory, ssl.keyStore.*,
+// ssl.trustStore.*; ZooKeeper 3.5 and later, PEM stores from 3.6).
+// go-zookeeper has no TLS of its own: the driver dials through crypto/tls
+// (WithDialer; tls.Dialer in a program's own code). These parameters make
+// a URL connect over TLS, which verifies the servers' certificates:
+//
+//   - cacert=FILE: the PEM certificates of the authorities the servers'
+//     certificates must chain to, instead of the system's roots.
+//   - cert=FILE and key=FILE: a client certificate and its private key
+//     (PEM), for servers with ssl.clientAuth=need. ZooKeeper also
+//     authenticates the session as the certificate's subject (scheme
+//     x509, "CN=...").
+//   - servername=NAME: the name the servers' certificates must carry, when
+//     it is not the host of the URL.
+//   - tls=true: TLS with the system's roots and no other parameter.
+//
+// The URL names the secure port. A server whose certificate does not
+// verify, or that rejects the client's certificate, fails the Open at once
+// with the reason ("the server's certificate is not trusted ... x509:
+// certificate signed by unknown authority", "the server rejected the
+// client certificate ... bad certificate"): the Open completes a TLS
+// handshake with the servers first, where go-zookeeper would dial again
+// and again until the context ended. Tested against Debian's ZooKeeper
+// 3.8 with a PEM key store and ssl.clientAuth=need.
+//
+// # Authentication
+//
+// user:password in the URL adds digest credentials to the session
+// (WithAuth("digest", []byte("user:password"))). go-zookeeper sends them
+// again, before any other request, on every new connection, a new session
+// after an expiry included; the driver's calls wait until the server has
+// taken them. Digest credentials travel as they are, so the password is
+// sent only over TLS: without TLS parameters the Open fails with a
+// *dlock.ArgError unless the URL has insecure_auth=true, which allows it
+// in clear text. A password never appears in errors: URLs in messages are
+// redacted. The digest scheme's server takes any credentials; wrong ones
+// show as a refusal of the znodes' ACLs, at once: zk.ErrNoAuth ("zk: not
+// authenticated: the znode's ACL does not admit this client's
+// credentials").
+//
+// acl is the ACL of the znodes the driver creates (WithACL), the prefix
+// and its missing ancestors included:
+//
+//   - creator: every permission to the session's identities and to no one
+//     else (zk.AuthACL(zk.PermAll), ZooKeeper's CREATOR_ALL_ACL): drivers
+//     with other credentials, or none, get zk.ErrNoAuth. The default with
+//     user:password. It is also allowed with a client certificate alone
+//     (the certificate's subject then owns the znodes); all the processes
+//     sharing locks need the same identity. Over TLS with a client
+//     certificate the certificate's subject is one of the session's
+//     identities: the znodes then admit whoever presents a certificate
+//     with that subject too, whatever their password.
+//   - open: every permission to anyone (zk.WorldACL(zk.PermAll)). The
+//     default without user:password, as in Curator without an
+//     ACLProvider.
+//
+// ZooKeeper's ACLs do not inherit: a znode with the open ACL under a
+// protected one is open to anyone who names it. The driver needs every
+// permission but ADMIN on the prefix znode (it creates and deletes the
+// keys' znodes under it) when that exists already; a prefix protected for
+// the URL's user with the creator ACL, as in
+//
+//	zk://locker:s3cret@zk1:2281?prefix=/app/locks&cacert=/etc/zk/ca.pem
+//
+// keeps every key of the application to that user. Curator clients of the
+// same locks need the same credentials and an ACLProvider to match.
 //
 // # Logging
 //

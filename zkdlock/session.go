@@ -196,11 +196,24 @@ func call(ctx context.Context, d *Driver, fn func() error) error {
 	if err := d.waitSession(ctx); err != nil {
 		return err
 	}
+	select {
+	case <-d.authed:
+		if d.authErr != nil {
+			return d.authErr
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the session's credentials: %w", ctx.Err())
+	case <-d.ctx.Done():
+		return errClosed
+	}
 	if !d.spawned() {
 		return errClosed
 	}
 	defer d.wg.Done()
 	err := fn()
+	if errors.Is(err, zk.ErrNoAuth) {
+		err = fmt.Errorf("%w: the znode's ACL does not admit this client's credentials (user:password in the URL, WithAuth)", err)
+	}
 	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}

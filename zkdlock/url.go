@@ -2,10 +2,14 @@ package zkdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -24,12 +28,18 @@ func urlError(u *url.URL, format string, args ...any) error {
 	return urlutil.Error(u, format, args...)
 }
 
-// open opens zk://host:port[,host:port...][/chroot][?session=&linger=&prefix=] and
-// waits until the server has answered a request.
+// ACL choices of the acl URL parameter.
+const (
+	// aclOpen gives every permission to anyone (zk.WorldACL).
+	aclOpen = "open"
+	// aclCreator gives every permission to the session's identities
+	// (zk.AuthACL), ZooKeeper's CREATOR_ALL_ACL.
+	aclCreator = "creator"
+)
+
+// open opens zk://[user:password@]host:port[,host:port...][/chroot][?session=&linger=&curator=&prefix=&acl=&tls=&cacert=&cert=&key=&servername=&insecure_auth=]
+// and waits until the server has answered a request.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	if u.User != nil {
-		return nil, urlError(u, "has user information; the driver does not authenticate to ZooKeeper")
-	}
 	hosts, err := urlutil.Hosts(u, defaultPort)
 	if err != nil {
 		return nil, err
@@ -43,9 +53,25 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return nil, urlError(u, "chroot %q %s", u.Path, why)
 		}
 	}
+	q := u.Query()
+	tlsCfg, err := urlutil.TLS(u, q, false)
+	if err != nil {
+		return nil, err
+	}
+	user, password, err := urlutil.Password(u, q, tlsCfg != nil)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(user, ":") {
+		return nil, urlError(u, "user name %q has a colon, which digest authentication cannot carry", user)
+	}
 	prefix := DefaultPrefix
+	acls := aclOpen
+	if user != "" {
+		acls = aclCreator
+	}
 	var opts []Option
-	for k, vs := range u.Query() {
+	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
 		case "session":
@@ -74,11 +100,33 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlError(u, "prefix=%q %s", v, why)
 			}
 			prefix = v
+		case "acl":
+			if v != aclOpen && v != aclCreator {
+				return nil, urlError(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
+			}
+			acls = v
 		default:
-			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger, curator and prefix)", k)
+			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))
+	switch {
+	case acls == aclCreator && user == "" && (tlsCfg == nil || len(tlsCfg.Certificates) == 0):
+		return nil, urlError(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
+	case acls == aclCreator:
+		opts = append(opts, WithACL(zk.AuthACL(zk.PermAll)))
+	}
+	if user != "" {
+		opts = append(opts, WithAuth("digest", []byte(user+":"+password)))
+	}
+	if tlsCfg != nil {
+		// A certificate that does not verify fails the Open at once;
+		// go-zookeeper would dial again and again until ctx ended.
+		if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
+			return nil, fmt.Errorf("zkdlock: connecting to %s: %w", redact.URL(u), err)
+		}
+		opts = append(opts, WithDialer(tlsDialer(tlsCfg)))
+	}
 	d, err := New(hosts, opts...)
 	if err != nil {
 		return nil, err
@@ -92,4 +140,13 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("zkdlock: connecting to %s: %w", redact.URL(u), err)
 	}
 	return d, nil
+}
+
+// tlsDialer returns a zk.Dialer that connects over TLS with cfg, the
+// handshake included in the timeout.
+func tlsDialer(cfg *tls.Config) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
+		return d.Dial(network, address)
+	}
 }

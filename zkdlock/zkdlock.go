@@ -57,6 +57,8 @@ const (
 	gone = 10 * time.Minute
 )
 
+// acl is the ACL of the driver's znodes unless WithACL says otherwise:
+// every permission to anyone.
 var acl = zk.WorldACL(zk.PermAll)
 
 var errClosed = errors.New("zkdlock: driver closed")
@@ -67,13 +69,18 @@ var errClosed = errors.New("zkdlock: driver closed")
 // safe for concurrent use.
 type Driver struct {
 	conn   *zk.Conn
-	root   string // the znode holding one child per key
-	ttl    time.Duration
-	linger time.Duration
-	layout Layout
-	sess   *session
-	dialer *dialer
-	caps   driver.Capabilities
+	root   string        // the znode holding one child per key
+	acl    []zk.ACL      // the ACL of the znodes the driver creates
+	authed chan struct{} // closed once the session has the credentials of WithAuth
+	// authErr is why the credentials could not be added, if they could
+	// not; set before authed is closed.
+	authErr error
+	ttl     time.Duration
+	linger  time.Duration
+	layout  Layout
+	sess    *session
+	dialer  *dialer
+	caps    driver.Capabilities
 
 	holds *holds.Table[hold]     // this driver's holds and queue entries, by owner
 	trash *holds.Table[garbage]  // deletions to try again, by path
@@ -135,6 +142,14 @@ type config struct {
 	logger   *slog.Logger
 	dial     zk.Dialer
 	connOpts []func(*zk.Conn)
+	auth     []credential
+	acl      []zk.ACL
+}
+
+// credential is an authentication of WithAuth.
+type credential struct {
+	scheme string
+	auth   []byte
 }
 
 // WithPrefix sets the znode under which the driver keeps its locks (default
@@ -172,7 +187,8 @@ func WithCuratorLayout(l Layout) Option { return func(c *config) { c.layout = l 
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithDialer makes the connection dial servers with d instead of
-// net.DialTimeout.
+// net.DialTimeout: for TLS, a function calling a tls.Dialer's Dial (see the
+// package documentation, TLS).
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dial = d } }
 
 // WithConnectOptions passes options to go-zookeeper's Connect, such as
@@ -183,13 +199,33 @@ func WithConnectOptions(opts ...func(*zk.Conn)) Option {
 	return func(c *config) { c.connOpts = append(c.connOpts, opts...) }
 }
 
+// WithAuth adds credentials of the scheme to the driver's session, as
+// zk.Conn.AddAuth does: for ZooKeeper's digest scheme,
+// WithAuth("digest", []byte("user:password")). The driver's calls wait
+// until the server has taken them, and go-zookeeper sends them again before
+// any other request on every new connection, a new session after an expiry
+// included. It may be given more than once. The digest scheme sends the
+// password as it is: use it over TLS (see WithDialer) or on a trusted
+// network. See the package documentation (Authentication).
+func WithAuth(scheme string, auth []byte) Option {
+	return func(c *config) { c.auth = append(c.auth, credential{scheme, auth}) }
+}
+
+// WithACL sets the ACL of the znodes the driver creates (default: every
+// permission to anyone, zk.WorldACL(zk.PermAll)), the lock prefix and its
+// ancestors included. zk.AuthACL(zk.PermAll) gives every permission to the
+// identities the session authenticated as (WithAuth) and to no one else:
+// drivers with other credentials, or none, then get zk.ErrNoAuth. The ACL
+// must give the driver itself every permission but ADMIN.
+func WithACL(acl []zk.ACL) Option { return func(c *config) { c.acl = acl } }
+
 // New connects to the ZooKeeper servers (host:port, port 2181 if missing)
 // and returns a driver with a session of its own. It returns at once; the
 // connection and session are set up in the background and the first calls
 // wait for them. Bad options are reported as a *dlock.ArgError. Close ends
 // the session.
 func New(servers []string, opts ...Option) (*Driver, error) {
-	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL, linger: DefaultParentLinger}
+	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL, linger: DefaultParentLinger, acl: acl}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -213,8 +249,18 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 	if cfg.linger < 0 {
 		return nil, &dlock.ArgError{Name: "linger", Value: cfg.linger, Reason: "is negative"}
 	}
+	if len(cfg.acl) == 0 {
+		return nil, &dlock.ArgError{Name: "acl", Value: cfg.acl, Reason: "is empty: ZooKeeper refuses to create a znode without an ACL"}
+	}
+	for _, c := range cfg.auth {
+		if c.scheme == "" {
+			return nil, &dlock.ArgError{Name: "auth", Value: "", Reason: "has no scheme (write digest)"}
+		}
+	}
 	d := &Driver{
 		root:   cfg.prefix,
+		acl:    cfg.acl,
+		authed: make(chan struct{}),
 		ttl:    cfg.ttl,
 		linger: cfg.linger,
 		layout: cfg.layout,
@@ -256,7 +302,35 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 		for range events {
 		}
 	}()
+	if len(cfg.auth) == 0 {
+		close(d.authed)
+	} else {
+		d.wg.Add(1)
+		go d.authenticate(cfg.auth)
+	}
 	return d, nil
+}
+
+// authenticate adds the credentials to the session, and closes d.authed
+// when it is done. A credential whose request the connection dropped before
+// the server answered is sent again: the client queues it until it has a
+// connection. The client sends the credentials it has added again on every
+// connection after that, before any other request.
+func (d *Driver) authenticate(creds []credential) {
+	defer d.wg.Done()
+	defer close(d.authed)
+	for _, c := range creds {
+		for {
+			err := d.conn.AddAuth(c.scheme, c.auth)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, zk.ErrConnectionClosed) || d.ctx.Err() != nil {
+				d.authErr = fmt.Errorf("zkdlock: adding %s credentials to the session: %w", c.scheme, err)
+				return
+			}
+		}
+	}
 }
 
 // Conn returns the driver's ZooKeeper connection, for requests of the

@@ -2,6 +2,7 @@ package testsrv
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/dlockhq/dlock/internal/testcert"
 )
 
 // etcdDirs are searched for etcd after PATH.
@@ -27,7 +30,11 @@ var etcdDirs = []string{"/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"}
 // Server.Addr is the client address "127.0.0.1:port", Addrs holds Addr
 // alone, and URL is "etcd://127.0.0.1:port". The error wraps ErrMissing if
 // etcd cannot be found.
-func StartEtcd(ctx context.Context) (_ *Server, err error) {
+func StartEtcd(ctx context.Context) (*Server, error) { return startEtcd(ctx, nil) }
+
+// startEtcd starts the member of StartEtcd, or of StartEtcdTLS if certs is
+// not nil.
+func startEtcd(ctx context.Context, certs *testcert.Set) (_ *Server, err error) {
 	bin := lookPath([]string{"etcd"}, etcdDirs...)
 	if bin == "" {
 		return nil, fmt.Errorf("%w: etcd (etcd not found in PATH or %s)", ErrMissing, strings.Join(etcdDirs, ", "))
@@ -55,6 +62,9 @@ func StartEtcd(ctx context.Context) (_ *Server, err error) {
 			}
 		}
 		client := "http://" + loopbackAddr(port)
+		if certs != nil {
+			client = "https://" + loopbackAddr(port)
+		}
 		peer := "http://" + loopbackAddr(peerPort)
 		args := []string{
 			"--name", "default",
@@ -72,14 +82,26 @@ func StartEtcd(ctx context.Context) (_ *Server, err error) {
 		if noFsync {
 			args = append(args, "--unsafe-no-fsync")
 		}
+		if certs != nil {
+			args = append(args, etcdTLSArgs(certs)...)
+		}
 		return startProcess(bin, args, dir, nil, log)
 	}
-	if err := s.launch(ctx, start, etcdHealthy); err != nil {
+	ready := etcdHealthy
+	if certs != nil {
+		if ready, err = etcdHealthyTLS(certs); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.launch(ctx, start, ready); err != nil {
 		return nil, err
 	}
 	s.Addr = loopbackAddr(s.port)
 	s.Addrs = []string{s.Addr}
 	s.URL = "etcd://" + s.Addr
+	if certs != nil {
+		s.URL += tlsQuery(certs)
+	}
 	return s, nil
 }
 
@@ -95,11 +117,17 @@ func etcdSupports(ctx context.Context, bin, option string) bool {
 // port must answer {"health":"true"} (the member has a leader and serves
 // requests). It uses a fresh connection each time and keeps none.
 func etcdHealthy(ctx context.Context, port int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+loopbackAddr(port)+"/health", nil)
+	return etcdHealth(ctx, "http://"+loopbackAddr(port), nil)
+}
+
+// etcdHealth asks GET /health of the client URL base (http:// or https://,
+// with the TLS configuration cfg).
+func etcdHealth(ctx context.Context, base string, cfg *tls.Config) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
 	if err != nil {
 		return err
 	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: cfg}}
 	defer c.CloseIdleConnections()
 	resp, err := c.Do(req)
 	if err != nil {

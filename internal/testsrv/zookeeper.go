@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlockhq/dlock/internal/testcert"
 )
 
 // Settings of the ZooKeeper server started by StartZooKeeper.
@@ -76,10 +78,20 @@ func isFile(p string) bool {
 // Server.Addr is "127.0.0.1:port", Addrs holds Addr alone, and URL is
 // "zk://127.0.0.1:port". The error wraps ErrMissing if java or Debian's
 // zookeeper.jar cannot be found.
-func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
+func StartZooKeeper(ctx context.Context) (*Server, error) { return startZooKeeper(ctx, nil) }
+
+// startZooKeeper starts the server of StartZooKeeper, or of
+// StartZooKeeperTLS if certs is not nil.
+func startZooKeeper(ctx context.Context, certs *testcert.Set) (_ *Server, err error) {
 	java, classpath, err := findZooKeeper()
 	if err != nil {
 		return nil, err
+	}
+	var tlsConfig string
+	if certs != nil {
+		if classpath, tlsConfig, err = zkTLS(classpath, certs); err != nil {
+			return nil, err
+		}
 	}
 	s, err := newServer(ZooKeeper, nil, syscall.SIGKILL)
 	if err != nil {
@@ -89,10 +101,18 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 	dir := s.Dir
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "zoo.cfg")
+	var securePort int
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
-		// A fresh data directory on every attempt to start; a restart
-		// keeps it.
+		// A fresh data directory (and secure port) on every attempt to
+		// start; a restart keeps them.
 		if !s.launched {
+			if certs != nil {
+				p, err := freePort()
+				if err != nil {
+					return nil, err
+				}
+				securePort = p
+			}
 			if err := os.RemoveAll(data); err != nil {
 				return nil, err
 			}
@@ -101,6 +121,9 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 			}
 		}
 		config := zkConfig(zkTickTime, data, port)
+		if certs != nil {
+			config += fmt.Sprintf("secureClientPort=%d\n", securePort) + tlsConfig
+		}
 		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 			return nil, err
 		}
@@ -111,8 +134,12 @@ func StartZooKeeper(ctx context.Context) (_ *Server, err error) {
 		return nil, err
 	}
 	s.Addr = loopbackAddr(s.port)
-	s.Addrs = []string{s.Addr}
 	s.URL = "zk://" + s.Addr
+	if certs != nil {
+		s.Addr = loopbackAddr(securePort)
+		s.URL = "zk://" + s.Addr + tlsQuery(certs)
+	}
+	s.Addrs = []string{s.Addr}
 	return s, nil
 }
 
