@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -94,12 +93,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	defer cancel()
 	if tlsCfg != nil {
 		if err := urlutil.CheckTLS(cctx, hosts, tlsCfg); err != nil {
-			return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
+			return nil, fmt.Errorf("etcddlock: connecting: %w", err)
 		}
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
+		return nil, fmt.Errorf("etcddlock: connecting: %w", err)
 	}
 	d, err := newDriver(cli, true, opts)
 	if err != nil {
@@ -110,7 +109,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	// bad credentials fail the Open.
 	if _, err := cli.Get(cctx, d.prefix, clientv3.WithCountOnly()); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("etcddlock: connecting to %s: %w", redact.URL(u), err)
+		return nil, fmt.Errorf("etcddlock: connecting: %w", err)
 	}
 	return d, nil
 }

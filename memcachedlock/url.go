@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -81,7 +80,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	if err := d.run(ctx, mc.Ping); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("memcachedlock: connecting to %s: %w", redact.URL(u), err)
+		return nil, fmt.Errorf("memcachedlock: connecting: %w", err)
 	}
 	return d, nil
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -292,7 +291,7 @@ func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, o
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("redisdlock: connecting to %s: %w", redact.URL(u), ctxerr.Wrap(ctx, err))
+		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
 	}
 	return d, nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -123,7 +122,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		// A certificate that does not verify fails the Open at once;
 		// go-zookeeper would dial again and again until ctx ended.
 		if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
-			return nil, fmt.Errorf("zkdlock: connecting to %s: %w", redact.URL(u), err)
+			return nil, fmt.Errorf("zkdlock: connecting: %w", err)
 		}
 		opts = append(opts, WithDialer(tlsDialer(tlsCfg)))
 	}
@@ -137,7 +136,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	})
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("zkdlock: connecting to %s: %w", redact.URL(u), err)
+		return nil, fmt.Errorf("zkdlock: connecting: %w", err)
 	}
 	return d, nil
 }

@@ -24,7 +24,13 @@ func redactURLs(s string) string {
 	if !strings.Contains(s, "://") {
 		return s
 	}
-	return urlToken.ReplaceAllStringFunc(s, redact.String)
+	return urlToken.ReplaceAllStringFunc(s, func(tok string) string {
+		// A URL quoted in running text is often followed by punctuation
+		// ("open URL: cause"): keep it out of the URL, or a masked last
+		// parameter would swallow it.
+		trimmed := strings.TrimRight(tok, ":;,.")
+		return redact.String(trimmed) + tok[len(trimmed):]
+	})
 }
 
 // redactingWriter writes dlock's own diagnostics (its messages, the

@@ -14,6 +14,10 @@ func TestRedactURLs(t *testing.T) {
 		{`a redis+sentinel://h/m?sentinel_password=s3cret b mysql://u:s3cret@h/x`, `a redis+sentinel://h/m?sentinel_password=xxxxx b mysql://u:xxxxx@h/x`},
 		{`lock "k" key=job token=7 sqlite:///var/lib/a%20b/x%3F.db`, `lock "k" key=job token=7 sqlite:///var/lib/a%20b/x%3F.db`},
 		{`no URL: password=s3cret`, `no URL: password=s3cret`}, // not a URL: left alone
+		// Punctuation after a URL is not part of it, even after a masked
+		// last parameter.
+		{`open etcd://h:1?cacert=/c.pem&key=/k.pem: untrusted`, `open etcd://h:1?cacert=/c.pem&key=xxxxx: untrusted`},
+		{`at redis://u:s3cret@[::1]:6379, then mysql://u:s3cret@[::1].`, `at redis://u:xxxxx@[::1]:6379, then mysql://u:xxxxx@[::1].`},
 	} {
 		if got := redactURLs(tt.in); got != tt.want {
 			t.Errorf("redactURLs(%q) = %q, want %q", tt.in, got, tt.want)
