@@ -177,6 +177,11 @@ processes on one host coordinate with no set-up. The stores, by URL:
   etcd://etcd1:2379,etcd2:2379?session=15s          etcd
   zk://zk1:2181,zk2:2181/chroot?session=15s         ZooKeeper
 
+TLS: rediss:// and redlocks://, or on etcd://, zk://, redis:// and mysql://
+the parameters cacert=, cert= and key= (PEM files; tls=true for the system's
+roots); PostgreSQL takes its own sslmode=verify-full&sslrootcert=... A
+password in an etcd:// or zk:// URL is sent only over TLS.
+
 The SQL stores keep their locks in the table dlock_locks unless the URL says
 otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit
 status 0 is success; 64 a usage error; 69 a store that cannot be reached;
