@@ -268,7 +268,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 //
 // It returns nil once the lock is detached, and is idempotent. If the lock
 // had already ended otherwise (released, lost, its Client closed), it
-// returns the reason, as Err does: the hold is not on the store then, or
+// returns the reason, as Cause does: the hold is not on the store then, or
 // cannot be trusted. On backends whose holds end with their client's
 // session (Capabilities().PortableHolds is false: etcd, ZooKeeper) it
 // returns an error wrapping ErrUnsupported and the lock stays as it was.

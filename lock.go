@@ -218,9 +218,11 @@ func (l *Lock) OwnerID() string { return OwnerID(l.req.Owner) }
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
 // Context returns a context that is cancelled when the lock is released,
-// lost or its Client closed. context.Cause tells which: ErrNotHeld after
-// Release, an error wrapping ErrLost after a loss (and ErrMaxHold too when the
-// lock reached its WithMaxHold bound), ErrClosed after Close.
+// lost or its Client closed. Once the lock has ended, Context().Err() is
+// context.Canceled, whatever the reason; context.Cause(l.Context()), which
+// Cause returns too, tells the reason: an error wrapping ErrNotHeld after
+// Release, ErrLost after a loss (and ErrMaxHold too when the lock reached
+// its WithMaxHold bound), ErrClosed after Close.
 //
 // The context also carries the lock: Lock, TryLock or Do on the same Client
 // and key with a context derived from it re-enters this lock (see Lock).
@@ -229,9 +231,10 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // Done is shorthand for Context().Done().
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
-// Err returns nil while the lock is held, and then the reason it ended (see
-// Context).
-func (l *Lock) Err() error {
+// Cause returns nil while the lock is held, and then the reason it ended:
+// the same error as context.Cause(l.Context()). The lock's context's own Err
+// is only context.Canceled; Cause tells why (see Context).
+func (l *Lock) Cause() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cause
