@@ -44,6 +44,9 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...LockOpti
 
 func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts []LockOption) (*MultiLock, error) {
 	if err := c.check(ctx); err != nil {
+		if errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("dlock: acquiring %d keys: %w: %w", len(keys), ErrNotAcquired, err)
+		}
 		return nil, err
 	}
 	if len(keys) == 0 {
@@ -88,7 +91,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 				held.Release(rctx)
 			}
 			cancel()
-			err = fmt.Errorf("dlock: acquiring %d keys, stopped at %q: %w", len(sorted), k, err)
+			err = fmt.Errorf("dlock: acquiring %d keys: %w", len(sorted), bare(err))
 			if started != nil {
 				for _, a := range started[i+1:] {
 					a.failed(c, err)
@@ -143,7 +146,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 
 	if !c.enter() {
 		leave(0)
-		return nil, nil, false, ErrClosed
+		return nil, nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w: %w", len(keys), ErrNotAcquired, ErrClosed)
 	}
 	defer c.ops.done()
 	acqs := make([]*acquisition, len(keys))
@@ -170,7 +173,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 			}
 		})
 		leave(0)
-		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), notAcquired(keys[0], why(ctx)))
+		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), bare(notAcquired(keys[0], why(ctx))))
 		return nil, nil, false, failed(0, err)
 	}
 	switch {
@@ -180,7 +183,9 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	case err != nil:
 		cleanup(0)
 		if bctx.Err() != nil {
-			err = notAcquired(keys[0], why(ctx))
+			err = bare(notAcquired(keys[0], why(ctx)))
+		} else {
+			err = c.storeFailure(err)
 		}
 		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
 		return nil, nil, false, failed(0, err)
@@ -232,7 +237,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 				held.Release(rctx)
 			}
 			cancel()
-			return nil, nil, false, ErrClosed
+			return nil, nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), bare(notAcquired(req.Key, ErrClosed)))
 		}
 		locks = append(locks, l)
 	}
