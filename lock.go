@@ -314,7 +314,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 		// its lease ends, and renewal goes on trying until then, in
 		// case the deployment is repaired meanwhile. It is marked, so
 		// that the caller and observers can tell.
-		// broken
+		err = l.c.marked(err)
 		l.mu.Lock()
 		l.renewErr = err
 		l.mu.Unlock()
