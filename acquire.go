@@ -34,7 +34,7 @@ func (c *Client) acquireAs(ctx context.Context, key string, wait bool, opts []Lo
 		// (An acquisition whose start was reported never re-enters:
 		// LockAll reports starts only when ctx carries none of its keys.)
 		if err := l.reenter(); err != nil {
-			return nil, a.failed(c, fmt.Errorf("dlock: %w%s: re-entering a lock that has ended: %w", ErrNotAcquired, keyed(key, err), bare(err)))
+			return nil, a.failed(c, fmt.Errorf("dlock: %w%s: re-entering a lock that has ended: %w", ErrNotAcquired, keyedAfter(key, err), bare(err)))
 		}
 		return l, nil
 	}
@@ -171,14 +171,14 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				// The waiter's place in the queue ended with its session
 				// or lease: it must not carry on as if it had waited.
 				c.cleanup(ctx, req)
-				return nil, fmt.Errorf("dlock: %w%s: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, keyed(req.Key, err), ErrLost, err)
+				return nil, fmt.Errorf("dlock: %w%s: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, keyedAfter(req.Key, err), ErrLost, err)
 			}
 			if errors.Is(err, driver.ErrBusy) {
 				// The store answered, and changed nothing: the key
 				// is as good as held.
 				if !wait {
 					c.cleanup(ctx, req)
-					return nil, fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, keyed(req.Key, err), err)
+					return nil, fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, keyedAfter(req.Key, err), err)
 				}
 				reached = true
 			}
@@ -360,7 +360,7 @@ func waitEnded(key string, reason, failure error) error {
 	if failure == nil {
 		return notAcquired(key, reason)
 	}
-	return fmt.Errorf("dlock: %w%s: %w; the last attempt failed: %w", ErrNotAcquired, keyed(key, failure), reason, &unavailableError{failure})
+	return fmt.Errorf("dlock: %w%s: %w; the last attempt failed: %w", ErrNotAcquired, keyedAfter(key, failure), reason, &unavailableError{failure})
 }
 
 // sleep waits for d, a notification on sub (if any) or the end of ctx.

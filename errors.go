@@ -205,3 +205,12 @@ func keyed(key string, err error) string {
 	}
 	return " " + q
 }
+
+// keyedAfter is keyed for an error whose message names the key after a
+// sentinel's text and a colon: it returns `: "KEY"`, or "".
+func keyedAfter(key string, err error) string {
+	if k := keyed(key, err); k != "" {
+		return ":" + k
+	}
+	return ""
+}

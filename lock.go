@@ -186,7 +186,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 			l.calls.Unlock()
 			l.c.cleanup(context.Background(), req)
 		})
-		l.end(lost, fmt.Errorf("dlock: %w%s: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, keyed(req.Key, err), err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, keyedAfter(req.Key, err), err))
 		return fmt.Errorf("dlock: downgrade%s: %w", keyed(req.Key, err), err)
 	}
 	switch {
@@ -205,7 +205,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.end(lost, fmt.Errorf("dlock: %w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
 		return l.ended()
 	case errors.Is(err, driver.ErrNotOwner):
-		l.end(lost, fmt.Errorf("dlock: %w%s: %w", ErrLost, keyed(req.Key, err), err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: %w", ErrLost, keyedAfter(req.Key, err), err))
 		return l.ended()
 	}
 	return fmt.Errorf("dlock: downgrade%s: %w", keyed(req.Key, err), l.c.marked(err))
@@ -303,7 +303,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 			// A Release overtook this refresh: no loss.
 			return fmt.Errorf("dlock: %w: %q is being released", ErrNotHeld, l.req.Key)
 		}
-		l.end(lost, fmt.Errorf("dlock: %w%s: the store no longer has this owner's lease: %w", ErrLost, keyed(l.req.Key, err), err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: the store no longer has this owner's lease: %w", ErrLost, keyedAfter(l.req.Key, err), err))
 		return l.ended()
 	default:
 		if err := l.ended(); err != nil {
@@ -411,7 +411,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 		l.end(released, fmt.Errorf("dlock: %w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
 		return fmt.Errorf("dlock: %s%s: %w", what, keyed(req.Key, err), err)
 	case errors.Is(err, driver.ErrNotOwner):
-		l.end(lost, fmt.Errorf("dlock: %w%s: the lease had ended before %s: %w", ErrLost, keyed(req.Key, err), what, err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: the lease had ended before %s: %w", ErrLost, keyedAfter(req.Key, err), what, err))
 		return l.ended()
 	default:
 		l.end(released, fmt.Errorf("dlock: %w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, req.Key))
@@ -560,7 +560,7 @@ func (l *Lock) checkExpiry() {
 	renewErr := l.renewErr
 	l.mu.Unlock()
 	if renewErr != nil {
-		l.end(lost, fmt.Errorf("dlock: %w%s: its validity ran out before the lease could be renewed; the last renewal failed: %w", ErrLost, keyed(l.req.Key, renewErr), renewErr))
+		l.end(lost, fmt.Errorf("dlock: %w%s: its validity ran out before the lease could be renewed; the last renewal failed: %w", ErrLost, keyedAfter(l.req.Key, renewErr), renewErr))
 		return
 	}
 	l.end(lost, fmt.Errorf("dlock: %w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))

@@ -45,7 +45,7 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...LockOpti
 func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts []LockOption) (*MultiLock, error) {
 	if err := c.check(ctx); err != nil {
 		if errors.Is(err, ErrClosed) {
-			err = fmt.Errorf("dlock: acquiring %d keys: %w: %w", len(keys), ErrNotAcquired, err)
+			err = fmt.Errorf("dlock: acquiring keys %q: %w: %w", keys, ErrNotAcquired, err)
 		}
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 
 	if !c.enter() {
 		leave(0)
-		return nil, nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w: %w", len(keys), ErrNotAcquired, ErrClosed)
+		return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
 	}
 	defer c.ops.done()
 	acqs := make([]*acquisition, len(keys))
@@ -173,7 +173,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 			}
 		})
 		leave(0)
-		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), bare(notAcquired(keys[0], why(ctx))))
+		err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
 		return nil, nil, false, failed(0, err)
 	}
 	switch {
@@ -183,11 +183,10 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	case err != nil:
 		cleanup(0)
 		if bctx.Err() != nil {
-			err = bare(notAcquired(keys[0], why(ctx)))
+			err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
 		} else {
-			err = c.storeFailure(err)
+			err = fmt.Errorf("dlock: acquiring keys %q at once: %w", keys, c.storeFailure(err))
 		}
-		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
 		return nil, nil, false, failed(0, err)
 	case !res.Acquired:
 		leave(0)
@@ -202,7 +201,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		return nil, nil, false, failed(0, err)
 	case len(res.Results) != len(reqs) || slices.ContainsFunc(res.Results, func(r driver.Result) bool { return !r.Acquired }):
 		cleanup(0)
-		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring %d keys at once: the driver reported success without a hold for every key", len(keys)))
+		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring keys %q at once: the driver reported success without a hold for every key", keys))
 	}
 	for i, r := range res.Results {
 		if _, validUntil := lease(reqs[i], r, begin); !time.Now().Before(validUntil) {
@@ -237,7 +236,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 				held.Release(rctx)
 			}
 			cancel()
-			return nil, nil, false, fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), bare(notAcquired(req.Key, ErrClosed)))
+			return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
 		}
 		locks = append(locks, l)
 	}
