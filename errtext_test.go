@@ -84,6 +84,9 @@ func TestErrorsNameKeyOnce(t *testing.T) {
 		l := hold(t, a)
 		_, err := b.TryLock(ctx, key, dlock.WithLimit(2))
 		check(t, "TryLock of a mutex as a semaphore", err, dlock.ErrModeMismatch)
+		if errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("TryLock of a mutex as a semaphore = %v; the store answered, so not ErrUnavailable", err)
+		}
 		_, err = a.Lock(l.Context(), key, dlock.WithLimit(2))
 		check(t, "re-entering a mutex as a semaphore", err, dlock.ErrModeMismatch)
 
