@@ -21,6 +21,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 // it is, and does not report a second start.
 func (c *Client) acquireAs(ctx context.Context, key string, wait bool, opts []LockOption, a *acquisition) (*Lock, error) {
 	if err := c.check(ctx); err != nil {
+		if errors.Is(err, ErrClosed) {
+			err = notAcquired(key, err)
+		}
 		return nil, a.failed(c, err)
 	}
 	req, cfg, l, err := c.prepare(ctx, key, opts)
@@ -31,7 +34,7 @@ func (c *Client) acquireAs(ctx context.Context, key string, wait bool, opts []Lo
 		// (An acquisition whose start was reported never re-enters:
 		// LockAll reports starts only when ctx carries none of its keys.)
 		if err := l.reenter(); err != nil {
-			return nil, a.failed(c, fmt.Errorf("%w: %q: re-entering a lock that has ended: %w", ErrNotAcquired, key, err))
+			return nil, a.failed(c, fmt.Errorf("dlock: %w%s: re-entering a lock that has ended: %w", ErrNotAcquired, keyedAfter(key, err), bare(err)))
 		}
 		return l, nil
 	}
@@ -73,9 +76,9 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 		// once (it would wait for itself).
 		switch {
 		case mode == driver.Exclusive && l.Mode() == driver.Shared:
-			return driver.Request{}, cfg, nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
+			return driver.Request{}, cfg, nil, fmt.Errorf("dlock: %w: %q", ErrUpgrade, key)
 		case (mode == driver.Semaphore) != (l.Mode() == driver.Semaphore) || limit != l.Limit():
-			return driver.Request{}, cfg, nil, fmt.Errorf("%w: %q is held as %s", ErrModeMismatch, key, l.Mode())
+			return driver.Request{}, cfg, nil, fmt.Errorf("dlock: %w: %q is held as %s", ErrModeMismatch, key, l.Mode())
 		}
 		return driver.Request{}, cfg, l, nil
 	}
@@ -121,7 +124,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		// goroutine of this Client acquires the key.
 		leave = func() {}
 	} else if leave = c.gates.tryEnter(req.Key); leave == nil {
-		return nil, fmt.Errorf("%w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
+		return nil, fmt.Errorf("dlock: %w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 	}
 	defer func() {
 		if err != nil {
@@ -168,27 +171,30 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 				// The waiter's place in the queue ended with its session
 				// or lease: it must not carry on as if it had waited.
 				c.cleanup(ctx, req)
-				return nil, fmt.Errorf("%w: %q: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, req.Key, ErrLost, err)
+				return nil, fmt.Errorf("dlock: %w%s: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, keyedAfter(req.Key, err), ErrLost, err)
 			}
 			if errors.Is(err, driver.ErrBusy) {
 				// The store answered, and changed nothing: the key
 				// is as good as held.
 				if !wait {
 					c.cleanup(ctx, req)
-					return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, req.Key, err)
+					return nil, fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, keyedAfter(req.Key, err), err)
 				}
 				reached = true
 			}
 			// A store that fails the first attempt is misconfigured or
-			// down: say so at once. Once it has answered, a failure
-			// while waiting is taken as a blip and ridden out.
-			if errors.Is(err, driver.ErrUnsupported) {
+			// down, and one that fails for good (a permanent error:
+			// refused credentials, a missing table) will not mend: say
+			// so at once. Once it has answered, another failure while
+			// waiting is taken as a blip and ridden out.
+			if errors.Is(err, driver.ErrUnsupported) || errors.Is(err, driver.ErrModeMismatch) && (!wait || !reached) {
+				// The store answered: it is not unavailable.
 				c.cleanup(ctx, req)
-				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, err)
+				return nil, fmt.Errorf("dlock: acquire%s: %w", keyed(req.Key, err), err)
 			}
-			if !wait || !reached {
+			if !wait || !reached || c.permanent(err) {
 				c.cleanup(ctx, req)
-				return nil, fmt.Errorf("dlock: acquire %q: %w", req.Key, &unavailableError{err})
+				return nil, fmt.Errorf("dlock: acquire%s: %w", keyed(req.Key, err), c.storeFailure(err))
 			}
 			failure = err
 			if !req.Queue {
@@ -231,9 +237,9 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			c.cleanup(ctx, req)
 			if !wait {
 				if usableUntil.Before(validUntil) {
-					return nil, fmt.Errorf("%w: %q: the store answered after the max hold of %v had run out", ErrNotAcquired, req.Key, *cfg.maxHold)
+					return nil, fmt.Errorf("dlock: %w: %q: the store answered after the max hold of %v had run out", ErrNotAcquired, req.Key, *cfg.maxHold)
 				}
-				return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
+				return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrNotAcquired, req.Key, ttl)
 			}
 			c.cfg.logger.Warn("dlock: acquired lock had no validity left; retrying", "key", req.Key, "ttl", ttl)
 			if err := sleep(ctx, bo.next(), nil); err != nil {
@@ -242,7 +248,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			continue
 		}
 		if !wait {
-			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, req.Key)
+			return nil, fmt.Errorf("dlock: %w: %q is held", ErrNotAcquired, req.Key)
 		}
 		if subscribe {
 			subscribe = false
@@ -340,8 +346,10 @@ func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 // from a store that hangs.
 const cleanupGrace = 250 * time.Millisecond
 
+// notAcquired is the error of an acquisition of key that ended for cause,
+// an error that does not name the key (a context's error, ErrClosed).
 func notAcquired(key string, cause error) error {
-	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, cause)
+	return fmt.Errorf("dlock: %w: %q: %w", ErrNotAcquired, key, cause)
 }
 
 // waitEnded is the error of a wait for key that ended for reason (the
@@ -352,7 +360,7 @@ func waitEnded(key string, reason, failure error) error {
 	if failure == nil {
 		return notAcquired(key, reason)
 	}
-	return fmt.Errorf("%w: %q: %w; the last attempt failed: %w", ErrNotAcquired, key, reason, &unavailableError{failure})
+	return fmt.Errorf("dlock: %w%s: %w; the last attempt failed: %w", ErrNotAcquired, keyedAfter(key, failure), reason, &unavailableError{failure})
 }
 
 // sleep waits for d, a notification on sub (if any) or the end of ctx.

@@ -46,7 +46,16 @@
 //     Semaphore with another limit, a lock asked of a semaphore's key);
 //   - ErrUpgrade: the holder of a read lock asked for the write lock;
 //   - ErrUnavailable: the store could not be reached, or failed the last
-//     attempt of a wait.
+//     attempt of a wait;
+//   - ErrPermanent: the store failed in a way that asking again cannot mend
+//     (refused credentials or permissions, an untrusted TLS certificate, a
+//     missing table, a key of a foreign type): a wait ends at once, with
+//     ErrUnavailable too. The backend's driver classifies its store's
+//     errors (driver.Classifier).
+//
+// An error names the package once, at its start ("dlock: "), and the
+// lock's key once, also where it wraps a driver's error that names the key
+// itself; the sentinels' own texts carry no prefix.
 //
 // Bad input is rejected before anything reaches the store, with an
 // *ArgError naming the bad value:
@@ -291,8 +300,10 @@ func (c *Client) Driver() driver.Driver { return c.drv }
 // and ctx.Err(), and nothing is left behind on the store.
 //
 // If the store fails the first attempt, Lock returns that error at once (the
-// store is down or misconfigured). Once the store has answered, failures
-// while waiting are logged and retried with backoff until ctx ends.
+// store is down or misconfigured), and so it does whenever the failure is
+// permanent (ErrPermanent: refused credentials, a missing table). Once the
+// store has answered, other failures while waiting are logged and retried
+// with backoff until ctx ends.
 //
 // Goroutines of one Client waiting for the same key queue locally, so that
 // only one of them at a time waits on the store.
@@ -354,7 +365,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	}
 	l, ok := c.drv.(driver.Lister)
 	if !ok {
-		return nil, fmt.Errorf("%w: listing holders", ErrUnsupported)
+		return nil, fmt.Errorf("dlock: listing holders: %w", ErrUnsupported)
 	}
 	hs, err, _ := do(c, ctx, func(ctx context.Context) ([]Holder, error) { return l.List(ctx, prefix) })
 	for i := range hs {
@@ -387,7 +398,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	f, ok := c.drv.(driver.ForceReleaser)
 	if !ok {
-		return 0, fmt.Errorf("%w: forced release", ErrUnsupported)
+		return 0, fmt.Errorf("dlock: forced release of %q: %w", key, ErrUnsupported)
 	}
 	n, err, _ := do(c, ctx, func(ctx context.Context) (int, error) { return f.ForceRelease(ctx, key) })
 	return n, err

@@ -172,8 +172,8 @@ func TestTransientRefreshErrorKeepsLock(t *testing.T) {
 	if err == nil || errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Refresh with a transient failure = %v; want a plain error", err)
 	}
-	if l.Err() != nil {
-		t.Fatalf("lock ended after one transient failure: %v", l.Err())
+	if l.Cause() != nil {
+		t.Fatalf("lock ended after one transient failure: %v", l.Cause())
 	}
 	f.set(func(f *faulty) { f.refreshErr = nil })
 	if err := l.Refresh(context.Background()); err != nil {

@@ -3,36 +3,43 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errclass"
 )
 
 // Sentinel errors. Every error dlock returns wraps one of them (or a context
 // error, or an error from the store); test with errors.Is.
+//
+// Their texts do not begin with "dlock: ": the errors dlock returns carry
+// that prefix once, at their start, and name the lock's key once, however
+// many layers (dlock, a driver, its store) add to them.
 var (
 	// ErrNotAcquired means the lock could not be acquired: TryLock found it
 	// held, or a wait in Lock ended. When a wait ends because its context is
 	// done, the error also wraps the context's error, so both
 	// errors.Is(err, ErrNotAcquired) and errors.Is(err, context.DeadlineExceeded)
 	// (or context.Canceled) hold.
-	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	ErrNotAcquired = errors.New("lock not acquired")
 
 	// ErrNotHeld means the lock handle no longer holds the lock because it
 	// was released through this handle (for example Release called twice).
 	// It is also the cause of a lock context that ended by Release.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = errors.New("lock not held")
 
 	// ErrLost means the lock was held but can no longer be trusted: a
 	// renewal failed, the lease ran out, or the store reports another owner.
 	// The protected work must stop; another holder may already exist.
-	ErrLost = errors.New("dlock: lock lost")
+	ErrLost = errors.New("lock lost")
 
 	// ErrInvalidArgument means an argument was rejected before anything was
 	// sent to the store. The error is an *ArgError naming the argument.
-	ErrInvalidArgument = errors.New("dlock: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 
 	// ErrClosed means the Client was closed.
-	ErrClosed = errors.New("dlock: client closed")
+	ErrClosed = errors.New("client closed")
 
 	// ErrModeMismatch means the lock is held or awaited in a mode that
 	// cannot share the key with the one asked for: a semaphore with another
@@ -45,7 +52,7 @@ var (
 	// itself (and deadlock against any other reader doing the same), so it
 	// is refused at once: release the read lock first, or take the write
 	// lock from the start and Downgrade it.
-	ErrUpgrade = errors.New("dlock: a read lock cannot be upgraded to a write lock")
+	ErrUpgrade = errors.New("a read lock cannot be upgraded to a write lock")
 
 	// ErrUnavailable means the store failed an acquisition: it answered
 	// with an error, or a node or replica it needs did not answer, instead
@@ -56,7 +63,25 @@ var (
 	// wraps ErrNotAcquired, the context's error (or ErrClosed), ErrUnavailable
 	// and the store's last error, so that the caller learns why the lock
 	// was not acquired instead of taking it for held.
-	ErrUnavailable = errors.New("dlock: the store is unavailable")
+	ErrUnavailable = errors.New("the store is unavailable")
+
+	// ErrPermanent means the store failed a request in a way that asking
+	// again cannot mend while the deployment stays as it is: it refused
+	// the credentials, the client does not trust its TLS certificate, the
+	// user lacks a permission, the table or database is missing, the key
+	// holds data of a foreign type. The driver says which of its store's
+	// errors are permanent (driver.Classifier), and dlock adds checks that
+	// hold for every store (TLS certificate verification). A permanent
+	// failure ends a wait in Lock, Do or LockAll at once, instead of
+	// retrying until the context ends; the error wraps ErrPermanent,
+	// ErrUnavailable and the store's error (it does not wrap
+	// ErrNotAcquired: the lock was not found held). Refresh, Release and
+	// Resume wrap it too when the store's failure is permanent; automatic
+	// renewal reports it (EventRenewFailed, and the logger at error level)
+	// and keeps trying until the lock's validity ends, since the store
+	// keeps the hold until its lease ends and an operator may repair the
+	// deployment meanwhile.
+	ErrPermanent = errors.New("the store failed for good")
 
 	// ErrUnsupported means the backend does not support what was asked
 	// (a lock mode, a listing, a forced release). It is the same value as
@@ -102,6 +127,90 @@ func (e *unavailableError) Error() string        { return e.err.Error() }
 func (e *unavailableError) Unwrap() error        { return e.err }
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 
+// permanentError marks a store's failure that asking again cannot mend as
+// ErrPermanent, and the failure of an acquisition as ErrUnavailable too,
+// keeping the store's error and its message.
+type permanentError struct {
+	err     error
+	acquire bool
+}
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+func (e *permanentError) Is(target error) bool {
+	return target == ErrPermanent || e.acquire && target == ErrUnavailable
+}
+
+// permanent reports whether err, from a call of the Client's driver, is a
+// failure that asking again cannot mend: an *ArgError, or what the
+// driver's classifier and the checks shared by every store (see package
+// errclass) find permanent.
+func (c *Client) permanent(err error) bool {
+	return errors.Is(err, ErrInvalidArgument) || errclass.Permanent(c.drv, err)
+}
+
+// storeFailure marks err, a failure of a store request, as ErrUnavailable,
+// and as ErrPermanent too if it is permanent.
+func (c *Client) storeFailure(err error) error {
+	if c.permanent(err) {
+		return &permanentError{err: err, acquire: true}
+	}
+	return &unavailableError{err}
+}
+
+// marked marks err, a failure of a store request that is not an
+// acquisition (a refresh, a release), as ErrPermanent if it is permanent,
+// and leaves it as it is otherwise.
+func (c *Client) marked(err error) error {
+	if c.permanent(err) {
+		return &permanentError{err: err}
+	}
+	return err
+}
+
 func argError(name string, value any, format string, args ...any) error {
 	return &ArgError{Name: name, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// The errors dlock makes begin with "dlock: " once and name the lock's key
+// once. An error that wraps another error of dlock's drops the inner one's
+// prefix (bare); one that wraps a store's error names the key only if the
+// store's error does not (keyed): drivers name it already.
+
+// bareError is an error of dlock's without its "dlock: " prefix, to be
+// wrapped by another one.
+type bareError struct{ err error }
+
+func (e *bareError) Error() string { return strings.TrimPrefix(e.err.Error(), prefix) }
+func (e *bareError) Unwrap() error { return e.err }
+
+const prefix = "dlock: "
+
+// bare returns err with its message's "dlock: " prefix dropped, for
+// wrapping in another error of dlock's; errors.Is and errors.As see
+// through it.
+func bare(err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), prefix) {
+		return err
+	}
+	return &bareError{err}
+}
+
+// keyed returns key quoted, after a space, for an error that wraps err,
+// or "" if err's message names the key already.
+func keyed(key string, err error) string {
+	q := strconv.Quote(key)
+	if err != nil && strings.Contains(err.Error(), q) {
+		return ""
+	}
+	return " " + q
+}
+
+// keyedAfter is keyed for an error whose message names the key after a
+// sentinel's text and a colon: it returns `: "KEY"`, or "".
+func keyedAfter(key string, err error) string {
+	if k := keyed(key, err); k != "" {
+		return ":" + k
+	}
+	return ""
 }

@@ -228,18 +228,18 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
 	switch {
 	case errors.Is(err, driver.ErrNotOwner):
-		return nil, fmt.Errorf("%w: %q: the store has no live hold for this hold ID "+
-			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, h.key, err)
+		return nil, fmt.Errorf("dlock: %w%s: the store has no live hold for this hold ID "+
+			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, keyed(h.key, err), err)
 	case errors.Is(err, driver.ErrUnsupported):
-		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, err)
+		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), err)
 	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, err)
+		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), err)
 	case err != nil:
-		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, &unavailableError{err})
+		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), c.storeFailure(err))
 	}
 	ttl, validUntil := lease(req, driver.Result{}, sent)
 	if !time.Now().Before(validUntil) {
-		return nil, fmt.Errorf("%w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
+		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}
 	l := newLock(c, ctx, req, h.token, ttl, cfg, sent, validUntil, func() {})
 	if l == nil {
@@ -268,7 +268,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 //
 // It returns nil once the lock is detached, and is idempotent. If the lock
 // had already ended otherwise (released, lost, its Client closed), it
-// returns the reason, as Err does: the hold is not on the store then, or
+// returns the reason, as Cause does: the hold is not on the store then, or
 // cannot be trusted. On backends whose holds end with their client's
 // session (Capabilities().PortableHolds is false: etcd, ZooKeeper) it
 // returns an error wrapping ErrUnsupported and the lock stays as it was.
@@ -283,7 +283,7 @@ func (l *Lock) Detach() error {
 	}
 	defer l.endClaim()
 	l.stopRenewal()
-	l.end(detached, fmt.Errorf("%w: %q was detached: its hold stays on the store until its lease ends", ErrNotHeld, l.req.Key))
+	l.end(detached, fmt.Errorf("dlock: %w: %q was detached: its hold stays on the store until its lease ends", ErrNotHeld, l.req.Key))
 	return l.detachedOr()
 }
 

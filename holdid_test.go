@@ -114,7 +114,7 @@ func TestDetachedHandle(t *testing.T) {
 		"Refresh":      l.Refresh(ctx),
 		"Release":      l.Release(ctx),
 		"ReleaseAfter": l.ReleaseAfter(ctx, time.Second),
-		"Err":          l.Err(),
+		"Err":          l.Cause(),
 	} {
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("%s after Detach: %v; want ErrNotHeld", name, err)
@@ -256,7 +256,7 @@ func TestResumeModes(t *testing.T) {
 	// The resumed lock renews the hold: it outlives several leases.
 	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
-		if err := r.Err(); err != nil {
+		if err := r.Cause(); err != nil {
 			t.Fatalf("the resumed lock ended: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)

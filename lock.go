@@ -54,6 +54,7 @@ type Lock struct {
 	renewStopped bool
 	state        lockState
 	cause        error // why the lock ended; nil while held
+	renewErr     error // the failure of the latest refresh, if it failed
 	validUntil   time.Time
 	expiry       *time.Timer
 	maxHold      time.Duration // WithMaxHold; zero without
@@ -185,8 +186,8 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 			l.calls.Unlock()
 			l.c.cleanup(context.Background(), req)
 		})
-		l.end(lost, fmt.Errorf("%w: %q: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, req.Key, err))
-		return fmt.Errorf("dlock: downgrade %q: %w", req.Key, err)
+		l.end(lost, fmt.Errorf("dlock: %w%s: the downgrade was abandoned on the wire, so the lock's mode is unknown: %w", ErrLost, keyedAfter(req.Key, err), err))
+		return fmt.Errorf("dlock: downgrade%s: %w", keyed(req.Key, err), err)
 	}
 	switch {
 	case err == nil && res.Acquired && res.Token == l.token:
@@ -201,13 +202,13 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		// Whatever the store made of the request is not this lock's hold:
 		// clear it, and the handle is lost.
 		l.c.cleanup(ctx, req)
-		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
+		l.end(lost, fmt.Errorf("dlock: %w: %q: the store no longer has this owner's write lock to downgrade", ErrLost, req.Key))
 		return l.ended()
 	case errors.Is(err, driver.ErrNotOwner):
-		l.end(lost, fmt.Errorf("%w: %q: %w", ErrLost, req.Key, err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: %w", ErrLost, keyedAfter(req.Key, err), err))
 		return l.ended()
 	}
-	return fmt.Errorf("dlock: downgrade %q: %w", req.Key, err)
+	return fmt.Errorf("dlock: downgrade%s: %w", keyed(req.Key, err), l.c.marked(err))
 }
 
 // OwnerID returns the public identifier of this lock's owner, as Client.List
@@ -218,9 +219,11 @@ func (l *Lock) OwnerID() string { return OwnerID(l.req.Owner) }
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
 // Context returns a context that is cancelled when the lock is released,
-// lost or its Client closed. context.Cause tells which: ErrNotHeld after
-// Release, an error wrapping ErrLost after a loss (and ErrMaxHold too when the
-// lock reached its WithMaxHold bound), ErrClosed after Close.
+// lost or its Client closed. Once the lock has ended, Context().Err() is
+// context.Canceled, whatever the reason; context.Cause(l.Context()), which
+// Cause returns too, tells the reason: an error wrapping ErrNotHeld after
+// Release, ErrLost after a loss (and ErrMaxHold too when the lock reached
+// its WithMaxHold bound), ErrClosed after Close.
 //
 // The context also carries the lock: Lock, TryLock or Do on the same Client
 // and key with a context derived from it re-enters this lock (see Lock).
@@ -229,9 +232,10 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // Done is shorthand for Context().Done().
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
-// Err returns nil while the lock is held, and then the reason it ended (see
-// Context).
-func (l *Lock) Err() error {
+// Cause returns nil while the lock is held, and then the reason it ended:
+// the same error as context.Cause(l.Context()). The lock's context's own Err
+// is only context.Canceled; Cause tells why (see Context).
+func (l *Lock) Cause() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cause
@@ -252,8 +256,13 @@ func (l *Lock) ValidUntil() time.Time {
 // makes calling it unnecessary unless WithoutRenewal was given. It returns an
 // error wrapping ErrLost if the lock was lost (and marks it lost if the store
 // reports another owner), ErrNotHeld if it was released, ErrClosed if the
-// Client was closed. Any other error is a failure to reach the store: the
-// lock is kept until its validity ends.
+// Client was closed. Any other error is a failure of the store: the lock is
+// kept until its validity ends. The error wraps ErrPermanent when the
+// failure is permanent (the store now refuses the credentials, say): the
+// lock is kept all the same, since the store keeps the hold until its
+// lease ends, and automatic renewal goes on trying until then. If the
+// validity runs out first, the lock is lost with a cause that names the
+// last renewal's failure.
 func (l *Lock) Refresh(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -266,7 +275,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 		return err
 	}
 	if l.isEnding() {
-		return fmt.Errorf("%w: %q is being released", ErrNotHeld, l.req.Key)
+		return fmt.Errorf("dlock: %w: %q is being released", ErrNotHeld, l.req.Key)
 	}
 	sent := time.Now()
 	req := l.request()
@@ -276,6 +285,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.mu.Lock()
+		l.renewErr = nil
 		if v := sent.Add(l.ttl - DriftMargin(l.ttl)); l.state == held && v.After(l.validUntil) {
 			l.validUntil = v
 			l.expiry.Reset(time.Until(v))
@@ -291,18 +301,27 @@ func (l *Lock) refresh(ctx context.Context) error {
 	case errors.Is(err, driver.ErrNotOwner):
 		if l.isEnding() {
 			// A Release overtook this refresh: no loss.
-			return fmt.Errorf("%w: %q is being released", ErrNotHeld, l.req.Key)
+			return fmt.Errorf("dlock: %w: %q is being released", ErrNotHeld, l.req.Key)
 		}
-		l.end(lost, fmt.Errorf("%w: %q: the store no longer has this owner's lease: %w", ErrLost, l.req.Key, err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: the store no longer has this owner's lease: %w", ErrLost, keyedAfter(l.req.Key, err), err))
 		return l.ended()
 	default:
 		if err := l.ended(); err != nil {
 			return err
 		}
+		// A permanent failure (the store now refuses the credentials,
+		// say) does not end the lock: the store keeps the hold until
+		// its lease ends, and renewal goes on trying until then, in
+		// case the deployment is repaired meanwhile. It is marked, so
+		// that the caller and observers can tell.
+		err = l.c.marked(err)
+		l.mu.Lock()
+		l.renewErr = err
+		l.mu.Unlock()
 		e := l.event(EventRenewFailed, err)
 		e.Held = time.Since(l.acquiredAt)
 		l.c.observe(e)
-		return fmt.Errorf("dlock: refresh %q: %w", l.req.Key, err)
+		return fmt.Errorf("dlock: refresh%s: %w", keyed(l.req.Key, err), err)
 	}
 }
 
@@ -356,7 +375,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 		if err := l.ended(); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.req.Key)
+		return fmt.Errorf("dlock: %w: %q was released", ErrNotHeld, l.req.Key)
 	}
 	defer l.endClaim()
 	l.stopRenewal()
@@ -383,20 +402,20 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 	err, abandoned := l.storeCall(ctx, op)
 	switch {
 	case err == nil && d > 0:
-		l.end(released, fmt.Errorf("%w: %q is held by its lease for %v more", ErrNotHeld, req.Key, d))
+		l.end(released, fmt.Errorf("dlock: %w: %q is held by its lease for %v more", ErrNotHeld, req.Key, d))
 		return nil
 	case err == nil:
-		l.end(released, fmt.Errorf("%w: %q was released", ErrNotHeld, req.Key))
+		l.end(released, fmt.Errorf("dlock: %w: %q was released", ErrNotHeld, req.Key))
 		return nil
 	case abandoned:
-		l.end(released, fmt.Errorf("%w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
-		return fmt.Errorf("dlock: %s %q: %w", what, req.Key, err)
+		l.end(released, fmt.Errorf("dlock: %w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
+		return fmt.Errorf("dlock: %s%s: %w", what, keyed(req.Key, err), err)
 	case errors.Is(err, driver.ErrNotOwner):
-		l.end(lost, fmt.Errorf("%w: %q: the lease had ended before %s: %w", ErrLost, req.Key, what, err))
+		l.end(lost, fmt.Errorf("dlock: %w%s: the lease had ended before %s: %w", ErrLost, keyedAfter(req.Key, err), what, err))
 		return l.ended()
 	default:
-		l.end(released, fmt.Errorf("%w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, req.Key))
-		return fmt.Errorf("dlock: %s %q: %w", what, req.Key, err)
+		l.end(released, fmt.Errorf("dlock: %w: %q was released locally; the store frees it when its lease ends", ErrNotHeld, req.Key))
+		return fmt.Errorf("dlock: %s%s: %w", what, keyed(req.Key, err), l.c.marked(err))
 	}
 }
 
@@ -484,9 +503,9 @@ func (l *Lock) closeLock() error {
 	err, _ := l.storeCall(context.Background(), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.c.drv.Release(ctx, l.request())
 	})
-	l.end(closed, ErrClosed)
+	l.end(closed, fmt.Errorf("dlock: %q: %w", l.req.Key, ErrClosed))
 	if err != nil && !errors.Is(err, driver.ErrNotOwner) {
-		return fmt.Errorf("dlock: release %q on close: %w", l.req.Key, err)
+		return fmt.Errorf("dlock: release%s on close: %w", keyed(l.req.Key, err), err)
 	}
 	return nil
 }
@@ -538,8 +557,13 @@ func (l *Lock) checkExpiry() {
 		l.mu.Unlock()
 		return
 	}
+	renewErr := l.renewErr
 	l.mu.Unlock()
-	l.end(lost, fmt.Errorf("%w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))
+	if renewErr != nil {
+		l.end(lost, fmt.Errorf("dlock: %w%s: its validity ran out before the lease could be renewed; the last renewal failed: %w", ErrLost, keyedAfter(l.req.Key, renewErr), renewErr))
+		return
+	}
+	l.end(lost, fmt.Errorf("dlock: %w: %q: its validity ran out before the lease could be renewed", ErrLost, l.req.Key))
 }
 
 // maxHoldReached runs when the lock has been held for its max hold: it ends
@@ -564,7 +588,7 @@ func (l *Lock) maxHoldReached() {
 	if state != held {
 		return
 	}
-	l.end(lost, fmt.Errorf("%w: %q was held for its max hold of %v (%w)", ErrLost, l.req.Key, l.maxHold, ErrMaxHold))
+	l.end(lost, fmt.Errorf("dlock: %w: %q was held for its max hold of %v (%w)", ErrLost, l.req.Key, l.maxHold, ErrMaxHold))
 	l.stopRenewal()
 	if downgrading {
 		return // the abandoned Downgrade clears the hold once it lands
@@ -596,7 +620,11 @@ func (l *Lock) renewTick() {
 	case l.ended() != nil:
 		return
 	default:
-		l.c.cfg.logger.Warn("dlock: renewal failed; retrying", "key", l.req.Key, "err", err)
+		if errors.Is(err, ErrPermanent) {
+			l.c.cfg.logger.Error("dlock: renewal failed, and the store's error is permanent; retrying until the lock's validity ends", "key", l.req.Key, "err", err)
+		} else {
+			l.c.cfg.logger.Warn("dlock: renewal failed; retrying", "key", l.req.Key, "err", err)
+		}
 		next = max(next/4, time.Millisecond)
 	}
 	l.mu.Lock()

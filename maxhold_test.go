@@ -32,8 +32,8 @@ func TestMaxHold(t *testing.T) {
 			if !errors.Is(cause, dlock.ErrLost) || !errors.Is(cause, dlock.ErrMaxHold) || !strings.Contains(cause.Error(), "max hold") {
 				t.Fatalf("cause = %v; want ErrLost and ErrMaxHold", cause)
 			}
-			if err := l.Err(); err != cause {
-				t.Errorf("Err() = %v; want the context's cause %v", err, cause)
+			if err := l.Cause(); err != cause {
+				t.Errorf("Cause() = %v; want the context's cause %v", err, cause)
 			}
 			// Release waits for the release at the max hold, which has
 			// freed the lock on the store by then.
@@ -110,15 +110,15 @@ func TestMaxHoldAfterRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-lost
-	if !errors.Is(l2.Err(), dlock.ErrMaxHold) {
-		t.Errorf("the second lock's Err() = %v; want ErrMaxHold", l2.Err())
+	if !errors.Is(l2.Cause(), dlock.ErrMaxHold) {
+		t.Errorf("the second lock's Cause() = %v; want ErrMaxHold", l2.Cause())
 	}
 	want := []dlock.EventKind{dlock.EventAcquiring, dlock.EventAcquired, dlock.EventReleased, dlock.EventAcquiring, dlock.EventAcquired, dlock.EventLost}
 	if got := ev.kinds(); !equal(got, want) {
 		t.Errorf("events = %v; want %v", got, want)
 	}
-	if !errors.Is(l.Err(), dlock.ErrNotHeld) {
-		t.Errorf("the released lock's Err() = %v; want ErrNotHeld", l.Err())
+	if !errors.Is(l.Cause(), dlock.ErrNotHeld) {
+		t.Errorf("the released lock's Cause() = %v; want ErrNotHeld", l.Cause())
 	}
 }
 

@@ -44,6 +44,9 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...LockOpti
 
 func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts []LockOption) (*MultiLock, error) {
 	if err := c.check(ctx); err != nil {
+		if errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("dlock: acquiring keys %q: %w: %w", keys, ErrNotAcquired, err)
+		}
 		return nil, err
 	}
 	if len(keys) == 0 {
@@ -88,7 +91,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 				held.Release(rctx)
 			}
 			cancel()
-			err = fmt.Errorf("dlock: acquiring %d keys, stopped at %q: %w", len(sorted), k, err)
+			err = fmt.Errorf("dlock: acquiring %d keys: %w", len(sorted), bare(err))
 			if started != nil {
 				for _, a := range started[i+1:] {
 					a.failed(c, err)
@@ -143,7 +146,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 
 	if !c.enter() {
 		leave(0)
-		return nil, nil, false, ErrClosed
+		return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
 	}
 	defer c.ops.done()
 	acqs := make([]*acquisition, len(keys))
@@ -170,7 +173,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 			}
 		})
 		leave(0)
-		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), notAcquired(keys[0], why(ctx)))
+		err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
 		return nil, nil, false, failed(0, err)
 	}
 	switch {
@@ -180,9 +183,10 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	case err != nil:
 		cleanup(0)
 		if bctx.Err() != nil {
-			err = notAcquired(keys[0], why(ctx))
+			err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
+		} else {
+			err = fmt.Errorf("dlock: acquiring keys %q at once: %w", keys, c.storeFailure(err))
 		}
-		err = fmt.Errorf("dlock: acquiring %d keys at once: %w", len(keys), err)
 		return nil, nil, false, failed(0, err)
 	case !res.Acquired:
 		leave(0)
@@ -197,7 +201,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		return nil, nil, false, failed(0, err)
 	case len(res.Results) != len(reqs) || slices.ContainsFunc(res.Results, func(r driver.Result) bool { return !r.Acquired }):
 		cleanup(0)
-		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring %d keys at once: the driver reported success without a hold for every key", len(keys)))
+		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring keys %q at once: the driver reported success without a hold for every key", keys))
 	}
 	for i, r := range res.Results {
 		if _, validUntil := lease(reqs[i], r, begin); !time.Now().Before(validUntil) {
@@ -232,7 +236,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 				held.Release(rctx)
 			}
 			cancel()
-			return nil, nil, false, ErrClosed
+			return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
 		}
 		locks = append(locks, l)
 	}

@@ -77,6 +77,9 @@ func (l *Lock) event(kind EventKind, err error) Event {
 //   - "timeout": the wait's context reached its deadline;
 //   - "cancelled": the wait's context was cancelled;
 //   - "closed": the Client was closed;
+//   - "permanent": the store failed for good (ErrPermanent: refused
+//     credentials, an untrusted certificate, a missing table), which ended
+//     the wait at once;
 //   - "unavailable": the store failed (ErrUnavailable), also when the wait
 //     then ended for one of the reasons above;
 //   - "other": anything else (a place in a fair queue that ended, a mode
@@ -96,6 +99,8 @@ func (e Event) Reason() string {
 	switch e.Kind {
 	case EventNotAcquired:
 		switch {
+		case errors.Is(err, ErrPermanent):
+			return "permanent"
 		case errors.Is(err, ErrUnavailable):
 			return "unavailable"
 		case errors.Is(err, ErrClosed):

@@ -445,6 +445,8 @@ func TestEventReason(t *testing.T) {
 		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, context.Canceled), "cancelled"},
 		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, dlock.ErrClosed), "closed"},
 		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, context.DeadlineExceeded, dlock.ErrUnavailable), "unavailable"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrPermanent, dlock.ErrUnavailable), "permanent"},
+		{dlock.EventNotAcquired, wrap(dlock.ErrUnavailable), "unavailable"},
 		{dlock.EventNotAcquired, wrap(dlock.ErrNotAcquired, dlock.ErrLost), "other"},
 		{dlock.EventNotAcquired, errors.New("boom"), "other"},
 		{dlock.EventLost, wrap(dlock.ErrLost, dlock.ErrMaxHold), "max_hold"},

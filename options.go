@@ -116,7 +116,7 @@ func WithMaxHold(d time.Duration) LockOption {
 
 // ErrMaxHold is wrapped, together with ErrLost, by the cause of a lock
 // context that ended because the lock reached its WithMaxHold bound.
-var ErrMaxHold = errors.New("dlock: max hold reached")
+var ErrMaxHold = errors.New("max hold reached")
 
 // WithInfo overrides the Client's owner info for this lock.
 func WithInfo(info string) LockOption {

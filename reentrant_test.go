@@ -47,8 +47,8 @@ func TestReentrant(t *testing.T) {
 		if _, err := other.TryLock(ctx, "k"); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("after inner Release %d another client got the lock (%v); want it still held", i, err)
 		}
-		if l.Err() != nil {
-			t.Fatalf("after inner Release %d: lock ended: %v", i, l.Err())
+		if l.Cause() != nil {
+			t.Fatalf("after inner Release %d: lock ended: %v", i, l.Cause())
 		}
 	}
 	if err := l.Release(ctx); err != nil {
@@ -103,11 +103,11 @@ func TestReentrantReleaseAfter(t *testing.T) {
 	if _, err := c.Lock(l.Context(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ReleaseAfter(ctx, 0); err != nil || l.Err() != nil {
-		t.Fatalf("inner ReleaseAfter: %v, lock %v; want the lock still held", err, l.Err())
+	if err := l.ReleaseAfter(ctx, 0); err != nil || l.Cause() != nil {
+		t.Fatalf("inner ReleaseAfter: %v, lock %v; want the lock still held", err, l.Cause())
 	}
-	if err := l.ReleaseAfter(ctx, 0); err != nil || !errors.Is(l.Err(), dlock.ErrNotHeld) {
-		t.Fatalf("outer ReleaseAfter: %v, lock %v; want it released", err, l.Err())
+	if err := l.ReleaseAfter(ctx, 0); err != nil || !errors.Is(l.Cause(), dlock.ErrNotHeld) {
+		t.Fatalf("outer ReleaseAfter: %v, lock %v; want it released", err, l.Cause())
 	}
 }
 

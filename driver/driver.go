@@ -106,8 +106,16 @@
 //
 // A driver may also implement Notifier (wake waiters when a key is released),
 // Lister (enumerate holders, for `dlock ls`), ForceReleaser (remove every
-// holder of a key, for operators) and MultiAcquirer (take several keys in one
-// atomic step). Package dlock discovers them by type assertion.
+// holder of a key, for operators), MultiAcquirer (take several keys in one
+// atomic step) and Classifier (tell permanent failures from transient
+// ones). Package dlock discovers them by type assertion.
+//
+// # Errors
+//
+// A driver's errors name the operation and the key (for example
+// `redisdlock: acquire "k": ...`); package dlock adds its own prefix and
+// does not name the key again. The sentinels below carry no prefix, so that
+// a chain of wrapped errors names its packages once each.
 package driver
 
 import (
@@ -123,19 +131,19 @@ var (
 	// ErrNotOwner means the owner in the request does not hold the key: it
 	// never did, it released it, or its lease expired (and perhaps another
 	// owner took the key).
-	ErrNotOwner = errors.New("dlock/driver: the owner does not hold the key")
+	ErrNotOwner = errors.New("the owner does not hold the key")
 
 	// ErrModeMismatch means the request's mode or Limit cannot share the key
 	// with its current holders or waiters (see Modes in the package
 	// documentation). It is the same value as dlock.ErrModeMismatch.
-	ErrModeMismatch = errors.New("dlock: the lock is held in another mode or with another limit")
+	ErrModeMismatch = errors.New("the lock is held in another mode or with another limit")
 
 	// ErrUnsupported means the driver cannot perform the request as asked
 	// (a mode or option it does not implement, or an optional interface
 	// whose method it has but cannot serve, as a wrapper over other drivers
 	// may). It is the same value as dlock.ErrUnsupported. A Subscribe that
 	// returns it makes package dlock poll, quietly.
-	ErrUnsupported = errors.New("dlock: not supported by this backend")
+	ErrUnsupported = errors.New("not supported by this backend")
 
 	// ErrBusy means the store answered that it cannot serve the request now
 	// and changed nothing: another client holds what the request needs for
@@ -144,7 +152,7 @@ var (
 	// a waiting Lock waits and tries again, even when it is the first
 	// attempt's answer, and TryLock fails with dlock.ErrNotAcquired. A
 	// driver that cannot tell whether anything changed returns another error.
-	ErrBusy = errors.New("dlock/driver: the store is busy")
+	ErrBusy = errors.New("the store is busy")
 )
 
 // Mode is the kind of hold a request asks for.
@@ -337,6 +345,27 @@ type Driver interface {
 	// package dlock releases its locks before it calls Close. After Close,
 	// every method returns an error.
 	Close() error
+}
+
+// Classifier is implemented by drivers that can tell a permanent failure of
+// their store from a transient one, as gocloud.dev's drivers do with their
+// ErrorCode method. Package dlock retries a transient failure while a Lock
+// waits; a permanent one ends the wait at once, with an error wrapping
+// dlock.ErrPermanent.
+type Classifier interface {
+	// Permanent reports whether err, returned by one of the driver's
+	// methods, is a failure that asking again cannot mend while the
+	// deployment stays as it is: the store refused the credentials or a
+	// permission, the schema or database is missing, a key holds data of a
+	// foreign type, the store does not run a command the driver needs.
+	// It looks at err alone (errors.As, error codes), never at the
+	// driver's state, and is safe for concurrent use. A failure caused by
+	// a context that ended, a connection that broke or timed out, or a
+	// store that is starting, failing over or overloaded is not permanent.
+	// Checks that hold for every store (an untrusted TLS certificate,
+	// ErrUnsupported) are made by package dlock; Permanent need not repeat
+	// them.
+	Permanent(err error) bool
 }
 
 // Notifier is implemented by drivers that can wake a waiter when a key may

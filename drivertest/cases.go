@@ -154,7 +154,7 @@ func (s *suite) testRefreshExtends(t *testing.T) {
 	if _, err := b.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryLock on a lock refreshed past its first lease = %v; want ErrNotAcquired", err)
 	}
-	if err := l.Err(); err != nil {
+	if err := l.Cause(); err != nil {
 		t.Errorf("refreshed lock Err = %v; want nil", err)
 	}
 	if err := l.Release(ctx(t)); err != nil {
@@ -193,7 +193,7 @@ func (s *suite) testAfterLoss(t *testing.T) {
 	if err := la.Refresh(ctx(t)); !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Refresh after loss = %v; want ErrLost", err)
 	}
-	if err := la.Err(); !errors.Is(err, dlock.ErrLost) {
+	if err := la.Cause(); !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Err after loss = %v; want ErrLost", err)
 	}
 	lb, err := b.Lock(ctx(t), key, dlock.WithTTL(longTTL))

@@ -180,8 +180,8 @@ func (s *suite) testDowngrade(t *testing.T) {
 	if err := wl.Downgrade(ctx(t)); err != nil {
 		t.Fatalf("Downgrade: %v", err)
 	}
-	if wl.Mode() != driver.Shared || wl.Err() != nil {
-		t.Fatalf("after Downgrade: mode %v, err %v; want a held shared lock", wl.Mode(), wl.Err())
+	if wl.Mode() != driver.Shared || wl.Cause() != nil {
+		t.Fatalf("after Downgrade: mode %v, err %v; want a held shared lock", wl.Mode(), wl.Cause())
 	}
 	r := <-rgot
 	if r.err != nil {
@@ -221,8 +221,8 @@ func (s *suite) testUpgradeRefused(t *testing.T) {
 	if _, err := c.Lock(rl.Context(), key, dlock.WithTTL(longTTL)); !errors.Is(err, dlock.ErrUpgrade) {
 		t.Fatalf("write Lock with the read lock's context: %v; want ErrUpgrade", err)
 	}
-	if rl.Err() != nil {
-		t.Fatalf("the read lock ended after the refused upgrade: %v", rl.Err())
+	if rl.Cause() != nil {
+		t.Fatalf("the read lock ended after the refused upgrade: %v", rl.Cause())
 	}
 	// A driver asked directly refuses too, and keeps the read hold.
 	d := s.driver(t)
@@ -382,8 +382,8 @@ func (s *suite) testModeMismatch(t *testing.T) {
 	if _, err := c.TryLock(ctx(t), key, dlock.WithLimit(2), dlock.WithTTL(longTTL)); !errors.Is(err, dlock.ErrModeMismatch) {
 		t.Errorf("semaphore on a held mutex: %v; want ErrModeMismatch", err)
 	}
-	if ex.Err() != nil {
-		t.Errorf("the mutex ended: %v", ex.Err())
+	if ex.Cause() != nil {
+		t.Errorf("the mutex ended: %v", ex.Cause())
 	}
 	mustRelease(t, ex)
 	s.assertNoResidue(t, key)

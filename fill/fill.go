@@ -71,7 +71,7 @@ func Once[T any](ctx context.Context, client *dlock.Client, key string, c Cache[
 	if rerr := l.Release(context.WithoutCancel(ctx)); err == nil && (errors.Is(rerr, dlock.ErrNotHeld) || errors.Is(rerr, dlock.ErrLost)) {
 		// The lock ended before the value was stored: another filler
 		// may have taken over meanwhile.
-		cause := l.Err()
+		cause := l.Cause()
 		if cause == nil {
 			cause = rerr
 		}

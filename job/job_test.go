@@ -293,8 +293,8 @@ func TestAcquire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Lock().Key() != "report" || h.Lock().Err() != nil {
-			t.Errorf("Lock() = %q, %v; want the held lock", h.Lock().Key(), h.Lock().Err())
+		if h.Lock().Key() != "report" || h.Lock().Cause() != nil {
+			t.Errorf("Lock() = %q, %v; want the held lock", h.Lock().Key(), h.Lock().Cause())
 		}
 		if _, err := job.Acquire(ctx, b, "report"); !errors.Is(err, job.ErrSkipped) {
 			t.Errorf("Acquire while held = %v; want ErrSkipped", err)

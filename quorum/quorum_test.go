@@ -345,7 +345,7 @@ func TestNodeDown(t *testing.T) {
 				t.Errorf("Refresh: %v", err)
 			}
 			time.Sleep(time.Second) // renewal keeps it
-			if err := l.Err(); err != nil {
+			if err := l.Cause(); err != nil {
 				t.Errorf("lock lost while a majority is up: %v", err)
 			}
 			if err := l.Release(ctx(t)); err != nil {
@@ -627,7 +627,7 @@ func TestLostThroughClient(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("lock not lost after 3 of 5 nodes dropped it")
 	}
-	if err := l.Err(); !errors.Is(err, dlock.ErrLost) {
+	if err := l.Cause(); !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Err = %v; want ErrLost", err)
 	}
 	if err := l.Release(ctx(t)); !errors.Is(err, dlock.ErrLost) {

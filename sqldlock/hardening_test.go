@@ -407,7 +407,7 @@ func TestSlowContenderCannotStealRenewal(t *testing.T) {
 						}
 					}
 					if err := l.Context().Err(); err != nil {
-						t.Fatalf("the holder lost its lock to a slow contender: %v (%v)", err, l.Err())
+						t.Fatalf("the holder lost its lock to a slow contender: %v (%v)", err, l.Cause())
 					}
 					if err := l.Release(ctx); err != nil {
 						t.Fatalf("Release: %v", err)

@@ -85,7 +85,7 @@ func TestSlowMultiContenderCannotStealRenewal(t *testing.T) {
 						lost := func() error {
 							for _, l := range locks {
 								if err := l.Context().Err(); err != nil {
-									return l.Err()
+									return l.Cause()
 								}
 							}
 							return nil

@@ -660,7 +660,7 @@ wait:
 		case <-lockDone:
 			lockDone = nil
 			lost = true
-			if errors.Is(l.Err(), dlock.ErrMaxHold) {
+			if errors.Is(l.Cause(), dlock.ErrMaxHold) {
 				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
 			} else {
 				a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
@@ -703,7 +703,7 @@ wait:
 		// The lock is gone: nothing of the command may keep running.
 		_ = signalGroup(pid, sigKill)
 		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
-		if errors.Is(l.Err(), dlock.ErrMaxHold) {
+		if errors.Is(l.Cause(), dlock.ErrMaxHold) {
 			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
 		}
 		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)

@@ -37,7 +37,7 @@ func newRegister() *register { return &register{acquired: make(chan struct{}, 1)
 func (r *register) enter(l *dlock.Lock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h := r.holder; h != nil && h.Err() == nil {
+	if h := r.holder; h != nil && h.Cause() == nil {
 		r.faults = append(r.faults, fmt.Sprintf("token %d acquired while token %d still held", l.Token(), h.Token()))
 	}
 	if l.Token() <= r.token {

@@ -21,7 +21,8 @@
 //	dlock.limit    the number of permits (semaphores only)
 //	dlock.outcome  acquired or not_acquired
 //	dlock.reason   why it was not acquired: held, timeout, cancelled,
-//	               closed, unavailable, other (see dlock.Event.Reason)
+//	               closed, permanent, unavailable, other (see
+//	               dlock.Event.Reason)
 //	dlock.token    the fencing token (acquired only)
 //
 // A span that did not get the lock has status Error, unless the lock was

@@ -29,7 +29,8 @@
 //
 // result is "acquired" or "not_acquired". reason is "" for an acquired lock,
 // and for one that was not acquired one of held, timeout, cancelled, closed,
-// unavailable, other (see dlock.Event.Reason). end is "released" or "lost".
+// permanent, unavailable, other (see dlock.Event.Reason). end is "released"
+// or "lost".
 // cause is one of max_hold, not_held, expired (see dlock.Event.Reason).
 //
 // The gauges count the locks and acquisitions of the Clients this Observer

@@ -1,0 +1,123 @@
+package sqldlock
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Permanent implements driver.Classifier. A database's error is permanent
+// when asking again cannot change the answer while the deployment stays as
+// it is:
+//
+//   - PostgreSQL (by SQLSTATE): the password or the authorization was
+//     refused (28P01, 28000), the database, schema, table or function is
+//     missing (3D000, 3F000, 42P01, 42883), or the user lacks a privilege
+//     (42501);
+//   - MySQL and MariaDB (by error number): access was denied (1044, 1045,
+//     1142, 1143, 1227, 1370, 1698), the database, table or procedure is
+//     missing (1049, 1146, 1305);
+//   - SQLite: the database is read-only, cannot be opened, is not a
+//     database or is corrupt, access was denied, or the table is missing.
+//
+// Serialization failures, deadlocks, lock timeouts, a busy SQLite file and
+// broken connections are transient. The checks match the errors' codes
+// through the methods and formats of the drivers' error types
+// (pgconn.PgError's SQLState, sqlite.Error's Code, go-sql-driver's
+// MySQLError), so that this package needs none of the database drivers.
+func (d *sqlDriver) Permanent(err error) bool { return permanent(err) }
+
+func permanent(err error) bool {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) && slices.Contains(pgPermanent, pg.SQLState()) {
+		return true
+	}
+	if n, ok := mysqlNumber(err); ok && slices.Contains(mysqlPermanent, n) {
+		return true
+	}
+	var lite interface {
+		error
+		Code() int
+	}
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case sqliteError:
+			return strings.Contains(lite.Error(), "no such table")
+		case sqlitePerm, sqliteReadOnly, sqliteCorrupt, sqliteCantOpen, sqliteAuth, sqliteNotADB:
+			return true
+		}
+	}
+	return false
+}
+
+// pgPermanent are the SQLSTATEs of PostgreSQL's permanent errors.
+var pgPermanent = []string{
+	"28P01", // invalid_password
+	"28000", // invalid_authorization_specification
+	"3D000", // invalid_catalog_name: no such database
+	"3F000", // invalid_schema_name
+	"42P01", // undefined_table
+	"42883", // undefined_function
+	"42501", // insufficient_privilege
+}
+
+// mysqlPermanent are the numbers of MySQL's and MariaDB's permanent errors.
+var mysqlPermanent = []int{
+	1044, // ER_DBACCESS_DENIED_ERROR
+	1045, // ER_ACCESS_DENIED_ERROR: wrong user or password
+	1049, // ER_BAD_DB_ERROR: unknown database
+	1142, // ER_TABLEACCESS_DENIED_ERROR
+	1143, // ER_COLUMNACCESS_DENIED_ERROR
+	1146, // ER_NO_SUCH_TABLE
+	1227, // ER_SPECIFIC_ACCESS_DENIED_ERROR
+	1305, // ER_SP_DOES_NOT_EXIST: a stored procedure is missing
+	1370, // ER_PROCACCESS_DENIED_ERROR
+	1698, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+}
+
+// SQLite's primary result codes (https://sqlite.org/rescode.html).
+const (
+	sqliteError    = 1
+	sqlitePerm     = 3
+	sqliteReadOnly = 8
+	sqliteCorrupt  = 11
+	sqliteCantOpen = 14
+	sqliteAuth     = 23
+	sqliteNotADB   = 26
+)
+
+// mysqlNumber returns the error number of the go-sql-driver MySQLError in
+// err's chain, read from its message ("Error 1045 (28000): ..." or "Error
+// 1045: ...", the format the type documents), without importing the
+// driver's package.
+func mysqlNumber(err error) (int, bool) {
+	var n int
+	found := walk(err, func(e error) bool {
+		if fmt.Sprintf("%T", e) != "*mysql.MySQLError" {
+			return false
+		}
+		_, serr := fmt.Sscanf(e.Error(), "Error %d", &n)
+		return serr == nil
+	})
+	return n, found
+}
+
+// walk reports whether f holds for an error in err's tree (errors.Unwrap
+// and errors.Join alike).
+func walk(err error, f func(error) bool) bool {
+	for depth := 0; err != nil && depth < 100; depth++ {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			return slices.ContainsFunc(u.Unwrap(), func(e error) bool { return walk(e, f) })
+		default:
+			return false
+		}
+	}
+	return false
+}
