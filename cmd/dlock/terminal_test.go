@@ -118,6 +118,21 @@ func (p *ttyProc) wait() int {
 	if err != nil && !errors.As(err, &ee) {
 		p.t.Fatal(err)
 	}
+	// What dlock wrote last may still be in the terminal's buffer: read
+	// until the terminal reports that every process closed it (the reader
+	// sees EIO), unless a process it started keeps it open.
+	drained := time.After(stuckTimeout)
+read:
+	for {
+		select {
+		case b := <-p.output:
+			p.out.Write(b)
+		case <-p.closed:
+			break read
+		case <-drained:
+			break read
+		}
+	}
 	for len(p.output) > 0 {
 		p.out.Write(<-p.output)
 	}
