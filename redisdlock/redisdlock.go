@@ -450,7 +450,10 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 // of the queue (or among the readers, or the waiters for free permits, at
 // the head) and a hold or a queue entry ended, or a writer became a reader.
 // Other waiters are signalled by every release of req.Key made through a
-// driver of this package (any mode, any process) after Subscribe returns.
+// driver of this package (any mode, any process) after Subscribe returns,
+// of a hold that an Acquire of req.Owner found (an Acquire that finds the
+// lock held marks the hold as awaited; package dlock attempts once more
+// after Subscribe, and after every signal).
 // Either way a subscription is signalled after the pub/sub connection was
 // re-established (a release may have been missed meanwhile). All
 // subscriptions of a Driver share one pub/sub connection. In Legacy mode,

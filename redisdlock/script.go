@@ -69,7 +69,11 @@ func modeArg(m driver.Mode) string {
 	return "x"
 }
 
-// keys returns the KEYS of every script, in the order the scripts expect.
+// keys returns the KEYS of the scripts that take all five keys of a lock
+// (acquireall.lua, forcerelease.lua), in the order they expect. The
+// acquire, refresh and release scripts take the hash (and acquire the
+// counter) and name the other keys after the hash, with the suffixes of
+// keys.go.
 func (k layout) keys() []string {
 	return []string{k.lock, k.fence, k.holders, k.queue, k.qexp}
 }
@@ -80,6 +84,10 @@ const (
 	fieldToken = "token"
 	fieldInfo  = "info"
 	fieldLimit = "limit" // the general form of a semaphore
+	// fieldListen marks a hold in the simple form that a waiter which
+	// does not queue found held: its release publishes on the lock's
+	// channel (scripts/release.lua).
+	fieldListen = "l"
 )
 
 // scriptProto is Script mode.
@@ -115,7 +123,17 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	if req.Queue {
 		queue = "1"
 	}
-	v, err := acquireScript.Run(ctx, c, k.keys(), req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit, k.channel).Int64Slice()
+	// The fast path reads the hash and the counter only: the other keys
+	// are named after the hash inside the script, and the limit is sent
+	// for semaphores only.
+	keys := []string{k.lock, k.fence}
+	var cmd *redis.Cmd
+	if req.Mode == driver.Semaphore {
+		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit)
+	} else {
+		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue)
+	}
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -212,7 +230,7 @@ func mismatch(req driver.Request, code, limit int64) error {
 }
 
 func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, p.d.client, k.keys(), req.Owner, ms(ttl)).Int64()
+	n, err := refreshScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner, ms(ttl)).Int64()
 	if err != nil {
 		return err
 	}
@@ -223,7 +241,7 @@ func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, 
 }
 
 func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) error {
-	n, err := releaseScript.Run(ctx, p.d.client, k.keys(), req.Owner, k.channel).Int64()
+	n, err := releaseScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner).Int64()
 	if err != nil {
 		return err
 	}

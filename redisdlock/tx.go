@@ -121,8 +121,14 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 			}
 			res = driver.Result{Acquired: true, Token: held}
 		default:
+			// Held in the simple form by another owner. This waiter
+			// listens on the lock's channel, which a Script release of
+			// the simple form publishes on only when the hash has the
+			// field l (see scripts/release.lua): set it, under the WATCH,
+			// so that it marks the hold just read and nothing else (EXEC
+			// fails if the hash changed or expired meanwhile).
 			res = driver.Result{RetryAfter: max(pttl.Val(), 0).Truncate(time.Millisecond)}
-			return nil
+			return lostRace(commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.HSet(ctx, k.lock, fieldListen, "1") }))
 		}
 		return p.d.awaitReplicas(ctx, tx)
 	}, k.lock, k.fence)
