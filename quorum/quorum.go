@@ -36,7 +36,8 @@ type Driver struct {
 	driftFactor float64
 	driftMargin time.Duration
 	log         *slog.Logger
-	fence       bool          // take fencing tokens in a second round
+	fence       bool          // take fencing tokens in a second round (nodes that are not TokenRaisers)
+	raise       bool          // fencing tokens from the lock round, lagging counters raised (every node a TokenRaiser)
 	nodeMinTTL  time.Duration // the largest of the nodes' MinTTL
 	caps        driver.Capabilities
 
@@ -87,12 +88,16 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.log = l }
 }
 
-// WithoutFenceRound skips the second round of Acquire that takes the fencing
-// token on every node (see Token in the package documentation). Acquire then
-// costs one round trip instead of two, and the token is the largest of the
-// majority's lock tokens, which is not even monotonic while clients compete:
-// a node that granted the lock to the loser of a split vote has counted one
-// acquisition more than the others. Use it only where nobody reads the token.
+// WithoutFenceRound makes Acquire take the largest of the majority's lock
+// tokens as it comes, for callers that ignore the token (see Fencing tokens
+// in the package documentation). Over nodes that are TokenRaisers (Redis),
+// it skips raising the counters that lag behind that token, a second round
+// that Acquire otherwise makes only when the nodes' counters have drifted
+// apart; over other nodes, it skips the fence round every Acquire otherwise
+// makes, which halves its round trips. Either way the token is then not
+// even monotonic while clients compete: a node that granted the lock to the
+// loser of a split vote has counted one acquisition more than the others.
+// Use it only where nobody reads the token.
 func WithoutFenceRound() Option {
 	return func(c *config) { c.noFence = true }
 }
@@ -138,7 +143,8 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		driftFactor: cfg.driftFactor,
 		driftMargin: cfg.driftMargin,
 		log:         cfg.log,
-		fence:       !cfg.noFence,
+		fence:       !cfg.noFence && !raisers(nodes),
+		raise:       !cfg.noFence && raisers(nodes),
 		ops:         map[opKey]*nodeOps{},
 		closing:     make(chan struct{}),
 		stalled:     make([]atomic.Bool, len(nodes)),
@@ -208,7 +214,8 @@ func (d *Driver) capabilities() driver.Capabilities {
 // true when every node's leases expire on the node's clock, and
 // PortableHolds when every node's holds are portable. MaxKeyLen,
 // MaxTTL and MaxLimit are the smallest, MinTTL the largest of the nodes'
-// (MaxKeyLen less 13 bytes for the fence key, unless WithoutFenceRound was
+// (MaxKeyLen less 13 bytes for the fence key when the nodes are not all
+// TokenRaisers, unless WithoutFenceRound was
 // given).
 func (d *Driver) Capabilities() driver.Capabilities { return d.caps }
 
@@ -271,11 +278,14 @@ const acquireGrace = 5 * time.Millisecond
 
 // Acquire implements driver.Driver: it asks every node in parallel and
 // succeeds once a majority granted the hold, waiting only briefly for the
-// other nodes (see acquireGrace and fanout). Then, unless WithoutFenceRound was given, a
-// second round, with time limits of its own, takes the fencing token, which
-// is not a safe fencing token (see the package documentation); a repeated
-// Acquire by the holder returns the same token as long as its fence holds,
-// which are renewed with the lock.
+// other nodes (see acquireGrace and fanout). The fencing token is the
+// largest of the nodes' lock tokens; unless WithoutFenceRound was given,
+// Acquire first makes sure that enough nodes count that far, raising the
+// counters that lag behind it (nodes that are TokenRaisers, in a second
+// round that runs only when the counters have drifted apart), or takes the
+// token in a fence round with time limits of its own (other nodes). See
+// Fencing tokens in the package documentation. A repeated Acquire by the
+// holder returns the same token.
 //
 // If no majority granted the hold, it is released on every node that
 // granted it (before Acquire returns) or did not answer (in the background,
@@ -313,6 +323,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 				if a.res.TTL > 0 && a.res.TTL < base {
 					base = a.res.TTL
 				}
+			}
+		}
+		if d.raise {
+			if err := d.settleToken(ctx, req, answers, res.Token); err != nil {
+				// The caller releases after an error.
+				return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
 			}
 		}
 		if d.fence {

@@ -108,3 +108,41 @@ func TestFastPathCommands(t *testing.T) {
 	}
 	t.Logf("%d commands for %d lock/unlock pairs (%.1f a pair, scripts included): %v", total, pairs, float64(total)/pairs, got)
 }
+
+// TestRaiseToken checks that RaiseToken raises the fencing counter of a
+// lock, so that the next hold's token is larger, never lowers it, and
+// leaves a hold alone, in every protocol.
+func TestRaiseToken(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	for _, mode := range []string{"script", "tx", "legacy"} {
+		t.Run(mode, func(t *testing.T) {
+			d := openURL(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", mode))
+			defer d.Close()
+			ctx := testCtx(t)
+			a := request("k", time.Minute)
+			first := mustAcquire(t, d, a, true).Token
+			if err := d.RaiseToken(ctx, "k", first+10); err != nil {
+				t.Fatal(err)
+			}
+			// The hold is untouched.
+			if res := mustAcquire(t, d, a, true); res.Token != first {
+				t.Errorf("the holder's token after the raise = %d; want %d", res.Token, first)
+			}
+			if err := d.Refresh(ctx, a); err != nil {
+				t.Errorf("Refresh after the raise: %v", err)
+			}
+			if err := d.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			// A smaller value changes nothing.
+			if err := d.RaiseToken(ctx, "k", first+1); err != nil {
+				t.Fatal(err)
+			}
+			b := request("k", time.Minute)
+			if res := mustAcquire(t, d, b, true); res.Token != first+11 {
+				t.Errorf("token after raising to %d = %d; want %d", first+10, res.Token, first+11)
+			}
+			d.Release(ctx, b)
+		})
+	}
+}
