@@ -341,7 +341,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
 	}
 	ttl := d.grant(req.TTL)
-	res, err := d.proto.acquire(ctx, d.layout(req.Key), req, ttl)
+	res, err := d.proto.acquire(ctx, d.stepLayout(req.Key, true), req, ttl)
 	if err != nil {
 		var ack *ackError
 		if errors.As(err, &ack) {
@@ -415,7 +415,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
 		return fail(ctx, "refresh", req.Key, err)
 	}
-	if err := d.proto.refresh(ctx, d.layout(req.Key), req, d.grant(req.TTL)); err != nil {
+	if err := d.proto.refresh(ctx, d.stepLayout(req.Key, false), req, d.grant(req.TTL)); err != nil {
 		return fail(ctx, "refresh", req.Key, err)
 	}
 	return nil
@@ -426,7 +426,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
 		return fail(ctx, "release", req.Key, err)
 	}
-	if err := d.proto.release(ctx, d.layout(req.Key), req); err != nil {
+	if err := d.proto.release(ctx, d.stepLayout(req.Key, false), req); err != nil {
 		return fail(ctx, "release", req.Key, err)
 	}
 	return nil
