@@ -184,6 +184,10 @@ func (d *Driver) capabilities() driver.Capabilities {
 		MaxKeyLen:     math.MaxInt,
 		MinTTL:        10 * time.Millisecond,
 		PortableHolds: true,
+		// Every call returns once ctx ends, leaving the node calls it
+		// made to finish in the background (see fanout), so package
+		// dlock need not run it on a goroutine of its own.
+		CancelsPromptly: true,
 	}
 	for _, n := range d.nodes {
 		c := n.Capabilities()
@@ -211,7 +215,9 @@ func (d *Driver) capabilities() driver.Capabilities {
 }
 
 // Capabilities implements driver.Driver. Only Exclusive holds are offered
-// (a quorum of shared holds is not implemented yet). Tokens are not durable
+// (a quorum of shared holds is not implemented yet). CancelsPromptly is
+// true: every call returns once its ctx ends, and the node calls it made
+// finish in the background. Tokens are not durable
 // and there is no consensus (see the package documentation); ServerClock is
 // true when every node's leases expire on the node's clock, and
 // PortableHolds when every node's holds are portable. MaxKeyLen,
