@@ -206,7 +206,12 @@
 // commands of the fast path take). forcerelease and acquireall take all
 // five keys. Each script begins with the fast path of the simple form.
 // The fast path of acquire (ARGV: owner, lease ms, info, mode, queue, and
-// a semaphore's limit) is
+// a semaphore's limit) is below. Queue is '1' for an owner that may have
+// lost a place in the queue, and '2' for one that no Acquire of the driver
+// has asked to queue before (the driver keeps the owners it asked to queue
+// until they are admitted or released): only the first kind costs a
+// ZSCORE on a free lock, and a Lock that takes a free lock at once asks
+// with '2'.
 //
 //	local owner = redis.call('HGET', KEYS[1], 'owner')
 //	if ARGV[4] == 'x' then  -- exclusive
@@ -220,7 +225,7 @@
 //	    redis.call('PEXPIRE', KEYS[1], ARGV[2])
 //	    return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
 //	  end
-//	  if ARGV[5] ~= '1' and string.byte(owner) ~= 0 then
+//	  if ARGV[5] == '0' and string.byte(owner) ~= 0 then
 //	    redis.call('HSET', KEYS[1], 'l', '1')  -- a waiter may listen: see Waiting
 //	    return {0, redis.call('PTTL', KEYS[1])}  -- held, not queueing: RetryAfter
 //	  end
@@ -230,8 +235,7 @@
 // refresh: PEXPIRE if HGET owner matches, else the general form.
 // release: HMGET owner and l; if the owner matches, DEL, and PUBLISH only
 // if l is set; else the general form. An uncontended Lock and Release thus
-// run seven commands in two script calls (TryLock, which does not queue,
-// six: no ZSCORE).
+// run six commands in two script calls.
 // forcerelease: DEL of the hash, holders and queue, and PUBLISH to the
 // lock's channel and every queued waiter's if something was deleted. The sources are in the scripts directory,
 // embedded with go:embed; scripts/common.lua, the general form's helpers,

@@ -151,6 +151,7 @@ type Driver struct {
 	caps    driver.Capabilities
 	n       *notifier
 	closed  atomic.Bool
+	queuers queuers // Script mode: see scriptProto.acquire
 }
 
 var (

@@ -5,7 +5,9 @@
 -- names it does not use.
 -- ARGV: [1] owner, [2] lease in milliseconds, [3] holder info, [4] mode
 -- (x exclusive, r shared, s semaphore), [5] '1' to queue the owner if it
--- does not acquire (it then listens on its own channel: see wake), [6] the
+-- does not acquire (it then listens on its own channel: see wake), '2' the
+-- same for an owner that no Acquire has asked to queue before (so it
+-- cannot have lost a place in the queue), '0' not to queue, [6] the
 -- semaphore's limit (semaphores only)
 -- Returns {1, token} when the owner holds the lock (newly or again),
 -- {0, ms} when it does not (ms: the soonest a lease ends, < 0 unknown),
@@ -27,7 +29,7 @@ if ARGV[4] == 'x' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
   end
-  if ARGV[5] ~= '1' and string.byte(owner) ~= 0 then
+  if ARGV[5] == '0' and string.byte(owner) ~= 0 then
     -- Held in the simple form, and the owner does not queue: it may wait
     -- on the lock's channel. The field l asks the release to publish
     -- there (see release.lua).
@@ -40,7 +42,7 @@ local H, F = KEYS[1], KEYS[2]
 local Z, W, E, CH = H .. ':holders', H .. ':queue', H .. ':qexp', H .. ':released'
 -- @common
 local me, ms, mode, info = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[3]
-local queue, limit = ARGV[5] == '1', tonumber(ARGV[6])
+local queue, limit = ARGV[5] ~= '0', tonumber(ARGV[6])
 
 -- hold makes me a holder of the general form and returns its token.
 local function hold()
