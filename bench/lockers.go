@@ -47,8 +47,9 @@ type settings struct {
 // store. dlock comes first; on Redis the hand-written baseline last.
 var libraries = []library{
 	{name: "dlock", store: "redis", quorum: true, open: dlockOpener()},
-	// dlock's quorum takes fencing tokens in a second round by default;
-	// this shows the quorum without it.
+	// dlock's quorum keeps its fencing tokens monotonic, raising the
+	// counters of nodes that lag behind in a second round when they have
+	// drifted apart; this shows the quorum without that.
 	{name: "dlock-nofence", store: "redis", quorum: true, quorumOnly: true, ref: "dlock", open: dlockOpener(quorum.WithoutFenceRound())},
 	{name: "redsync", store: "redis", quorum: true, open: openRedsync},
 	{name: "redislock", store: "redis", open: openRedislock},

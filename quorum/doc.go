@@ -67,9 +67,10 @@
 // was sent and subtracts 1% + 2ms of every lease; the quorum driver
 // subtracts only what a larger configured drift adds to that (see
 // WithDriftFactor), and the shortest lease any node granted is the base.
-// The elapsed time covers both rounds of an acquisition (package dlock
-// measures it around the whole Acquire call), while the fence round has
-// time limits of its own, not what the lock round left of the lease. A
+// The elapsed time covers every round of an acquisition (package dlock
+// measures it around the whole Acquire call), while the second round
+// (raising counters, or the fence round) has time limits of its own, not
+// what the lock round left of the lease. A
 // lock whose validity is gone when the majority answered is never handed
 // out: package dlock releases it on every node and tries again.
 //
@@ -102,22 +103,66 @@
 //     validity before the write narrows the window but cannot close it.
 //
 // A fencing token would close the last hole: the protected resource rejects
-// writes carrying a token older than one it has seen. Redlock cannot produce
-// one safely. Every node counts acquisitions of a key, but not in step (a
-// node that granted the lock to the loser of a split vote counted one more),
-// so the largest token of one majority can be smaller than that of the
-// previous holder's majority. The quorum driver therefore takes the token in
-// a second round, after the majority is won: it acquires a fence key that
-// only holders of the lock take on every node at once, and returns the
-// largest fence token. While every node is up and keeps its data, the fence
-// counters advance together and the token grows from one holder to the
-// next; it goes backwards when the node with the largest counter is
-// unreachable after others fell behind, or when counters are lost in a
-// restart without persistence. It is NOT a safe fencing token, and
-// Capabilities reports DurableTokens false and Consensus false. The second
-// round costs one more round trip per acquisition (WithoutFenceRound skips
-// it, for callers that ignore the token: the token is then the largest lock
-// token, which goes backwards even without failures).
+// writes carrying a token older than one it has seen. See Fencing tokens for
+// what the quorum's tokens guarantee; they are NOT safe fencing tokens, and
+// Capabilities reports DurableTokens false and Consensus false.
+//
+// # Fencing tokens
+//
+// Every node counts the acquisitions of a key (redisdlock: the INCR counter
+// that makes its lock tokens), and each grant returns the node's new count.
+// The counters do not advance in step: a node that granted the lock to the
+// loser of a split vote has counted one more than the others, a node that
+// was down has counted fewer, a node that restarted without persistence
+// starts again from zero. So the largest token of one majority can be
+// smaller than the largest of the previous holder's, and simply taking the
+// largest is not monotonic.
+//
+// When every node is a TokenRaiser (the Redis nodes of a redlock:// URL
+// are), Acquire takes the token from its one round of lock requests: the
+// token t is the largest count among the nodes that granted the lock, and
+// before Acquire returns, at least N - N/2 nodes (two of three, three of
+// five: enough that every majority includes one of them) count t or more.
+// The nodes that granted the lock with t count it already; if they are
+// too few, Acquire raises the counters of the others that granted it to t
+// (RaiseToken, while it holds the lock there) in a second round. With the
+// counters in step, which is the usual case (every node that is up grants
+// every holder), that round is not needed and the token costs nothing. It
+// raises every node that lags, not only enough of them, so that the
+// counters are in step again for the next holder: a node that was down or
+// restarted empty catches up the first time it grants the lock again.
+//
+// Why the token grows from holder to holder: let holder A take token t, and
+// B take the lock after A's hold ended. A set Q of at least N - N/2 nodes
+// counted t or more while A held the lock on them, and B's majority and Q
+// share a node j (a majority and Q together have more than N members). B's
+// grant on j came after A's hold there, since the node holds the lock for
+// one owner at a time: so after j counted t, and j gives B at least t+1,
+// and B's token, the largest of its majority's, is larger than t. A
+// holder whose lease on j expired before the raise reached j has no
+// validity left by the time Acquire returns (the lease began after the
+// request was sent, and package dlock counts the validity from before it),
+// so its token is never handed out. Losers' counts only make counters
+// larger. This holds as long as nodes keep their counters and hold the
+// lock for one owner at a time, the assumptions of the lock itself: a node
+// of Q that restarts empty, or whose clock jumps, can break it, as it can
+// break the lock. In the usual case Q is every node that is up, so one
+// node restarting empty does not matter (a majority of the others still
+// meets Q). If fewer than N - N/2 nodes can be made to count t, Acquire
+// fails (the caller releases and tries again).
+//
+// Over other nodes, Acquire takes the token in a second round on every
+// acquisition, after the majority is won: it acquires a fence key that
+// only holders of the lock take, on every node at once, and returns the
+// largest fence token. Only one client at a time holds the lock, so the
+// fence counters of the nodes that are up advance together; the token goes
+// backwards when the node with the largest counter is unreachable after
+// others fell behind, or when counters are lost in a restart without
+// persistence.
+//
+// WithoutFenceRound (fence=off in the URL) skips both second rounds, for
+// callers that ignore the token: the token is then the largest lock token,
+// which goes backwards even without failures.
 //
 // # When to use it
 //

@@ -221,6 +221,28 @@ func giveUp(answers []answer, answered []bool, cause error) []answer {
 	return answers
 }
 
+// all calls call(i) for every node at once, on workers that Close waits
+// for, and returns once every call has returned, or with ctx's error once
+// ctx has ended (the calls then finish in the background, bounded by the
+// nodes' own timeouts, and their results are not read).
+func (d *Driver) all(ctx context.Context, call func(i int)) error {
+	done := make(chan struct{}, len(d.nodes)) // the calls never block
+	for i := range d.nodes {
+		d.spawn(func() {
+			call(i)
+			done <- struct{}{}
+		})
+	}
+	for range d.nodes {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
 // each calls call(ctx, i) for the nodes i in picked, all at once, and
 // returns their errors, indexed like d.nodes (nil for the others), once
 // every one has answered or ctx has ended (the others fail with ctx's

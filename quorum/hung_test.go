@@ -262,3 +262,60 @@ func TestRedlockURLHidesSecrets(t *testing.T) {
 		dlocktest.RejectURL(t, fmt.Sprintf("redlock://%s?%s", strings.Join(srv.Addrs[:3], ","), p), "url", strings.Split(p, "=")[0])
 	}
 }
+
+// TestHungNodesPrompt checks that every call returns soon after its context
+// is cancelled even when the nodes' clients would wait far longer for the
+// hung nodes (a read timeout of 8s): the quorum declares
+// CancelsPromptly, so package dlock calls it on the caller's goroutine.
+func TestHungNodesPrompt(t *testing.T) {
+	nodes, proxies := proxiedNodes(t, 3, 8*time.Second)
+	q, err := quorum.New(nodes, quorum.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Capabilities().CancelsPromptly {
+		t.Fatal("CancelsPromptly is false")
+	}
+	k := key(t)
+	held := req(k)
+	if res, err := q.Acquire(ctx(t), held); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	for _, p := range proxies {
+		p.Block()
+	}
+	calls := map[string]func(ctx context.Context) error{
+		"Acquire":      func(ctx context.Context) error { _, err := q.Acquire(ctx, req(k+"2")); return err },
+		"Refresh":      func(ctx context.Context) error { return q.Refresh(ctx, held) },
+		"Release":      func(ctx context.Context) error { return q.Release(ctx, held) },
+		"List":         func(ctx context.Context) error { _, err := q.List(ctx, k); return err },
+		"ForceRelease": func(ctx context.Context) error { _, err := q.ForceRelease(ctx, k+"3"); return err },
+		"Subscribe": func(ctx context.Context) error {
+			s, err := q.Subscribe(ctx, req(k))
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		cctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- call(cctx) }()
+		time.Sleep(50 * time.Millisecond) // on the wire by now, most likely
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("%s on hung nodes, cancelled = %v; want context.Canceled", name, err)
+			}
+		case <-time.After(hungMargin):
+			t.Errorf("%s on hung nodes still running %v after its context was cancelled", name, hungMargin)
+			<-done
+		}
+	}
+	// Close waits for the calls on the hung nodes to time out.
+	if err := q.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+}

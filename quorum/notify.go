@@ -196,11 +196,9 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []driver.Holder, er
 	}
 	lists := make([][]driver.Holder, len(d.nodes))
 	errs := make([]error, len(d.nodes))
-	var wg sync.WaitGroup
-	for i, l := range listers {
-		wg.Go(func() { lists[i], errs[i] = l.List(ctx, prefix) })
+	if err := d.all(ctx, func(i int) { lists[i], errs[i] = listers[i].List(ctx, prefix) }); err != nil {
+		return nil, fmt.Errorf("quorum: list %q: %w", prefix, err)
 	}
-	wg.Wait()
 	if err := d.needMajority("list", errs); err != nil {
 		return nil, err
 	}
@@ -274,14 +272,20 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (_ int, err error
 	}
 	counts := make([]int, len(d.nodes))
 	errs := make([]error, len(d.nodes))
-	var wg sync.WaitGroup
-	for i, f := range frs {
-		wg.Go(func() { counts[i], errs[i] = f.ForceRelease(ctx, key) })
-		if d.fence {
-			wg.Go(func() { _, _ = f.ForceRelease(ctx, key+fenceSuffix) })
+	err = d.all(ctx, func(i int) {
+		f := frs[i]
+		if !d.fence {
+			counts[i], errs[i] = f.ForceRelease(ctx, key)
+			return
 		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = f.ForceRelease(ctx, key+fenceSuffix) })
+		counts[i], errs[i] = f.ForceRelease(ctx, key)
+		wg.Wait()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("quorum: force release %q: %w", key, err)
 	}
-	wg.Wait()
 	removed := slices.Max(counts)
 	if err := d.needMajority(fmt.Sprintf("force release %q", key), errs); err != nil {
 		return removed, err

@@ -223,8 +223,9 @@ func TestCapabilities(t *testing.T) {
 	slowMin := &capsNode{Driver: nodes[1], caps: driver.Capabilities{MinTTL: time.Second, MaxTTL: time.Hour, MaxKeyLen: 200, ServerClock: true}}
 	q := newQuorum(t, []driver.Driver{nodes[0], slowMin, nodes[2]})
 	caps := q.Capabilities()
-	// The fence key takes a few bytes of the smallest MaxKeyLen.
-	want := driver.Capabilities{Modes: driver.Modes(driver.Exclusive), ServerClock: true, MaxKeyLen: 200 - 13, MinTTL: time.Second, MaxTTL: time.Hour}
+	// The fence key takes a few bytes of the smallest MaxKeyLen. Every
+	// call returns once its ctx ends.
+	want := driver.Capabilities{Modes: driver.Modes(driver.Exclusive), ServerClock: true, MaxKeyLen: 200 - 13, MinTTL: time.Second, MaxTTL: time.Hour, CancelsPromptly: true}
 	if caps != want {
 		t.Errorf("Capabilities = %+v; want %+v", caps, want)
 	}

@@ -81,7 +81,7 @@ func TestConformanceRedis5(t *testing.T) { drivertest.Run(t, redisConfig(t, 5)) 
 func BenchmarkDriverRedis(b *testing.B) {
 	b.Run("redis3", func(b *testing.B) { drivertest.RunBenchmarks(b, redisConfig(b, 3)) })
 	b.Run("redis5", func(b *testing.B) { drivertest.RunBenchmarks(b, redisConfig(b, 5)) })
-	// One round trip per acquisition, and tokens that are not monotonic.
+	// Lagging counters not raised: tokens that are not monotonic.
 	b.Run("redis5-nofence", func(b *testing.B) { drivertest.RunBenchmarks(b, redisConfig(b, 5, quorum.WithoutFenceRound())) })
 }
 

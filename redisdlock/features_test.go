@@ -247,6 +247,10 @@ func TestResubscribeAfterReconnect(t *testing.T) {
 	if res, err := other.Acquire(ctx, holder); err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
+	// The waiter finds the lock held, which asks its release to publish.
+	if res, err := d.Acquire(ctx, req); err != nil || res.Acquired {
+		t.Fatalf("the waiter's Acquire = %+v, %v; want not acquired", res, err)
+	}
 	select {
 	case <-sub.C(): // a stray signal is allowed; drain it
 	default:

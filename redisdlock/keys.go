@@ -53,6 +53,21 @@ func (d *Driver) layout(key string) layout {
 	}
 }
 
+// stepLayout returns the keys that Acquire (fence true), Refresh and
+// Release need: in Script mode the hash, and for Acquire the counter, which
+// is all that the scripts are sent (they name the other keys after the
+// hash); in the other modes every key, as layout does.
+func (d *Driver) stepLayout(key string, fence bool) layout {
+	if d.cfg.mode != Script {
+		return d.layout(key)
+	}
+	k := layout{lock: d.base(key)}
+	if fence {
+		k.fence = k.lock + fenceSuffix
+	}
+	return k
+}
+
 // waiterChannel returns the channel on which the queued waiter owner of the
 // lock with the release channel ch hears that it may be let in (Script
 // mode; see wake in scripts/common.lua).

@@ -38,16 +38,25 @@ import (
 // the new head.
 //
 // Waiters that do not queue (Transaction mode, and Script mode requests
-// without Queue) listen on the lock's channel, which carries the releases
-// of the simple form (where nobody is queued) and the changes after which
-// the queue is empty. Transaction mode signals the lock's channel and the
-// head of the queue; readers behind that head find out by polling.
+// without Queue, as a quorum lock's) listen on the lock's channel, which
+// carries the releases of the simple form (where nobody is queued) and the
+// changes after which the queue is empty. A release of the simple form
+// publishes only when the hash has the field l: an Acquire that finds the
+// lock held in the simple form and does not queue sets it in the same
+// atomic step (Transaction mode in a MULTI/EXEC under the WATCH of its
+// read), so every release after a waiter's failed attempt is signalled,
+// and package dlock attempts again after Subscribe. The general form sets
+// l whenever it turns back into the simple form, since waiters that do
+// not queue may have come by unseen. Transaction mode signals the lock's
+// channel and the head of the queue; readers behind that head find out by
+// polling.
 //
 // Drivers of older versions of this package listen on the lock's channel
 // only, and queue without c:OWNER: a script of this version that signals
 // such a waiter does so on the lock's channel (which wakes every such
-// waiter, as before). Their scripts, in turn, signal on the lock's channel
-// only, so in a mixed fleet a waiter of this version queued behind a
+// waiter, as before). A waiter of a version that does not set l, waiting
+// without queueing for a lock in the simple form, learns of its release by
+// polling. Their scripts, in turn, signal on the lock's channel only, so in a mixed fleet a waiter of this version queued behind a
 // holder of an older one learns of the release by polling. Older scripts
 // leave c:OWNER fields of the entries they remove behind; they go with the
 // lock's hash once nobody holds or waits. PUBSUB NUMSUB cannot tell

@@ -151,6 +151,7 @@ type Driver struct {
 	caps    driver.Capabilities
 	n       *notifier
 	closed  atomic.Bool
+	queuers queuers // Script mode: see scriptProto.acquire
 }
 
 var (
@@ -341,7 +342,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
 	}
 	ttl := d.grant(req.TTL)
-	res, err := d.proto.acquire(ctx, d.layout(req.Key), req, ttl)
+	res, err := d.proto.acquire(ctx, d.stepLayout(req.Key, true), req, ttl)
 	if err != nil {
 		var ack *ackError
 		if errors.As(err, &ack) {
@@ -415,7 +416,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
 		return fail(ctx, "refresh", req.Key, err)
 	}
-	if err := d.proto.refresh(ctx, d.layout(req.Key), req, d.grant(req.TTL)); err != nil {
+	if err := d.proto.refresh(ctx, d.stepLayout(req.Key, false), req, d.grant(req.TTL)); err != nil {
 		return fail(ctx, "refresh", req.Key, err)
 	}
 	return nil
@@ -426,7 +427,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
 		return fail(ctx, "release", req.Key, err)
 	}
-	if err := d.proto.release(ctx, d.layout(req.Key), req); err != nil {
+	if err := d.proto.release(ctx, d.stepLayout(req.Key, false), req); err != nil {
 		return fail(ctx, "release", req.Key, err)
 	}
 	return nil
@@ -450,7 +451,10 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 // of the queue (or among the readers, or the waiters for free permits, at
 // the head) and a hold or a queue entry ended, or a writer became a reader.
 // Other waiters are signalled by every release of req.Key made through a
-// driver of this package (any mode, any process) after Subscribe returns.
+// driver of this package (any mode, any process) after Subscribe returns,
+// of a hold that an Acquire of req.Owner found (an Acquire that finds the
+// lock held marks the hold as awaited; package dlock attempts once more
+// after Subscribe, and after every signal).
 // Either way a subscription is signalled after the pub/sub connection was
 // re-established (a release may have been missed meanwhile). All
 // subscriptions of a Driver share one pub/sub connection. In Legacy mode,

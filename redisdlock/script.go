@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,7 +70,11 @@ func modeArg(m driver.Mode) string {
 	return "x"
 }
 
-// keys returns the KEYS of every script, in the order the scripts expect.
+// keys returns the KEYS of the scripts that take all five keys of a lock
+// (acquireall.lua, forcerelease.lua), in the order they expect. The
+// acquire, refresh and release scripts take the hash (and acquire the
+// counter) and name the other keys after the hash, with the suffixes of
+// keys.go.
 func (k layout) keys() []string {
 	return []string{k.lock, k.fence, k.holders, k.queue, k.qexp}
 }
@@ -80,6 +85,10 @@ const (
 	fieldToken = "token"
 	fieldInfo  = "info"
 	fieldLimit = "limit" // the general form of a semaphore
+	// fieldListen marks a hold in the simple form that a waiter which
+	// does not queue found held: its release publishes on the lock's
+	// channel (scripts/release.lua).
+	fieldListen = "l"
 )
 
 // scriptProto is Script mode.
@@ -114,8 +123,21 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	queue := "0"
 	if req.Queue {
 		queue = "1"
+		if p.d.queuers.ask(req.Owner, ttl) {
+			queue = "2" // never asked to queue: no place to have lost
+		}
 	}
-	v, err := acquireScript.Run(ctx, c, k.keys(), req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit, k.channel).Int64Slice()
+	// The fast path reads the hash and the counter only: the other keys
+	// are named after the hash inside the script, and the limit is sent
+	// for semaphores only.
+	keys := []string{k.lock, k.fence}
+	var cmd *redis.Cmd
+	if req.Mode == driver.Semaphore {
+		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit)
+	} else {
+		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue)
+	}
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -129,12 +151,62 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	case v[0] == 0:
 		return driver.Result{RetryAfter: retryAfter(v[1])}, nil
 	}
+	if req.Queue {
+		p.d.queuers.forget(req.Owner) // admitted: its entry is gone
+	}
 	if conn != nil {
 		if err := p.d.awaitReplicas(ctx, conn); err != nil {
 			return driver.Result{}, err
 		}
 	}
 	return driver.Result{Acquired: true, Token: uint64(v[1])}, nil
+}
+
+// queuers are the owners that an Acquire of the driver has asked to queue
+// (Request.Queue) and that have not been admitted or released since. Only
+// such an owner can have a place in the queue to lose, which the acquire
+// script checks (a ZSCORE) before it takes a free lock; an owner asked to
+// queue for the first time is spared the check. An owner is forgotten when
+// it is admitted or released, or, should neither come, once the server has
+// forgotten its entry for certain (see ask).
+type queuers struct {
+	mu    sync.Mutex
+	until map[string]time.Time // owner: when the server has forgotten its entry
+	sweep int                  // size of until at which ask drops the entries past
+}
+
+// queueMemory bounds how long the server remembers a queue entry after
+// its lease: a minute (GONE in scripts/common.lua), and a minute of margin
+// for requests delayed on their way.
+const queueMemory = 2 * time.Minute
+
+// ask records that owner is about to be asked to queue with a lease of ttl,
+// and reports whether it was not recorded already.
+func (q *queuers) ask(owner string, ttl time.Duration) (first bool) {
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.until == nil {
+		q.until = map[string]time.Time{}
+	}
+	_, seen := q.until[owner]
+	q.until[owner] = now.Add(ttl + queueMemory)
+	if len(q.until) >= q.sweep {
+		for o, t := range q.until {
+			if now.After(t) {
+				delete(q.until, o)
+			}
+		}
+		q.sweep = max(2*len(q.until), 64)
+	}
+	return !seen
+}
+
+// forget drops owner.
+func (q *queuers) forget(owner string) {
+	q.mu.Lock()
+	delete(q.until, owner)
+	q.mu.Unlock()
 }
 
 // acquireAll takes every lock of reqs in one script, or none: the locks'
@@ -212,7 +284,7 @@ func mismatch(req driver.Request, code, limit int64) error {
 }
 
 func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, p.d.client, k.keys(), req.Owner, ms(ttl)).Int64()
+	n, err := refreshScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner, ms(ttl)).Int64()
 	if err != nil {
 		return err
 	}
@@ -223,7 +295,8 @@ func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, 
 }
 
 func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) error {
-	n, err := releaseScript.Run(ctx, p.d.client, k.keys(), req.Owner, k.channel).Int64()
+	p.d.queuers.forget(req.Owner)
+	n, err := releaseScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner).Int64()
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -121,8 +122,14 @@ func (p txProto) acquire(ctx context.Context, k layout, req driver.Request, ttl 
 			}
 			res = driver.Result{Acquired: true, Token: held}
 		default:
+			// Held in the simple form by another owner. This waiter
+			// listens on the lock's channel, which a Script release of
+			// the simple form publishes on only when the hash has the
+			// field l (see scripts/release.lua): set it, under the WATCH,
+			// so that it marks the hold just read and nothing else (EXEC
+			// fails if the hash changed or expired meanwhile).
 			res = driver.Result{RetryAfter: max(pttl.Val(), 0).Truncate(time.Millisecond)}
-			return nil
+			return lostRace(commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.HSet(ctx, k.lock, fieldListen, "1") }))
 		}
 		return p.d.awaitReplicas(ctx, tx)
 	}, k.lock, k.fence)
@@ -424,4 +431,36 @@ func ownChannels(ctx context.Context, node *redis.Client, k layout) ([]string, e
 		}
 	}
 	return chans, nil
+}
+
+// RaiseToken makes the fencing counter of key at least token, and leaves a
+// larger one alone, so that the next hold of key on this server gets a
+// larger token. It changes nothing else. A quorum lock (package quorum,
+// whose TokenRaiser interface it implements) raises with it the counters of
+// the servers that lag behind a holder's token. It works in every protocol,
+// with WATCH/MULTI/EXEC on the counter alone.
+func (d *Driver) RaiseToken(ctx context.Context, key string, token uint64) error {
+	if err := d.check(ctx, nil); err != nil {
+		return fail(ctx, "raise token", key, err)
+	}
+	if token > math.MaxInt64 {
+		return fail(ctx, "raise token", key, fmt.Errorf("token %d is out of range (Redis counts to %d)", token, int64(math.MaxInt64)))
+	}
+	f := d.layout(key).fence
+	err := rerun(func() error {
+		return d.client.Watch(ctx, func(tx *redis.Tx) error {
+			cur, err := tx.Get(ctx, f).Uint64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("fencing counter %q: %w", f, err)
+			}
+			if cur >= token {
+				return nil
+			}
+			return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Set(ctx, f, token, 0) })
+		}, f)
+	})
+	if err != nil {
+		return fail(ctx, "raise token", key, err)
+	}
+	return nil
 }

@@ -1,11 +1,14 @@
 -- dlock acquire: one atomic attempt to take a lock in any mode.
--- KEYS: [1] the lock hash H {prefix+key}, [2] its fencing counter F,
--- [3] the holders Z, [4] the queue W, [5] the queue entries' leases E
--- (see common.lua)
+-- KEYS: [1] the lock hash H {prefix+key}, [2] its fencing counter F. The
+-- other keys of the lock (see common.lua) and its release channel are
+-- named after H here, as in keys.go, so that the fast path is not sent
+-- names it does not use.
 -- ARGV: [1] owner, [2] lease in milliseconds, [3] holder info, [4] mode
 -- (x exclusive, r shared, s semaphore), [5] '1' to queue the owner if it
--- does not acquire (it then listens on its own channel: see wake), [6] the
--- semaphore's limit, [7] the release channel
+-- does not acquire (it then listens on its own channel: see wake), '2' the
+-- same for an owner that no Acquire has asked to queue before (so it
+-- cannot have lost a place in the queue), '0' not to queue, [6] the
+-- semaphore's limit (semaphores only)
 -- Returns {1, token} when the owner holds the lock (newly or again),
 -- {0, ms} when it does not (ms: the soonest a lease ends, < 0 unknown),
 -- {-1} when the owner's queue entry has expired, {-2, mode, limit} when the
@@ -16,7 +19,7 @@ if ARGV[4] == 'x' then
   -- The fast path: an exclusive lock in the simple form. A waiter that
   -- may have lost its place (its entry would be in the qexp set) takes
   -- the general path, which tells it.
-  if not owner and (ARGV[5] ~= '1' or not redis.call('ZSCORE', KEYS[5], ARGV[1])) then
+  if not owner and (ARGV[5] ~= '1' or not redis.call('ZSCORE', KEYS[1] .. ':qexp', ARGV[1])) then
     local token = redis.call('INCR', KEYS[2])
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'info', ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -26,15 +29,20 @@ if ARGV[4] == 'x' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
   end
-  if ARGV[5] ~= '1' and string.byte(owner) ~= 0 then
+  if ARGV[5] == '0' and string.byte(owner) ~= 0 then
+    -- Held in the simple form, and the owner does not queue: it may wait
+    -- on the lock's channel. The field l asks the release to publish
+    -- there (see release.lua).
+    redis.call('HSET', KEYS[1], 'l', '1')
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
 
-local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local H, F = KEYS[1], KEYS[2]
+local Z, W, E, CH = H .. ':holders', H .. ':queue', H .. ':qexp', H .. ':released'
 -- @common
 local me, ms, mode, info = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[3]
-local queue, limit = ARGV[5] == '1', tonumber(ARGV[6])
+local queue, limit = ARGV[5] ~= '0', tonumber(ARGV[6])
 
 -- hold makes me a holder of the general form and returns its token.
 local function hold()
@@ -44,6 +52,17 @@ local function hold()
     redis.call('HSET', H, 'm:' .. me, mode)
   end
   redis.call('ZADD', Z, int(now + ms), me)
+  return token
+end
+
+-- simple makes me the holder of the simple form and returns its token.
+-- Waiters that do not queue may have come by while the lock was in the
+-- general form, unseen: the field l makes the release publish on the
+-- lock's channel for them (see release.lua).
+local function simple()
+  local token = redis.call('INCR', F)
+  redis.call('HSET', H, 'owner', me, 'token', token, 'info', info, 'l', '1')
+  redis.call('PEXPIRE', H, ms)
   return token
 end
 
@@ -75,10 +94,11 @@ if owner and owner ~= RW and owner ~= SEM then
     redis.call('HSET', H, 'm:' .. me, 'r')
     redis.call('ZADD', Z, int(now + ms), me)
     settle()
-    wake(ARGV[7])
+    wake(CH)
     return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
   end
   if not queue then
+    redis.call('HSET', H, 'l', '1') -- as on the fast path
     return {0, redis.call('PTTL', H)}
   end
   simple_to_general(owner)
@@ -93,7 +113,7 @@ end
 if pruned > 0 then
   -- Expired holds or queue entries ended: whoever is next in line may be
   -- let in (this owner too, in a moment).
-  wake(ARGV[7])
+  wake(CH)
 end
 
 if not owner then
@@ -103,10 +123,7 @@ if not owner then
   end
   redis.call('DEL', Z, W)
   if mode == 'x' then
-    local token = redis.call('INCR', F)
-    redis.call('HSET', H, 'owner', me, 'token', token, 'info', info)
-    redis.call('PEXPIRE', H, ms)
-    return {1, token}
+    return {1, simple()}
   end
   if mode == 'r' then
     redis.call('HSET', H, 'owner', RW)
@@ -132,7 +149,7 @@ if held then
   redis.call('ZADD', Z, int(now + ms), me)
   if m == 'x' and mode == 'r' then
     redis.call('HSET', H, 'm:' .. me, 'r') -- a downgrade
-    wake(ARGV[7])
+    wake(CH)
   end
   settle()
   return {1, tonumber(redis.call('HGET', H, 't:' .. me))}
@@ -186,10 +203,7 @@ if admit then
   if mode == 'x' and redis.call('ZCARD', W) == 0 then
     -- Alone again: back to the simple form.
     redis.call('DEL', H, Z, W)
-    local token = redis.call('INCR', F)
-    redis.call('HSET', H, 'owner', me, 'token', token, 'info', info)
-    redis.call('PEXPIRE', H, ms)
-    return {1, token}
+    return {1, simple()}
   end
   local token = hold()
   settle()

@@ -1,6 +1,6 @@
 -- dlock refresh: reset the lease if, and only if, the owner holds the lock.
--- KEYS: H, F, Z, W, E as for acquire; ARGV[1] owner, ARGV[2] lease in
--- milliseconds
+-- KEYS: [1] the lock hash H (the other keys are named after it, as in
+-- acquire.lua); ARGV[1] owner, ARGV[2] lease in milliseconds
 -- Returns 1 if refreshed, 0 if the owner does not hold the lock.
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
@@ -12,7 +12,8 @@ if not owner or string.byte(owner) ~= 0 then
   return 0
 end
 
-local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local H = KEYS[1]
+local F, Z, W, E = H .. ':fence', H .. ':holders', H .. ':queue', H .. ':qexp'
 -- @common
 local held = redis.call('ZSCORE', Z, ARGV[1])
 if held and tonumber(held) > now then

@@ -1,19 +1,25 @@
 -- dlock release: remove the owner's hold and queue entry, and wake the
 -- waiters next in line (see wake in common.lua).
--- KEYS: H, F, Z, W, E as for acquire; ARGV[1] owner, ARGV[2] the
--- release channel
+-- KEYS: [1] the lock hash H (the lock's other keys and its channel are
+-- named after it, as in acquire.lua); ARGV[1] owner
 -- Returns 1 if the owner held the lock or waited for it, 0 if it did not
 -- (its remains, such as an expired hold, are removed all the same).
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local f = redis.call('HMGET', KEYS[1], 'owner', 'l')
+local owner = f[1]
 if owner == ARGV[1] then
   -- The fast path: the holder of the simple form. Nobody is queued; the
-  -- lock's channel wakes waiters that do not queue (Transaction mode).
+  -- lock's channel wakes waiters that do not queue (Transaction mode,
+  -- quorum locks), and the field l says that one may wait: an acquire
+  -- that found the lock held and did not queue set it.
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  if f[2] then
+    redis.call('PUBLISH', KEYS[1] .. ':released', '')
+  end
   return 1
 end
 
-local H, F, Z, W, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local H = KEYS[1]
+local F, Z, W, E, CH = H .. ':fence', H .. ':holders', H .. ':queue', H .. ':qexp', H .. ':released'
 -- @common
 local me = ARGV[1]
 local general = owner == RW or owner == SEM
@@ -42,6 +48,6 @@ if general then
   settle()
 end
 if changed or pruned > 0 then
-  wake(ARGV[2])
+  wake(CH)
 end
 return res

@@ -1,0 +1,148 @@
+package redisdlock_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/redisdlock"
+)
+
+// commandStats returns the calls of each command on a server since its
+// stats were last reset (INFO commandstats; commands that scripts run are
+// counted too), and resets them.
+func commandStats(ctx context.Context, t testing.TB, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(info, "\n") {
+		// cmdstat_get:calls=1,usec=2,...
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.Atoi(v)
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	// The INFO and CONFIG RESETSTAT of the previous call, if any.
+	delete(calls, "info")
+	delete(calls, "config|resetstat")
+	return calls
+}
+
+// TestFastPathCommands counts the commands an uncontended Lock and Release
+// run on the server, scripts' commands included: the fast path of the
+// simple form (see "Scripts" in the package documentation) reads the
+// owner, takes a token and writes the hash with its lease to lock, and
+// compares the owner and deletes the hash to unlock, publishing nothing
+// when nobody waits, and looking up no queue entry for a waiter that has
+// never queued. A server of its own keeps other tests' commands out.
+func TestFastPathCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := testsrv.StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	rdb := newClient(srv.Addr)
+	defer rdb.Close()
+	d, err := redisdlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const pairs = 20
+	pair := func(i int) {
+		l, err := c.Lock(ctx, fmt.Sprintf("fast-%d", i%4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair(-1) // loads the scripts
+	commandStats(ctx, t, rdb)
+	for i := range pairs {
+		pair(i)
+	}
+	got := commandStats(ctx, t, rdb)
+	want := map[string]int{
+		"evalsha": 2 * pairs,
+		"hget":    pairs, // acquire: the owner
+		"incr":    pairs, // acquire: the token
+		"hset":    pairs,
+		"pexpire": pairs,
+		"hmget":   pairs, // release: the owner, and whether anyone waits
+		"del":     pairs, // release; no PUBLISH, since nobody waits
+	}
+	total := 0
+	for name, n := range got {
+		total += n
+		if n != want[name] {
+			t.Errorf("%s: %d calls for %d lock/unlock pairs, want %d", name, n, pairs, want[name])
+		}
+	}
+	t.Logf("%d commands for %d lock/unlock pairs (%.1f a pair, scripts included): %v", total, pairs, float64(total)/pairs, got)
+}
+
+// TestRaiseToken checks that RaiseToken raises the fencing counter of a
+// lock, so that the next hold's token is larger, never lowers it, and
+// leaves a hold alone, in every protocol.
+func TestRaiseToken(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	for _, mode := range []string{"script", "tx", "legacy"} {
+		t.Run(mode, func(t *testing.T) {
+			d := openURL(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", mode))
+			defer d.Close()
+			ctx := testCtx(t)
+			a := request("k", time.Minute)
+			first := mustAcquire(t, d, a, true).Token
+			if err := d.RaiseToken(ctx, "k", first+10); err != nil {
+				t.Fatal(err)
+			}
+			// The hold is untouched.
+			if res := mustAcquire(t, d, a, true); res.Token != first {
+				t.Errorf("the holder's token after the raise = %d; want %d", res.Token, first)
+			}
+			if err := d.Refresh(ctx, a); err != nil {
+				t.Errorf("Refresh after the raise: %v", err)
+			}
+			if err := d.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			// A smaller value changes nothing.
+			if err := d.RaiseToken(ctx, "k", first+1); err != nil {
+				t.Fatal(err)
+			}
+			b := request("k", time.Minute)
+			if res := mustAcquire(t, d, b, true); res.Token != first+11 {
+				t.Errorf("token after raising to %d = %d; want %d", first+10, res.Token, first+11)
+			}
+			d.Release(ctx, b)
+		})
+	}
+}
