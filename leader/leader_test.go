@@ -19,7 +19,8 @@ import (
 	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/memdlock"
 	_ "github.com/dlockhq/dlock/redisdlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 	_ "github.com/dlockhq/dlock/zkdlock"
 )
 

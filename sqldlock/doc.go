@@ -1,15 +1,21 @@
 // Package sqldlock is the dlock backend for SQL databases: PostgreSQL,
 // MySQL/MariaDB and SQLite, through database/sql.
 //
-// Use it with a database you already have:
+// Each dialect has a package of its own, which compiles in its database/sql
+// driver and registers its URL schemes; package sqldlock itself compiles in
+// none, so that a program builds only the database drivers it uses:
+//
+//	import _ "github.com/dlockhq/dlock/sqldlock/postgres" // pgx; postgres://, postgresql://
+//	import _ "github.com/dlockhq/dlock/sqldlock/mysql"    // go-sql-driver/mysql; mysql://
+//	import _ "github.com/dlockhq/dlock/sqldlock/sqlite"   // modernc.org/sqlite; sqlite: (dlock.OpenDefault's store)
+//
+// With the dialect's package imported, use a database you already have:
 //
 //	d, err := sqldlock.New(db, sqldlock.Postgres)
 //	c, err := dlock.New(d)
 //
-// or open it by URL after importing the package (the driver then owns the
-// connection pool it opened and closes it in Close):
-//
-//	import _ "github.com/dlockhq/dlock/sqldlock"
+// or open one by URL (the driver then owns the connection pool it opened
+// and closes it in Close):
 //
 //	c, err := dlock.Open(ctx, "postgres://user:pass@db.example:5432/app?table=dlock_locks")
 //	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
+	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
 )
 
 // silentServer listens on a loopback port and accepts connections that it
@@ -102,7 +104,7 @@ func TestOpenSilentServer(t *testing.T) {
 			raw := strings.Replace(c.url, "%s", silentServer(t), 1)
 			t.Run("default", func(t *testing.T) {
 				t.Parallel()
-				err := openWithin(t, context.Background(), raw, defaultConnectTimeout+5*time.Second)
+				err := openWithin(t, context.Background(), raw, max(pgsupport.DefaultConnectTimeout, mysqlsupport.DefaultConnectTimeout)+5*time.Second)
 				if !isTimeout(err) {
 					t.Errorf("error %v names no timeout", err)
 				}

@@ -9,9 +9,7 @@ import (
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/notify"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Release notification on PostgreSQL.
@@ -24,7 +22,9 @@ import (
 // the notifications out to the subscriptions of their key. If the connection
 // breaks, the listener reconnects with backoff and then signals every
 // subscription, since a release may have been missed meanwhile. Close stops
-// it.
+// it. The connection itself is pgx's, opened by package sqldlock/postgres
+// (see dialect.Listener), so that programs without PostgreSQL do not compile
+// pgx.
 
 const (
 	listenIdle      = 30 * time.Second // ping the listening connection after this much silence
@@ -35,7 +35,6 @@ const (
 
 type listener struct {
 	d   *sqlDriver
-	cfg *pgx.ConnConfig
 	hub notify.Hub
 }
 
@@ -43,7 +42,8 @@ type listener struct {
 // signalled after every release of req.Key (by any client of the database)
 // that commits after Subscribe returns. It needs the database/sql driver of
 // github.com/jackc/pgx/v5/stdlib, to open the listening connection with the
-// same settings as the pool's.
+// same settings as the pool's (without it, Subscribe returns
+// driver.ErrUnsupported, and waiters poll).
 func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
@@ -73,11 +73,10 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	if l != nil {
 		return l, nil
 	}
-	cfg, err := d.listenConfig(ctx)
-	if err != nil {
-		return nil, err
+	if d.listen == nil {
+		return nil, fmt.Errorf("release notifications: %w", driver.ErrUnsupported)
 	}
-	l = &listener{d: d, cfg: cfg}
+	l = &listener{d: d}
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -85,7 +84,7 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		closeConn(conn)
+		conn.Close()
 		return nil, errClosed
 	}
 	d.lis = l
@@ -95,66 +94,23 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	return l, nil
 }
 
-// listenConfig returns the connection settings for the listening
-// connection: those of the URL the driver was opened with, or those of a
-// connection of the caller's pool.
-func (d *sqlDriver) listenConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	if d.pgCfg != nil {
-		return d.pgCfg.Copy(), nil
-	}
-	c, err := d.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	var cfg *pgx.ConnConfig
-	err = c.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("release notifications need the pgx database/sql driver (github.com/jackc/pgx/v5/stdlib), not %T: %w", dc, driver.ErrUnsupported)
-		}
-		cfg = sc.Conn().Config()
-		return nil
-	})
-	return cfg, err
-}
-
 // connect opens the listening connection and runs LISTEN on it.
-func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg := l.cfg.Copy()
-	// Deliver notifications straight to the subscriptions, whatever the
-	// connection is doing when they arrive. (A config copied from another
-	// connection carries that connection's handler: replace it.)
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { l.hub.Notify(n.Payload) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("opening the listening connection: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+l.d.n.table); err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("LISTEN: %w", err)
-	}
-	return conn, nil
-}
-
-func closeConn(conn *pgx.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
+func (l *listener) connect(ctx context.Context) (dialect.ListenConn, error) {
+	return l.d.listen(ctx, l.d.n.table, l.hub.Notify)
 }
 
 // run receives notifications until ctx ends, reconnecting when the
 // connection breaks.
-func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
+func (l *listener) run(ctx context.Context, conn dialect.ListenConn) {
 	defer l.d.wg.Done()
 	defer func() {
 		if conn != nil {
-			closeConn(conn)
+			conn.Close()
 		}
 	}()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenIdle)
-		err := conn.PgConn().WaitForNotification(wctx) // the handler signals
+		err := conn.Wait(wctx) // the connection passes notifications to the hub
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -162,7 +118,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+		if errors.Is(err, context.DeadlineExceeded) && !conn.Closed() {
 			// Silence: make sure the connection is still alive.
 			pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
 			err = conn.Ping(pctx)
@@ -174,7 +130,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 				return
 			}
 		}
-		closeConn(conn)
+		conn.Close()
 		if conn = l.reconnect(ctx); conn == nil {
 			return
 		}
@@ -185,7 +141,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 
 // reconnect connects again, with jittered exponential backoff, until it
 // succeeds or ctx ends (then it returns nil).
-func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+func (l *listener) reconnect(ctx context.Context) dialect.ListenConn {
 	delay := reconnectMin
 	for {
 		if conn, err := l.connect(ctx); err == nil {

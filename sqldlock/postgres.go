@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgOps implements the PostgreSQL dialect.
@@ -567,11 +566,11 @@ func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit
 // pgContention reports a serialization failure, a deadlock or a lock
 // timeout: the statement was rolled back because of concurrent work.
 func pgContention(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
+	switch errCode(Postgres, err) {
+	case "40001", "40P01", "55P03":
+		return true
 	}
-	return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03"
+	return false
 }
 
 // scanHolders reads rows of (key, owner, token, info, time left in units).

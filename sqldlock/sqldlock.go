@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/jackc/pgx/v5"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Dialect is the SQL dialect of the database behind a *sql.DB. It is the
@@ -143,9 +143,9 @@ type sqlDriver struct {
 	ops     ops
 	n       names
 	ownsDB  bool
-	fair    bool            // WithFair
-	pgCfg   *pgx.ConnConfig // the listener's config when the driver opened the DB
-	unGate  func()          // SQLite: lets go of the file's write gate, if it took one
+	fair    bool             // WithFair
+	listen  dialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
+	unGate  func()           // SQLite: lets go of the file's write gate, if it took one
 
 	schemaSem  chan struct{} // one creator at a time
 	schemaDone atomic.Bool
@@ -203,6 +203,12 @@ type names struct {
 // documentation) is created on first use unless it exists; call
 // Driver.CreateSchema to create it explicitly.
 //
+// The dialect's package must be imported, for its database/sql driver and
+// error codes: sqldlock/postgres, sqldlock/mysql or sqldlock/sqlite
+// (import _ "github.com/dlockhq/dlock/sqldlock/postgres", say); without it
+// New returns an error that wraps dlock.ErrUnsupported and names the
+// package.
+//
 // For SQLite, open db in WAL mode with a busy timeout and immediate
 // transactions, for example
 // "file:/path/locks.db?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate",
@@ -213,10 +219,23 @@ func New(db *sql.DB, d Dialect, opts ...Option) (Driver, error) {
 	if db == nil {
 		return nil, &dlock.ArgError{Name: "db", Value: nil, Reason: "must not be nil"}
 	}
-	return newDriver(db, d, false, nil, opts)
+	if err := d.Check(); err != nil {
+		return nil, err
+	}
+	s, err := support(d)
+	if err != nil {
+		return nil, err
+	}
+	var listen dialect.Listener
+	if s.Listener != nil {
+		listen = s.Listener(db)
+	}
+	return newDriver(db, d, false, listen, opts)
 }
 
-func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []Option) (Driver, error) {
+// newDriver returns a driver over db (which it closes on Close if owns is
+// set) whose release notifications, if any, come through listen.
+func newDriver(db *sql.DB, d Dialect, owns bool, listen dialect.Listener, opts []Option) (Driver, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}
@@ -228,7 +247,7 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		return nil, err
 	}
 	n := names{raw: cfg.table, table: d.Quote(cfg.table)}
-	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg, fair: cfg.fair,
+	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, listen: listen, fair: cfg.fair,
 		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
 		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())

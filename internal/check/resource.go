@@ -14,7 +14,6 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -25,6 +24,9 @@ import (
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"    // the mysql:// store
+	_ "github.com/dlockhq/dlock/sqldlock/postgres" // the postgres:// store and the "pgx" database/sql driver
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"   // the sqlite:// store and the "sqlite" database/sql driver
 	"github.com/dlockhq/dlock/zkdlock"
 )
 
