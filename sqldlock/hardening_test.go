@@ -58,7 +58,7 @@ func silentServer(t *testing.T) string {
 func openWithin(t *testing.T, ctx context.Context, raw string, limit time.Duration) error {
 	t.Helper()
 	type result struct {
-		d   Driver
+		d   *Driver
 		err error
 	}
 	ch := make(chan result, 1)

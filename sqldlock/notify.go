@@ -34,19 +34,24 @@ const (
 )
 
 type listener struct {
-	d   *sqlDriver
+	d   *Driver
 	hub notify.Hub
 }
 
-// Subscribe implements driver.Notifier: the returned subscription is
-// signalled after every release of req.Key (by any client of the database)
-// that commits after Subscribe returns. It needs the database/sql driver of
-// github.com/jackc/pgx/v5/stdlib, to open the listening connection with the
-// same settings as the pool's (without it, Subscribe returns
-// driver.ErrUnsupported, and waiters poll).
-func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+// Subscribe implements driver.Notifier. On PostgreSQL, the returned
+// subscription is signalled after every release of req.Key (by any client of
+// the database) that commits after Subscribe returns; a database that the
+// application opened must use the database/sql driver of
+// github.com/jackc/pgx/v5/stdlib, whose settings the listening connection
+// copies. MySQL and SQLite have no notifications: there, and over another
+// PostgreSQL driver, Subscribe returns an error wrapping
+// driver.ErrUnsupported, and package dlock's waiters poll.
+func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
+	}
+	if d.listen == nil {
+		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s has no release notifications: %w", d.dialect, driver.ErrUnsupported))
 	}
 	if !d.ops.modes().Has(req.Mode) {
 		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
@@ -60,7 +65,7 @@ func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Su
 
 // listener returns the driver's listener, starting it if needed: it connects
 // and runs LISTEN before returning.
-func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
+func (d *Driver) listener(ctx context.Context) (*listener, error) {
 	select {
 	case d.lisSem <- struct{}{}:
 	case <-ctx.Done():
@@ -72,9 +77,6 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	d.mu.Unlock()
 	if l != nil {
 		return l, nil
-	}
-	if d.listen == nil {
-		return nil, fmt.Errorf("release notifications: %w", driver.ErrUnsupported)
 	}
 	l = &listener{d: d}
 	conn, err := l.connect(ctx)

@@ -43,14 +43,6 @@ func mustAcquire(t *testing.T, d driver.Driver, r driver.Request) uint64 {
 	return res.Token
 }
 
-// internal returns the implementation behind a Driver.
-func internal(d Driver) *sqlDriver {
-	if p, ok := d.(*pgDriver); ok {
-		return p.sqlDriver
-	}
-	return d.(*sqlDriver)
-}
-
 // TestTokens checks at the driver level that tokens strictly increase per key
 // across release, expiry, takeover, forced release and a same-owner
 // re-acquire after expiry, and that a live owner's re-acquire keeps its token.
@@ -102,8 +94,8 @@ func TestTokens(t *testing.T) {
 // "not acquired"; on SQLite also over pools the caller opened (several
 // connections each, rollback journal, deferred transactions).
 func TestContention(t *testing.T) {
-	run := func(t *testing.T, open func() Driver) {
-		drivers := []Driver{open(), open(), open()}
+	run := func(t *testing.T, open func() *Driver) {
+		drivers := []*Driver{open(), open(), open()}
 		var (
 			mu     sync.Mutex
 			inside bool
@@ -163,17 +155,17 @@ func TestContention(t *testing.T) {
 		}
 	}
 	forEach(t, func(t *testing.T, s store) {
-		run(t, func() Driver { return s.open(t) })
+		run(t, func() *Driver { return s.open(t) })
 		switch s.dialect {
 		case Postgres:
 			t.Run("serializable", func(t *testing.T) {
 				s := newStore(t, Postgres)
-				run(t, func() Driver { return s.open(t, "default_transaction_isolation=serializable") })
+				run(t, func() *Driver { return s.open(t, "default_transaction_isolation=serializable") })
 			})
 		case SQLite:
 			t.Run("caller pools", func(t *testing.T) {
 				s := newStore(t, SQLite)
-				run(t, func() Driver {
+				run(t, func() *Driver {
 					db, err := sql.Open(s.sqlName, s.dsn)
 					if err != nil {
 						t.Fatal(err)
@@ -284,7 +276,7 @@ func TestNothingLeftBehind(t *testing.T) {
 		kept := req("crashed/live", time.Minute)
 		mustAcquire(t, d, kept)
 		sweeper := s.open(t)
-		in := internal(sweeper)
+		in := sweeper
 		in.sweepEvery, in.sweepGrace = 0, 0
 		trigger := req("trigger", time.Minute)
 		for deadline := time.Now().Add(10 * time.Second); ; {
@@ -379,10 +371,8 @@ func TestContext(t *testing.T) {
 			errs = append(errs, err)
 			_, err = d.Count(c.ctx, "")
 			errs = append(errs, err, d.CreateSchema(c.ctx))
-			if n, ok := d.(driver.Notifier); ok {
-				_, err = n.Subscribe(c.ctx, r)
-				errs = append(errs, err)
-			}
+			_, err = d.Subscribe(c.ctx, r)
+			errs = append(errs, err)
 			for i, err := range errs {
 				if !errors.Is(err, c.want) {
 					t.Errorf("call %d with a done context = %v; want %v", i, err, c.want)
@@ -413,7 +403,7 @@ func TestCallerDB(t *testing.T) {
 			t.Errorf("Dialect = %v; want %v", d.Dialect(), s.dialect)
 		}
 		ctx := tctx(t)
-		in := internal(d)
+		in := d
 		if ok, _ := in.ops.schemaExists(ctx, db); ok {
 			t.Error("schemaExists before CreateSchema")
 		}
@@ -428,8 +418,8 @@ func TestCallerDB(t *testing.T) {
 		}
 		r := req("k", time.Minute)
 		mustAcquire(t, d, r)
-		if n, ok := d.(driver.Notifier); ok {
-			sub, err := n.Subscribe(ctx, req("k", time.Minute))
+		if s.dialect == Postgres {
+			sub, err := d.Subscribe(ctx, req("k", time.Minute))
 			if err != nil {
 				t.Fatalf("Subscribe: %v", err)
 			}
@@ -470,7 +460,7 @@ func TestURLOwnsDB(t *testing.T) {
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := internal(d).db.PingContext(ctx); err == nil {
+		if err := d.db.PingContext(ctx); err == nil {
 			t.Error("the driver's own pool is still open after Close")
 		}
 		if _, err := d.List(ctx, ""); err == nil {
@@ -543,13 +533,11 @@ func TestNotify(t *testing.T) {
 	s := newStore(t, Postgres)
 	a, b := s.open(t), s.open(t)
 	ctx := tctx(t)
-	n := a.(driver.Notifier)
-	if _, ok := any(internal(a)).(driver.Notifier); ok {
-		t.Error("the dialect-independent driver implements driver.Notifier")
-	}
+	n := a
+	// Without notifications, Subscribe says so (package dlock then polls).
 	for _, d := range []Dialect{SQLite, MySQL} {
-		if _, ok := newStore(t, d).open(t).(driver.Notifier); ok {
-			t.Errorf("%v driver implements driver.Notifier", d)
+		if _, err := newStore(t, d).open(t).Subscribe(ctx, req("n", time.Minute)); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("%v: Subscribe = %v; want ErrUnsupported", d, err)
 		}
 	}
 

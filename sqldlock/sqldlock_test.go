@@ -71,7 +71,7 @@ func init() {
 }
 
 // openURL opens a driver through the URL opener registered for the scheme.
-func openURL(ctx context.Context, raw string) (Driver, error) {
+func openURL(ctx context.Context, raw string) (*Driver, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func openURL(ctx context.Context, raw string) (Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.(Driver), nil
+	return d.(*Driver), nil
 }
 
 // urlWith returns s's URL with the extra parameters (NAME=VALUE) added.
@@ -105,7 +105,7 @@ func (s store) urlWith(extra ...string) string {
 
 // open returns a new driver (with its own connections) over s, closed when
 // the test ends.
-func (s store) open(t testing.TB, extra ...string) Driver {
+func (s store) open(t testing.TB, extra ...string) *Driver {
 	t.Helper()
 	raw := s.urlWith(extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

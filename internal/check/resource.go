@@ -89,7 +89,7 @@ func openResource(ctx context.Context, rawURL string, drv driver.Driver) (resour
 		return &zkResource{c: d.Conn(), path: strings.TrimSuffix(u.Path, "/") + prefix(zkdlock.DefaultPrefix) + "-check-resource"}, nil
 	case *memcachedlock.Driver:
 		return &memcachedResource{c: d.Client(), key: prefix(memcachedlock.DefaultPrefix) + resourceName}, nil
-	case sqldlock.Driver:
+	case *sqldlock.Driver:
 		return openSQLResource(ctx, u, d.Dialect())
 	}
 	return nil, fmt.Errorf("%s stores cannot keep the checked resource; give --resource URL", u.Scheme)
