@@ -268,10 +268,10 @@ func TestHungDriver(t *testing.T) {
 					drv, hang := s.hungDriver(m.params...)(t)
 					r := req("k"+m.suffix, time.Minute)
 					mustAcquire(t, drv, r)
-					if n, ok := drv.(driver.Notifier); ok {
+					if d == Postgres {
 						// PostgreSQL's listener connection, which
 						// Close must stop too.
-						sub, err := n.Subscribe(tctx(t), req("k", time.Minute))
+						sub, err := drv.(driver.Notifier).Subscribe(tctx(t), req("k", time.Minute))
 						if err != nil {
 							t.Fatal(err)
 						}
