@@ -88,7 +88,15 @@
 // *dlock.ArgError before any statement runs.
 //
 // Release notification (driver.Notifier) works on PostgreSQL, with
-// LISTEN/NOTIFY; on MySQL and SQLite waiters poll.
+// LISTEN/NOTIFY; on MySQL and SQLite waiters poll. The release of an
+// Exclusive hold by a driver that is not fair wakes only the queued waiters
+// that can take the key next (the head of the queue, or the readers queued
+// before the first writer) and the subscribers that do not queue; the other
+// queued waiters sleep on. Other releases (a fair driver's, of Shared and
+// Semaphore holds, ForceRelease, and every release by an older client) wake
+// every subscriber of the key. PostgreSQL itself still signals every
+// listening connection of the database on each notifying commit, so its work
+// per release still grows with the number of waiting clients, only less.
 //
 // # Durability and server crashes
 //

@@ -14,9 +14,10 @@ import (
 
 // Release notification on PostgreSQL.
 //
-// Release and ForceRelease call pg_notify(NAME, key) in the statement that
-// deletes the row, NAME being the table name, so a notification is sent when,
-// and only when, the deletion commits. Each Driver keeps one dedicated
+// Release and ForceRelease call pg_notify(NAME, payload) in the statement
+// that deletes the row, NAME being the table name, so a notification is sent
+// when, and only when, the deletion commits; the payload names the key, or
+// the waiters that can take it next (see waiterTopic). Each Driver keeps one dedicated
 // connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
@@ -60,8 +61,40 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
-	return l.hub.Subscribe(req.Key), nil
+	if req.Queue {
+		return l.hub.Subscribe(req.Key, waiterTopic(req.Key, req.Owner)), nil
+	}
+	return l.hub.Subscribe(req.Key, observerTopic(req.Key)), nil
 }
+
+// The payloads of release notifications. A release that wakes every
+// subscriber of a key sends the key itself (as every release did before
+// targeted wake-ups, and as the server-side functions of fair drivers and of
+// Shared and Semaphore holds still do). A release of an Exclusive hold by a
+// driver that is not fair, when waiters are queued, sends instead
+// waiterTopic(key, owner) for each waiter that can take the key next, and
+// observerTopic(key) for the subscribers that do not queue (leader.Observe,
+// say): the other queued waiters are not woken, so the database's work per
+// release does not grow with their number. Control characters set the
+// topics apart from keys; a key that happens to look like a topic costs
+// spurious wake-ups, never a missed one.
+//
+// Queued waiters of older clients hear only the key itself: in a fleet
+// that mixes versions they poll (a queued waiter renews its entry at
+// least every third of its lease) where a newer client released.
+
+// waiterTopic is the topic of the queued waiter owner of key.
+func waiterTopic(key, owner string) string { return "\x01" + owner + "\x01" + key }
+
+// observerTopic is the topic of the subscribers of key that do not queue.
+func observerTopic(key string) string { return "\x02" + key }
+
+// The topics in PostgreSQL, for a statement whose $1 is the key and whose
+// row has the waiter's owner.
+const (
+	pgWaiterTopic   = `chr(1) || owner || chr(1) || $1`
+	pgObserverTopic = `chr(2) || $1`
+)
 
 // listener returns the driver's listener, starting it if needed: it connects
 // and runs LISTEN before returning.

@@ -604,3 +604,87 @@ WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err
 		t.Error("Subscribe after Close succeeded")
 	}
 }
+
+// TestNotifyWakesNext checks that on PostgreSQL the release of an Exclusive
+// hold by a driver that is not fair wakes only the queued waiters that can
+// take the key next: the head of the queue, or the readers before the first
+// queued writer; subscribers that do not queue hear of every release, and
+// with nobody queued every subscriber does. The release's notifications
+// arrive in the order sent, the observers' last, so once an observer is
+// signalled the others' signals, if any, are there too.
+func TestNotifyWakesNext(t *testing.T) {
+	s := newStore(t, Postgres)
+	d, holder := s.open(t), s.open(t)
+	ctx := tctx(t)
+	subscribe := func(r driver.Request) driver.Subscription {
+		t.Helper()
+		sub, err := d.Subscribe(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Close() })
+		return sub
+	}
+	queue := func(r driver.Request) driver.Subscription {
+		t.Helper()
+		r.Queue = true
+		if res, err := d.Acquire(ctx, r); err != nil || res.Acquired {
+			t.Fatalf("queued Acquire of %s = %+v, %v; want a wait", r.Key, res, err)
+		}
+		return subscribe(r)
+	}
+	release := func(h driver.Request) (observer driver.Subscription) {
+		t.Helper()
+		observer = subscribe(req(h.Key, time.Minute))
+		if err := holder.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		waitSignal(t, observer, "the release of "+h.Key)
+		return observer
+	}
+	signalled := func(sub driver.Subscription) bool {
+		select {
+		case <-sub.C():
+			return true
+		default:
+			return false
+		}
+	}
+	mode := func(m driver.Mode, r driver.Request) driver.Request { r.Mode = m; return r }
+
+	for _, tc := range []struct {
+		name  string
+		modes []driver.Mode // of the queued waiters, in queue order
+		woken []bool
+	}{
+		{"writers", []driver.Mode{driver.Exclusive, driver.Exclusive, driver.Exclusive}, []bool{true, false, false}},
+		{"readers", []driver.Mode{driver.Shared, driver.Shared, driver.Exclusive, driver.Shared}, []bool{true, true, false, false}},
+		{"writer first", []driver.Mode{driver.Exclusive, driver.Shared}, []bool{true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := req(tc.name, time.Minute)
+			mustAcquire(t, holder, h)
+			var subs []driver.Subscription
+			for _, m := range tc.modes {
+				subs = append(subs, queue(mode(m, req(tc.name, time.Minute))))
+			}
+			release(h)
+			for i, sub := range subs {
+				if got := signalled(sub); got != tc.woken[i] {
+					t.Errorf("waiter %d (%s): woken %v; want %v", i, tc.modes[i], got, tc.woken[i])
+				}
+			}
+		})
+	}
+
+	// With nobody queued, a subscriber that would queue is woken too.
+	h := req("alone", time.Minute)
+	mustAcquire(t, holder, h)
+	w := req("alone", time.Minute)
+	w.Queue = true
+	sub := subscribe(w)
+	release(h)
+	if !signalled(sub) {
+		t.Error("with nobody queued, the release did not wake a subscriber")
+	}
+}
