@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -17,8 +19,8 @@ import (
 // Release and ForceRelease call pg_notify(NAME, payload) in the statement
 // that deletes the row, NAME being the table name, so a notification is sent
 // when, and only when, the deletion commits; the payload names the key, or
-// the waiters that can take it next (see waiterTopic). Each Driver keeps one dedicated
-// connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
+// the waiters that can take it next (see parseWaiter). Each Driver keeps one
+// dedicated connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
 // breaks, the listener reconnects with backoff and then signals every
@@ -71,30 +73,57 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 // subscriber of a key sends the key itself (as every release did before
 // targeted wake-ups, and as the server-side functions of fair drivers and of
 // Shared and Semaphore holds still do). A release of an Exclusive hold by a
-// driver that is not fair, when waiters are queued, sends instead
-// waiterTopic(key, owner) for each waiter that can take the key next, and
-// observerTopic(key) for the subscribers that do not queue (leader.Observe,
-// say): the other queued waiters are not woken, so the database's work per
-// release does not grow with their number. Control characters set the
-// topics apart from keys; a key that happens to look like a topic costs
-// spurious wake-ups, never a missed one.
+// driver that is not fair, when waiters are queued, sends instead a waiter
+// payload (see parseWaiter) for each waiter that can take the key next,
+// which wakes that waiter and the key's subscribers that do not queue
+// (leader.Observe, say), and no others: the other queued waiters sleep on,
+// so that they do not all retry at every release. A key that happens to
+// look like a waiter payload (it would start with a control character)
+// costs wake-ups that go astray, and the waiters' fallback polls then find
+// the release.
 //
 // Queued waiters of older clients hear only the key itself: in a fleet
 // that mixes versions they poll (a queued waiter renews its entry at
 // least every third of its lease) where a newer client released.
 
-// waiterTopic is the topic of the queued waiter owner of key.
+// pgWaiterPayload is the waiter payload in PostgreSQL, for a statement whose
+// $1 is the key and whose row has the waiter's owner.
+const pgWaiterPayload = `chr(1) || octet_length(owner) || ':' || owner || $1`
+
+// parseWaiter returns the key and the owner of a waiter payload:
+// "\x01", the length of the owner in bytes, ":", the owner, the key.
+func parseWaiter(payload string) (key, owner string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "\x01")
+	if !ok {
+		return "", "", false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", "", false
+	}
+	size, err := strconv.Atoi(n)
+	if err != nil || size < 0 || size > len(rest) {
+		return "", "", false
+	}
+	return rest[size:], rest[:size], true
+}
+
+// waiterTopic is the hub key of the queued waiter owner of key.
 func waiterTopic(key, owner string) string { return "\x01" + owner + "\x01" + key }
 
-// observerTopic is the topic of the subscribers of key that do not queue.
+// observerTopic is the hub key of the subscribers of key that do not queue.
 func observerTopic(key string) string { return "\x02" + key }
 
-// The topics in PostgreSQL, for a statement whose $1 is the key and whose
-// row has the waiter's owner.
-const (
-	pgWaiterTopic   = `chr(1) || owner || chr(1) || $1`
-	pgObserverTopic = `chr(2) || $1`
-)
+// deliver passes a notification's payload to the subscriptions it is for.
+func (l *listener) deliver(payload string) {
+	key, owner, ok := parseWaiter(payload)
+	if !ok {
+		l.hub.Notify(payload) // the key: every subscriber
+		return
+	}
+	l.hub.Notify(waiterTopic(key, owner))
+	l.hub.Notify(observerTopic(key))
+}
 
 // listener returns the driver's listener, starting it if needed: it connects
 // and runs LISTEN before returning.
@@ -131,7 +160,7 @@ func (d *Driver) listener(ctx context.Context) (*listener, error) {
 
 // connect opens the listening connection and runs LISTEN on it.
 func (l *listener) connect(ctx context.Context) (dialect.ListenConn, error) {
-	return l.d.listen(ctx, l.d.n.table, l.hub.Notify)
+	return l.d.listen(ctx, l.d.n.table, l.deliver)
 }
 
 // run receives notifications until ctx ends, reconnecting when the

@@ -468,12 +468,11 @@ func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 			return err == nil, l.Bool, err
 		}
 	} else {
-		// Wake the waiters that can take the key next (see Subscribe):
-		// the head of its queue and, if that is a reader, the readers
-		// queued before the first writer, each on its own topic; the
-		// others hear of the release from the observers' topic, which
-		// queued waiters do not follow. With nobody queued, every
-		// subscriber of the key is woken, as by older clients.
+		// Wake the waiters that can take the key next (see
+		// parseWaiter): the head of its queue and, if that is a
+		// reader, the readers queued before the first writer. With
+		// nobody queued, every subscriber of the key, as older clients
+		// do.
 		err = db.QueryRowContext(ctx, `WITH d AS (
 	DELETE FROM `+o.n.table+` WHERE lock_key = $1 AND owner = $2
 	RETURNING expires_at > clock_timestamp() AS live),
@@ -483,10 +482,10 @@ q AS (
 	WHERE lock_key = $1 AND waiting = 1 AND expires_at > clock_timestamp() AND EXISTS (SELECT FROM d)
 	WINDOW w AS (ORDER BY token)),
 n AS (
-	SELECT count(pg_notify($3, `+pgWaiterTopic+`)) AS woken
+	SELECT count(pg_notify($3, `+pgWaiterPayload+`)) AS woken
 	FROM q WHERE pos = 1 OR writers = 0)
-SELECT d.live, pg_notify($3, CASE WHEN n.woken > 0 THEN `+pgObserverTopic+` ELSE $1 END)::text FROM d, n`,
-			req.Key, req.Owner, o.n.raw, int(driver.Shared)).Scan(&live, new(string))
+SELECT d.live, CASE WHEN n.woken = 0 THEN pg_notify($3, $1)::text END FROM d, n`,
+			req.Key, req.Owner, o.n.raw, int(driver.Shared)).Scan(&live, new(sql.NullString))
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return err == nil, live, err
 		}

@@ -609,13 +609,19 @@ WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err
 // hold by a driver that is not fair wakes only the queued waiters that can
 // take the key next: the head of the queue, or the readers before the first
 // queued writer; subscribers that do not queue hear of every release, and
-// with nobody queued every subscriber does. The release's notifications
-// arrive in the order sent, the observers' last, so once an observer is
-// signalled the others' signals, if any, are there too.
+// with nobody queued every subscriber does. Notifications arrive in the
+// order of their transactions' commits, so once the signal of a marker
+// notified after the release is in, the release's signals, if any, are
+// there too.
 func TestNotifyWakesNext(t *testing.T) {
 	s := newStore(t, Postgres)
 	d, holder := s.open(t), s.open(t)
 	ctx := tctx(t)
+	admin, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
 	subscribe := func(r driver.Request) driver.Subscription {
 		t.Helper()
 		sub, err := d.Subscribe(ctx, r)
@@ -633,21 +639,27 @@ func TestNotifyWakesNext(t *testing.T) {
 		}
 		return subscribe(r)
 	}
-	release := func(h driver.Request) (observer driver.Subscription) {
-		t.Helper()
-		observer = subscribe(req(h.Key, time.Minute))
-		if err := holder.Release(ctx, h); err != nil {
-			t.Fatal(err)
-		}
-		waitSignal(t, observer, "the release of "+h.Key)
-		return observer
-	}
 	signalled := func(sub driver.Subscription) bool {
 		select {
 		case <-sub.C():
 			return true
 		default:
 			return false
+		}
+	}
+	release := func(h driver.Request) {
+		t.Helper()
+		observer := subscribe(req(h.Key, time.Minute))
+		marker := subscribe(req(h.Key+"/marker", time.Minute))
+		if err := holder.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ExecContext(ctx, `SELECT pg_notify($1, $2)`, DefaultTable, h.Key+"/marker"); err != nil {
+			t.Fatal(err)
+		}
+		waitSignal(t, marker, "the marker after the release of "+h.Key)
+		if !signalled(observer) {
+			t.Errorf("the release of %s did not wake a subscriber that does not queue", h.Key)
 		}
 	}
 	mode := func(m driver.Mode, r driver.Request) driver.Request { r.Mode = m; return r }
@@ -686,5 +698,24 @@ func TestNotifyWakesNext(t *testing.T) {
 	release(h)
 	if !signalled(sub) {
 		t.Error("with nobody queued, the release did not wake a subscriber")
+	}
+}
+
+// TestParseWaiter checks the waiter payloads of release notifications: the
+// owner's length tells it from the key, whatever either holds, and other
+// payloads (keys) are no waiter payloads.
+func TestParseWaiter(t *testing.T) {
+	for _, tc := range []struct{ key, owner string }{
+		{"k", "OWNER"}, {"a:b", "o:1"}, {"", "x"}, {"12:k", ""}, {"\x01k", "o"},
+	} {
+		p := "\x01" + fmt.Sprint(len(tc.owner)) + ":" + tc.owner + tc.key
+		if key, owner, ok := parseWaiter(p); !ok || key != tc.key || owner != tc.owner {
+			t.Errorf("parseWaiter(%q) = %q, %q, %v; want %q, %q", p, key, owner, ok, tc.key, tc.owner)
+		}
+	}
+	for _, p := range []string{"k", "", "\x01", "\x015", "\x01x:k", "\x019:abc", "\x01-1:k", "x\x011:ok"} {
+		if key, owner, ok := parseWaiter(p); ok {
+			t.Errorf("parseWaiter(%q) = %q, %q; want no waiter payload", p, key, owner)
+		}
 	}
 }
