@@ -45,9 +45,9 @@ const defaultDirMode = 0o700
 // DLOCK_URL.
 //
 // The SQLite default is a lock store for the processes of one host. It
-// needs the SQLite backend registered, by importing package sqldlock
-// (import _ "github.com/dlockhq/dlock/sqldlock"); without it OpenDefault
-// returns an error that says so.
+// needs the SQLite backend registered, by importing package sqldlock/sqlite
+// (import _ "github.com/dlockhq/dlock/sqldlock/sqlite"); without it
+// OpenDefault returns an error that says so.
 func OpenDefault(ctx context.Context, opts ...Option) (*Client, error) {
 	if u := strings.TrimSpace(os.Getenv("DLOCK_URL")); u != "" {
 		return Open(ctx, u, opts...)
@@ -60,7 +60,7 @@ func OpenDefault(ctx context.Context, opts ...Option) (*Client, error) {
 	_, ok := registry.m["sqlite"]
 	registry.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("dlock: the default store is SQLite, and no backend registers sqlite: import _ \"github.com/dlockhq/dlock/sqldlock\": %w", ErrUnsupported)
+		return nil, fmt.Errorf("dlock: the default store is SQLite, and no backend registers sqlite: import _ \"github.com/dlockhq/dlock/sqldlock/sqlite\": %w", ErrUnsupported)
 	}
 	if err := os.MkdirAll(filepath.Dir(p), defaultDirMode); err != nil {
 		return nil, fmt.Errorf("dlock: creating the default store's directory: %w", err)

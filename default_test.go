@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlockhq/dlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 )
 
 // TestOpenDefault checks that OpenDefault opens the store the CLI uses

@@ -252,7 +252,7 @@ func Schemes() []string {
 
 // Open returns a Client for the backend named by rawURL's scheme, which must
 // have been registered (import the backend package, e.g.
-// `import _ "github.com/dlockhq/dlock/sqldlock"`).
+// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")

@@ -19,7 +19,9 @@ import (
 	_ "github.com/dlockhq/dlock/memcachedlock"
 	_ "github.com/dlockhq/dlock/quorum"
 	_ "github.com/dlockhq/dlock/redisdlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 )
 
 // The environment of a test binary run as a second process by

@@ -111,6 +111,7 @@ import (
 	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres" // sqldlock.New(db, sqldlock.Postgres) needs it
 %s)
 
 var (

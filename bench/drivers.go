@@ -4,6 +4,6 @@ package main
 // in dlockURLOpener, PostgreSQL (postgres://) in dlockPgOpen.
 import (
 	_ "github.com/dlockhq/dlock/etcddlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
 	_ "github.com/dlockhq/dlock/zkdlock"
 )

@@ -13,7 +13,9 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/fence"
-	_ "github.com/dlockhq/dlock/sqldlock" // the sqlite://, postgres:// and mysql:// stores
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"    // the mysql:// store
+	_ "github.com/dlockhq/dlock/sqldlock/postgres" // the postgres:// store
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"   // the sqlite:// store
 )
 
 // newFence returns the guards of s's dialect with the fence table table

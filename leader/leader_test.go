@@ -19,7 +19,8 @@ import (
 	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/memdlock"
 	_ "github.com/dlockhq/dlock/redisdlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 	_ "github.com/dlockhq/dlock/zkdlock"
 )
 
@@ -265,6 +266,24 @@ func TestResignHandsOver(t *testing.T) {
 	})
 }
 
+// notifies reports whether c's driver notifies releases of key: it is a
+// driver.Notifier whose Subscribe does not report ErrUnsupported.
+func notifies(t *testing.T, c *dlock.Client, key string) bool {
+	n, ok := c.Driver().(driver.Notifier)
+	if !ok {
+		return false
+	}
+	sub, err := n.Subscribe(dlocktest.Ctx(t), driver.Request{Key: key, Owner: "notifies", TTL: time.Minute, Mode: driver.Exclusive})
+	if errors.Is(err, driver.ErrUnsupported) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	return true
+}
+
 // TestObserveByNotification resigns a leader whose lease is long, with an
 // observer that polls once an hour: on the stores that notify releases the
 // observer learns of the end of the term all the same.
@@ -272,7 +291,7 @@ func TestObserveByNotification(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		ctx, url, key := dlocktest.Ctx(t), b.url(t), dlocktest.Key(t, "leader")
 		c := open(t, url)
-		if _, ok := c.Driver().(driver.Notifier); !ok {
+		if !notifies(t, c, key) {
 			t.Skip("the backend does not notify releases")
 		}
 		a, err := leader.Campaign(ctx, c, key, "a", leader.WithTTL(time.Minute))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/admit"
 	"github.com/dlockhq/dlock/internal/notify"
 )
 
@@ -180,24 +181,12 @@ func (l *lock) semaphore() bool {
 
 // admits reports whether a request of mode m (and limit n) at position pos
 // of the queue may hold the key now: the key's holders allow it, and no
-// waiter ahead of it comes first.
+// waiter ahead of it comes first (the queue is fair).
 func (l *lock) admits(m driver.Mode, n, pos int) bool {
-	ahead := l.queue[:pos]
-	switch m {
-	case driver.Exclusive:
-		return len(l.holders) == 0 && len(ahead) == 0
-	case driver.Shared:
-		// Readers do not wait for readers, but no reader passes a
-		// writer, holding or waiting.
-		for _, h := range l.holders {
-			if h.mode == driver.Exclusive {
-				return false
-			}
-		}
-		return !slices.ContainsFunc(ahead, func(w *waiter) bool { return w.mode == driver.Exclusive })
-	default:
-		return len(l.holders)+len(ahead) < n
-	}
+	var k admit.Key
+	k.Holders, k.HolderExclusive = admit.Count(l.holders, func(h *holder) driver.Mode { return h.mode })
+	k.Ahead, k.AheadExclusive = admit.Count(l.queue[:pos], func(w *waiter) driver.Mode { return w.mode })
+	return k.Admits(m, n, true)
 }
 
 func (d *Driver) check(ctx context.Context) error {

@@ -18,7 +18,8 @@ import (
 	"github.com/dlockhq/dlock/memdlock"
 	"github.com/dlockhq/dlock/ratelimit"
 	_ "github.com/dlockhq/dlock/redisdlock"
-	_ "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 )
 
 func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Redis, testsrv.Postgres, testsrv.Memcached) }

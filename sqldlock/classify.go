@@ -2,8 +2,8 @@ package sqldlock
 
 import (
 	"errors"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,17 +23,18 @@ import (
 //
 // Serialization failures, deadlocks, lock timeouts, a busy SQLite file and
 // broken connections are transient. The checks match the errors' codes
-// through the methods and formats of the drivers' error types
-// (pgconn.PgError's SQLState, sqlite.Error's Code, go-sql-driver's
-// MySQLError), so that this package needs none of the database drivers.
-func (d *sqlDriver) Permanent(err error) bool { return permanent(err) }
+// through the methods of the drivers' error types (pgconn.PgError's
+// SQLState, sqlite.Error's Code) and, on MySQL, through the dialect's
+// registered support (package sqldlock/mysql), so that this package needs
+// none of the database drivers.
+func (d *Driver) Permanent(err error) bool { return permanent(err) }
 
 func permanent(err error) bool {
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) && slices.Contains(pgPermanent, pg.SQLState()) {
 		return true
 	}
-	if n, ok := mysqlNumber(err); ok && slices.Contains(mysqlPermanent, n) {
+	if n, err := strconv.Atoi(errCode(MySQL, err)); err == nil && slices.Contains(mysqlPermanent, n) {
 		return true
 	}
 	var lite interface {
@@ -86,38 +87,3 @@ const (
 	sqliteAuth     = 23
 	sqliteNotADB   = 26
 )
-
-// mysqlNumber returns the error number of the go-sql-driver MySQLError in
-// err's chain, read from its message ("Error 1045 (28000): ..." or "Error
-// 1045: ...", the format the type documents), without importing the
-// driver's package.
-func mysqlNumber(err error) (int, bool) {
-	var n int
-	found := walk(err, func(e error) bool {
-		if fmt.Sprintf("%T", e) != "*mysql.MySQLError" {
-			return false
-		}
-		_, serr := fmt.Sscanf(e.Error(), "Error %d", &n)
-		return serr == nil
-	})
-	return n, found
-}
-
-// walk reports whether f holds for an error in err's tree (errors.Unwrap
-// and errors.Join alike).
-func walk(err error, f func(error) bool) bool {
-	for depth := 0; err != nil && depth < 100; depth++ {
-		if f(err) {
-			return true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			return slices.ContainsFunc(u.Unwrap(), func(e error) bool { return walk(e, f) })
-		default:
-			return false
-		}
-	}
-	return false
-}

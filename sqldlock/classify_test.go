@@ -61,7 +61,7 @@ func TestPermanentClassifies(t *testing.T) {
 // firstAnswer is a real driver that closes held when an Acquire first
 // finds the key held.
 type firstAnswer struct {
-	Driver
+	*Driver
 	once sync.Once
 	held chan struct{}
 }
@@ -74,7 +74,7 @@ func (f *firstAnswer) Acquire(ctx context.Context, req driver.Request) (driver.R
 	return res, err
 }
 
-func (f *firstAnswer) Permanent(err error) bool { return f.Driver.(driver.Classifier).Permanent(err) }
+func (f *firstAnswer) Permanent(err error) bool { return f.Driver.Permanent(err) }
 
 // TestWaitEndsOnMissingTable checks, on every dialect, that a Lock that
 // waits for a held key ends at once when the lock table is dropped under

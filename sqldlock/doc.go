@@ -1,15 +1,21 @@
 // Package sqldlock is the dlock backend for SQL databases: PostgreSQL,
 // MySQL/MariaDB and SQLite, through database/sql.
 //
-// Use it with a database you already have:
+// Each dialect has a package of its own, which compiles in its database/sql
+// driver and registers its URL schemes; package sqldlock itself compiles in
+// none, so that a program builds only the database drivers it uses:
+//
+//	import _ "github.com/dlockhq/dlock/sqldlock/postgres" // pgx; postgres://, postgresql://
+//	import _ "github.com/dlockhq/dlock/sqldlock/mysql"    // go-sql-driver/mysql; mysql://
+//	import _ "github.com/dlockhq/dlock/sqldlock/sqlite"   // modernc.org/sqlite; sqlite: (dlock.OpenDefault's store)
+//
+// With the dialect's package imported, use a database you already have:
 //
 //	d, err := sqldlock.New(db, sqldlock.Postgres)
 //	c, err := dlock.New(d)
 //
-// or open it by URL after importing the package (the driver then owns the
-// connection pool it opened and closes it in Close):
-//
-//	import _ "github.com/dlockhq/dlock/sqldlock"
+// or open one by URL (the driver then owns the connection pool it opened
+// and closes it in Close):
 //
 //	c, err := dlock.Open(ctx, "postgres://user:pass@db.example:5432/app?table=dlock_locks")
 //	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")
@@ -111,7 +117,15 @@
 // *dlock.ArgError before any statement runs.
 //
 // Release notification (driver.Notifier) works on PostgreSQL, with
-// LISTEN/NOTIFY; on MySQL and SQLite waiters poll.
+// LISTEN/NOTIFY; on MySQL and SQLite waiters poll. The release of an
+// Exclusive hold by a driver that is not fair wakes only the queued waiters
+// that can take the key next (the head of the queue, or the readers queued
+// before the first writer) and the subscribers that do not queue; the other
+// queued waiters sleep on. Other releases (a fair driver's, of Shared and
+// Semaphore holds, ForceRelease, and every release by an older client) wake
+// every subscriber of the key. PostgreSQL itself still signals every
+// listening connection of the database on each notifying commit, so its work
+// per release still grows with the number of waiting clients, only less.
 //
 // # Durability and server crashes
 //

@@ -10,10 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
-
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite" // the sqlite dialect and its "sqlite" database/sql driver
 )
 
 // tempDB opens a SQLite database in a new temporary directory, the way an

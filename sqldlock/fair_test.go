@@ -13,21 +13,21 @@ import (
 // forEachMode runs fn as a parallel subtest per dialect and driver mode
 // (default and fair), on a fresh database; open returns a new driver of the
 // mode over it.
-func forEachMode(t *testing.T, fn func(t *testing.T, fair bool, open func() Driver)) {
+func forEachMode(t *testing.T, fn func(t *testing.T, fair bool, open func() *Driver)) {
 	for _, d := range dialects {
 		for _, m := range driverModes {
 			t.Run(d.String()+m.suffix, func(t *testing.T) {
 				t.Parallel()
 				s := newStore(t, d)
-				fn(t, m.params != nil, func() Driver { return s.open(t, m.params...) })
+				fn(t, m.params != nil, func() *Driver { return s.open(t, m.params...) })
 			})
 		}
 	}
 }
 
 // forEachFair is forEachMode for fair drivers only.
-func forEachFair(t *testing.T, fn func(t *testing.T, open func() Driver)) {
-	forEachMode(t, func(t *testing.T, fair bool, open func() Driver) {
+func forEachFair(t *testing.T, fn func(t *testing.T, open func() *Driver)) {
+	forEachMode(t, func(t *testing.T, fair bool, open func() *Driver) {
 		if !fair {
 			return
 		}
@@ -66,7 +66,7 @@ func mustRelease(t *testing.T, d driver.Driver, r driver.Request) {
 }
 
 // mustBeEmpty checks that the store keeps no row for key.
-func mustBeEmpty(t *testing.T, d Driver, key string) {
+func mustBeEmpty(t *testing.T, d *Driver, key string) {
 	t.Helper()
 	if n, err := d.Count(tctx(t), key); err != nil || n != 0 {
 		t.Errorf("Count(%q) = %d, %v; want 0", key, n, err)
@@ -75,9 +75,9 @@ func mustBeEmpty(t *testing.T, d Driver, key string) {
 
 // inTx runs f in a transaction on d's database, with d's statements of the
 // holds-table protocol, and rolls it back.
-func inTx(t *testing.T, d Driver, f func(ctx context.Context, tx *sql.Tx, q *multiSQL) error) {
+func inTx(t *testing.T, d *Driver, f func(ctx context.Context, tx *sql.Tx, q *multiSQL) error) {
 	t.Helper()
-	in := internal(d)
+	in := d
 	var q *multiSQL
 	switch o := in.ops.(type) {
 	case liteOps:
@@ -99,7 +99,7 @@ func inTx(t *testing.T, d Driver, f func(ctx context.Context, tx *sql.Tx, q *mul
 }
 
 // entries reads key's holds-table rows.
-func entries(t *testing.T, d Driver, key string) (es []entry) {
+func entries(t *testing.T, d *Driver, key string) (es []entry) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, tx *sql.Tx, q *multiSQL) (err error) {
 		es, err = q.readEntries(ctx, tx, key)
@@ -109,7 +109,7 @@ func entries(t *testing.T, d Driver, key string) (es []entry) {
 }
 
 // mainRow reads key's lock-table row: its owner and whether it is live.
-func mainRow(t *testing.T, d Driver, key string) (owner string, live bool) {
+func mainRow(t *testing.T, d *Driver, key string) (owner string, live bool) {
 	t.Helper()
 	inTx(t, d, func(ctx context.Context, tx *sql.Tx, q *multiSQL) error {
 		var (
@@ -141,7 +141,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // semaphore: an Exclusive or Shared request fails with ErrModeMismatch, as
 // the driver contract and memdlock have it, and does not take the key.
 func TestSemaphoreWaitersKeepKey(t *testing.T) {
-	forEachMode(t, func(t *testing.T, fair bool, open func() Driver) {
+	forEachMode(t, func(t *testing.T, fair bool, open func() *Driver) {
 		a, b := open(), open()
 		ctx := tctx(t)
 		permit := queued("sem", time.Minute, driver.Semaphore, 1)
@@ -173,7 +173,7 @@ func TestSemaphoreWaitersKeepKey(t *testing.T) {
 // waiter has not yet come back: the release of the hold leaves a live
 // marker, which keeps out v1 clients too.
 func TestFairOrder(t *testing.T) {
-	forEachFair(t, func(t *testing.T, open func() Driver) {
+	forEachFair(t, func(t *testing.T, open func() *Driver) {
 		d, other := open(), open()
 
 		t.Run("exclusive", func(t *testing.T) {
@@ -248,7 +248,7 @@ func TestFairOrder(t *testing.T) {
 // hold respects the queue: a waiter queued behind a holder that stopped
 // refreshing acquires before any newcomer.
 func TestFairTakeover(t *testing.T) {
-	forEachFair(t, func(t *testing.T, open func() Driver) {
+	forEachFair(t, func(t *testing.T, open func() *Driver) {
 		d, other := open(), open()
 		holder := req("k", 300*time.Millisecond)
 		mustAcquire(t, d, holder)
@@ -278,7 +278,7 @@ func TestFairTakeover(t *testing.T) {
 // driver even once the key has become free, that the record of its lost
 // place holds nobody up, and that it goes with its owner's Release.
 func TestPlaceLost(t *testing.T) {
-	forEachMode(t, func(t *testing.T, fair bool, open func() Driver) {
+	forEachMode(t, func(t *testing.T, fair bool, open func() *Driver) {
 		d, other := open(), open()
 		ctx := tctx(t)
 		for _, first := range []string{"waiter", "holder"} {
@@ -369,11 +369,11 @@ func TestSQLiteGate(t *testing.T) {
 	}
 	before := gates()
 	a, b, plain := s.open(t, "fair=1"), s.open(t, "fair=1"), s.open(t)
-	ga, gb := internal(a).ops.(liteOps).gate, internal(b).ops.(liteOps).gate
+	ga, gb := a.ops.(liteOps).gate, b.ops.(liteOps).gate
 	if ga == nil || ga != gb {
 		t.Fatalf("fair drivers of one file: gates %p and %p; want one", ga, gb)
 	}
-	if g := internal(plain).ops.(liteOps).gate; g != nil {
+	if g := plain.ops.(liteOps).gate; g != nil {
 		t.Error("a driver that is not fair has a gate")
 	}
 	if n := gates(); n != before+1 {

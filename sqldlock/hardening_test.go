@@ -13,6 +13,8 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
+	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
 )
 
 // silentServer listens on a loopback port and accepts connections that it
@@ -56,7 +58,7 @@ func silentServer(t *testing.T) string {
 func openWithin(t *testing.T, ctx context.Context, raw string, limit time.Duration) error {
 	t.Helper()
 	type result struct {
-		d   Driver
+		d   *Driver
 		err error
 	}
 	ch := make(chan result, 1)
@@ -102,7 +104,7 @@ func TestOpenSilentServer(t *testing.T) {
 			raw := strings.Replace(c.url, "%s", silentServer(t), 1)
 			t.Run("default", func(t *testing.T) {
 				t.Parallel()
-				err := openWithin(t, context.Background(), raw, defaultConnectTimeout+5*time.Second)
+				err := openWithin(t, context.Background(), raw, max(pgsupport.DefaultConnectTimeout, mysqlsupport.DefaultConnectTimeout)+5*time.Second)
 				if !isTimeout(err) {
 					t.Errorf("error %v names no timeout", err)
 				}
@@ -266,10 +268,10 @@ func TestHungDriver(t *testing.T) {
 					drv, hang := s.hungDriver(m.params...)(t)
 					r := req("k"+m.suffix, time.Minute)
 					mustAcquire(t, drv, r)
-					if n, ok := drv.(driver.Notifier); ok {
+					if d == Postgres {
 						// PostgreSQL's listener connection, which
 						// Close must stop too.
-						sub, err := n.Subscribe(tctx(t), req("k", time.Minute))
+						sub, err := drv.(driver.Notifier).Subscribe(tctx(t), req("k", time.Minute))
 						if err != nil {
 							t.Fatal(err)
 						}

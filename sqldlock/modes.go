@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/admit"
 )
 
 // Shared and Semaphore holds, and the queue entries of waiters, live in a
@@ -187,179 +188,300 @@ func placeLost(key string) error {
 // requests, for Exclusive ones on a key marked as held or awaited in the
 // holds table, and for those of queued owners. tx has locked the key
 // (lockKey has run). On an error the caller rolls tx back.
+//
+// It reads the key's state (readKey), decides what req gets (decide), and
+// writes that (apply), as memdlock does under its mutex.
 func (q *multiSQL) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
-	var (
-		mOwner string
-		mToken int64
-		mLive  bool
-		mLeft  int64
-	)
-	err := tx.QueryRowContext(ctx, q.readMain, req.Key).Scan(&mOwner, &mToken, &mLive, &mLeft)
-	found := err == nil
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return driver.Result{}, err
-	}
-	if found && !mLive {
-		// An expired hold or marker: the holders behind it have expired
-		// too. (Waiters queued behind an Exclusive hold may still be
-		// live: they stay, and the decision below covers them.)
-		if _, err := tx.ExecContext(ctx, q.deleteMain, req.Key); err != nil {
-			return driver.Result{}, err
-		}
-		if _, err := tx.ExecContext(ctx, q.deleteHolders, req.Key); err != nil {
-			return driver.Result{}, err
-		}
-		found = false
-	}
-	entries, err := q.readEntries(ctx, tx, req.Key)
+	k, err := q.readKey(ctx, tx, req)
 	if err != nil {
 		return driver.Result{}, err
 	}
+	st, err := decide(req, &k, q.fair)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	return q.apply(ctx, tx, req, ttl, &k, st)
+}
+
+// keyState is a key's state as seen by one request: its lock-table row and
+// the live rows of the holds table, sorted out for req.Owner.
+type keyState struct {
+	// excl reports a live Exclusive hold in the lock table (not a
+	// marker), of owner mOwner with token mToken and mLeft units left.
+	excl   bool
+	mOwner string
+	mToken int64
+	mLeft  int64
 	// holders and waiters are the live rows of other owners, waiters in
 	// queue order; own is req.Owner's live row; gone reports that its
 	// queue entry's lease has ended.
+	holders, waiters []entry
+	own              *entry
+	gone             bool
+}
+
+// readKey reads the key's state for req. An expired lock-table row (hold or
+// marker) goes first, with the holder rows behind it, which have expired
+// too; waiters queued behind an expired Exclusive hold may still be live,
+// and stay.
+func (q *multiSQL) readKey(ctx context.Context, tx *sql.Tx, req driver.Request) (keyState, error) {
 	var (
-		holders, waiters []entry
-		own              *entry
-		gone             bool
+		k     keyState
+		mLive bool
 	)
+	err := tx.QueryRowContext(ctx, q.readMain, req.Key).Scan(&k.mOwner, &k.mToken, &mLive, &k.mLeft)
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return k, err
+	}
+	if found && !mLive {
+		if _, err := tx.ExecContext(ctx, q.deleteMain, req.Key); err != nil {
+			return k, err
+		}
+		if _, err := tx.ExecContext(ctx, q.deleteHolders, req.Key); err != nil {
+			return k, err
+		}
+		found = false
+	}
+	k.excl = found && k.mOwner != markerOwner
+	entries, err := q.readEntries(ctx, tx, req.Key)
+	if err != nil {
+		return k, err
+	}
+	k.sort(entries, req.Owner)
+	return k, nil
+}
+
+// sort sorts the key's holds-table rows, in queue order, into k's holders,
+// waiters, own and gone, as seen by owner.
+func (k *keyState) sort(entries []entry, owner string) {
 	for i := range entries {
 		e := &entries[i]
 		switch {
-		case e.owner == req.Owner && e.live:
-			own = e
-		case e.owner == req.Owner:
-			gone = e.waiting
+		case e.owner == owner && e.live:
+			k.own = e
+		case e.owner == owner:
+			k.gone = e.waiting
 		case !e.live:
 		case e.waiting:
-			waiters = append(waiters, *e)
+			k.waiters = append(k.waiters, *e)
 		default:
-			holders = append(holders, *e)
+			k.holders = append(k.holders, *e)
 		}
 	}
-	exp := ttl
+}
 
-	// An Exclusive holder in the lock table.
-	if found && mOwner != markerOwner {
-		if mOwner == req.Owner {
-			switch req.Mode {
-			case driver.Shared: // a downgrade, keeping the token
-				if _, err := tx.ExecContext(ctx, q.downgrade, exp, req.Key); err != nil {
-					return driver.Result{}, err
-				}
-				if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, mToken, req.Info, exp); err != nil {
-					return driver.Result{}, err
-				}
-				// The marker covers the waiters too.
-				if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
-					return driver.Result{}, err
-				}
-				if err := execIf(ctx, tx, q.notify, req.Key); err != nil { // readers may join
-					return driver.Result{}, err
-				}
-				return driver.Result{Acquired: true, Token: uint64(mToken)}, nil
-			case driver.Semaphore:
-				return driver.Result{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
-			}
-			// Exclusive: the fast path handles it; refresh all the same.
-			if _, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, mToken, req.Info, exp); err != nil {
-				return driver.Result{}, err
-			}
-			return driver.Result{Acquired: true, Token: uint64(mToken)}, nil
-		}
-		if req.Mode == driver.Semaphore {
-			return driver.Result{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
-		}
-		if gone && req.Queue {
-			return driver.Result{}, placeLost(req.Key)
-		}
-		// The holder's row stands for the queue: no marker to fix.
-		return q.wait(ctx, tx, req, own, exp, mLeft, false)
+// step is what acquireMulti writes, as decided from the key's state.
+type step struct {
+	do    stepKind
+	token int64 // the token of the hold that req.Owner keeps (keepDown, keepMain, keepHold)
+	left  int64 // wait: units left on what keeps req out
+	mark  bool  // wait: the key has no live Exclusive holder, so its lock-table row must be the marker
+}
+
+type stepKind int
+
+const (
+	// wait: not acquired; req.Owner's queue entry is kept or renewed if
+	// req.Queue is set.
+	wait stepKind = iota
+	// keepDown: req.Owner's Exclusive hold becomes a Shared one, with its
+	// token.
+	keepDown
+	// keepMain: req.Owner's Exclusive hold is renewed.
+	keepMain
+	// keepHold: req.Owner's holds-table hold is renewed.
+	keepHold
+	// takeMain: req.Owner takes the key Exclusive, with a new token.
+	takeMain
+	// takeHold: req.Owner takes a Shared or Semaphore hold, with a new
+	// token.
+	takeHold
+)
+
+// decide returns what req gets on the key in state k: a hold kept or taken,
+// a wait, or an error (a mode mismatch, a lost place in line).
+func decide(req driver.Request, k *keyState, fair bool) (step, error) {
+	if k.excl {
+		return decideExcl(req, k)
 	}
-
-	// Holders (if any) are in the holds table.
-	if own != nil && !own.waiting {
+	if own := k.own; own != nil && !own.waiting {
 		if own.mode != req.Mode || req.Mode == driver.Semaphore && own.limit != req.Limit {
-			return driver.Result{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", own.mode, req.Mode)
+			return step{}, modeMismatch(req.Key, "held as %s by this owner, asked for %s", own.mode, req.Mode)
 		}
-		if _, err := tx.ExecContext(ctx, q.touchHold, exp, req.Key, req.Owner); err != nil {
-			return driver.Result{}, err
-		}
-		if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, exp); err != nil {
-			return driver.Result{}, err
-		}
-		return driver.Result{Acquired: true, Token: uint64(own.token)}, nil
+		return step{do: keepHold, token: own.token}, nil
 	}
-	// The key's mode is that of its first holder or, with none, of its
-	// first waiter (req.Owner's own entry included: it asked in the same
-	// mode).
-	var first *entry
+	if err := k.checkMode(req); err != nil {
+		return step{}, err
+	}
+	if k.gone && req.Queue {
+		return step{}, placeLost(req.Key)
+	}
+	var a admit.Key
+	a.Holders, a.HolderExclusive = admit.Count(k.holders, entryMode)
+	a.Ahead, a.AheadExclusive = admit.Count(k.ahead(), entryMode)
 	switch {
-	case len(holders) > 0:
-		first = &holders[0]
-	case own != nil && (len(waiters) == 0 || own.token < waiters[0].token):
-		first = own
-	case len(waiters) > 0:
-		first = &waiters[0]
+	case !a.Admits(req.Mode, req.Limit, fair):
+		return step{do: wait, left: minLeft(k.holders), mark: true}, nil
+	case req.Mode == driver.Exclusive:
+		return step{do: takeMain}, nil
 	}
-	if first != nil {
-		sem := first.mode == driver.Semaphore
-		if (req.Mode == driver.Semaphore) != sem || sem && first.limit != req.Limit {
-			return driver.Result{}, modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)", first.mode, first.limit, req.Mode, req.Limit)
+	return step{do: takeHold}, nil
+}
+
+// decideExcl is decide for a key held Exclusive in the lock table.
+func decideExcl(req driver.Request, k *keyState) (step, error) {
+	if k.mOwner == req.Owner {
+		switch req.Mode {
+		case driver.Shared: // a downgrade, keeping the token
+			return step{do: keepDown, token: k.mToken}, nil
+		case driver.Semaphore:
+			return step{}, modeMismatch(req.Key, "held as exclusive by this owner, asked for a semaphore")
+		}
+		// Exclusive: the fast path handles it; refresh all the same.
+		return step{do: keepMain, token: k.mToken}, nil
+	}
+	if req.Mode == driver.Semaphore {
+		return step{}, modeMismatch(req.Key, "in use as exclusive, asked for a semaphore (limit %d)", req.Limit)
+	}
+	if k.gone && req.Queue {
+		return step{}, placeLost(req.Key)
+	}
+	// The holder's row stands for the queue: no marker to fix.
+	return step{do: wait, left: k.mLeft}, nil
+}
+
+// checkMode reports a mode mismatch if req asks for the key in another mode
+// (or a semaphore's limit) than the one it is in use as.
+func (k *keyState) checkMode(req driver.Request) error {
+	first := k.first()
+	if first == nil {
+		return nil
+	}
+	sem := first.mode == driver.Semaphore
+	if (req.Mode == driver.Semaphore) != sem || sem && first.limit != req.Limit {
+		return modeMismatch(req.Key, "in use as %s (limit %d), asked for %s (limit %d)", first.mode, first.limit, req.Mode, req.Limit)
+	}
+	return nil
+}
+
+// first returns the entry whose mode is the key's: its first holder or, with
+// none, its first waiter (req.Owner's own entry included: it asked in the
+// same mode); nil if there is none.
+func (k *keyState) first() *entry {
+	switch {
+	case len(k.holders) > 0:
+		return &k.holders[0]
+	case k.own != nil && (len(k.waiters) == 0 || k.own.token < k.waiters[0].token):
+		return k.own
+	case len(k.waiters) > 0:
+		return &k.waiters[0]
+	}
+	return nil
+}
+
+// ahead returns the waiters queued before req.Owner: all of them if it has
+// no entry.
+func (k *keyState) ahead() []entry {
+	if k.own == nil {
+		return k.waiters
+	}
+	var ahead []entry
+	for _, w := range k.waiters {
+		if w.token < k.own.token {
+			ahead = append(ahead, w)
 		}
 	}
-	if gone && req.Queue {
-		return driver.Result{}, placeLost(req.Key)
-	}
-	// ahead are the waiters queued before req.Owner: all of them if it has
-	// no entry.
-	ahead := waiters
-	if own != nil {
-		ahead = nil
-		for _, w := range waiters {
-			if w.token < own.token {
-				ahead = append(ahead, w)
-			}
+	return ahead
+}
+
+func entryMode(e entry) driver.Mode { return e.mode }
+
+// minLeft returns the least time left on the holders' leases (0 without
+// holders).
+func minLeft(holders []entry) int64 {
+	left := int64(0)
+	for _, h := range holders {
+		if left == 0 || h.left < left {
+			left = h.left
 		}
 	}
-	if !q.admits(req, holders, ahead) {
-		left := int64(0)
-		for _, h := range holders {
-			if left == 0 || h.left < left {
-				left = h.left
-			}
+	return left
+}
+
+// apply writes step st, decided from the key's state k, for req.
+func (q *multiSQL) apply(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, k *keyState, st step) (driver.Result, error) {
+	switch st.do {
+	case keepDown:
+		return q.downgradeTo(ctx, tx, req, ttl, st.token)
+	case keepMain:
+		// The hold's row stands for the waiters queued behind it.
+		_, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, st.token, req.Info, ttl)
+		return acquired(st.token, err)
+	case keepHold:
+		if _, err := tx.ExecContext(ctx, q.touchHold, ttl, req.Key, req.Owner); err != nil {
+			return driver.Result{}, err
 		}
-		return q.wait(ctx, tx, req, own, exp, left, true)
+		_, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, ttl)
+		return acquired(st.token, err)
+	case takeMain, takeHold:
+		return q.take(ctx, tx, req, ttl, k, st.do == takeMain)
 	}
+	return q.wait(ctx, tx, req, k.own, ttl, st.left, st.mark)
+}
+
+// acquired is the result of a hold with token, if err is nil.
+func acquired(token int64, err error) (driver.Result, error) {
+	if err != nil {
+		return driver.Result{}, err
+	}
+	return driver.Result{Acquired: true, Token: uint64(token)}, nil
+}
+
+// downgradeTo turns req.Owner's Exclusive hold into a Shared one with the
+// same token, and wakes the key's waiters: readers may join.
+func (q *multiSQL) downgradeTo(ctx context.Context, tx *sql.Tx, req driver.Request, ttl, token int64) (driver.Result, error) {
+	if _, err := tx.ExecContext(ctx, q.downgrade, ttl, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, token, req.Info, ttl); err != nil {
+		return driver.Result{}, err
+	}
+	// The marker covers the waiters too.
+	if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
+		return driver.Result{}, err
+	}
+	return acquired(token, execIf(ctx, tx, q.notify, req.Key))
+}
+
+// take gives req.Owner a new hold with a new token: the key Exclusive in
+// the lock table (excl), or a Shared or Semaphore hold in the holds table.
+func (q *multiSQL) take(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, k *keyState, excl bool) (driver.Result, error) {
 	tok, err := q.nextToken(ctx, tx)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if req.Mode == driver.Exclusive {
-		if own != nil || gone {
+	if excl {
+		if k.own != nil || k.gone {
 			if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
 				return driver.Result{}, err
 			}
 		}
 		// The hold's row stands for the waiters left in the queue.
-		if _, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, tok, req.Info, exp); err != nil {
-			return driver.Result{}, err
-		}
-		return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+		_, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, tok, req.Info, ttl)
+		return acquired(tok, err)
 	}
-	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, exp); err != nil {
+	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, ttl); err != nil {
 		return driver.Result{}, err
 	}
 	if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
 		return driver.Result{}, err
 	}
-	if own != nil && q.notify != "" {
+	if k.own != nil {
 		// An entry left the queue: the next in line may be admitted too.
-		if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
-			return driver.Result{}, err
-		}
+		err = execIf(ctx, tx, q.notify, req.Key)
 	}
-	return driver.Result{Acquired: true, Token: uint64(tok)}, nil
+	return acquired(tok, err)
 }
 
 // The results (state) of the server-side acquire steps of the holds-table
@@ -408,35 +530,6 @@ func (o multiOut) result(req driver.Request) (driver.Result, error) {
 			driver.Mode(o.mode.Int16), o.limit.Int32, req.Mode, req.Limit)
 	}
 	return driver.Result{}, fmt.Errorf("the acquire step returned state %d", o.state)
-}
-
-// admits reports whether req may hold a key that has no Exclusive holder
-// in the lock table, given the key's other live holders and the live
-// waiters queued before req.Owner.
-func (q *multiSQL) admits(req driver.Request, holders, ahead []entry) bool {
-	switch req.Mode {
-	case driver.Exclusive:
-		return len(holders) == 0 && (!q.fair || len(ahead) == 0)
-	case driver.Shared:
-		// Readers do not wait for readers, but no reader passes a
-		// writer, holding or waiting (writer preference).
-		for _, h := range holders {
-			if h.mode == driver.Exclusive {
-				return false
-			}
-		}
-		for _, w := range ahead {
-			if w.mode == driver.Exclusive {
-				return false
-			}
-		}
-		return true
-	default:
-		if q.fair {
-			return len(holders)+len(ahead) < req.Limit
-		}
-		return len(holders) < req.Limit
-	}
 }
 
 // wait reports "not acquired", keeping or renewing req.Owner's queue entry

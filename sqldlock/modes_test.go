@@ -29,7 +29,7 @@ func TestSchemaV1Upgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := tctx(t)
-		in := internal(d)
+		in := d
 		// The v1 schema: the first three statements of every dialect (the
 		// lock table, the counter and its row or, on PostgreSQL, the v1
 		// function); the later versions' additions come after them.
@@ -93,7 +93,7 @@ func TestSchemaV2Upgrade(t *testing.T) {
 	}
 	defer d.Close()
 	ctx := tctx(t)
-	in := internal(d)
+	in := d
 	const v2Statements = v1Statements + 2 // the holds table, NAME_acquire_v2
 	for _, q := range in.ops.ddl()[:v2Statements] {
 		if _, err := db.ExecContext(ctx, q); err != nil {
@@ -145,7 +145,7 @@ func TestSchemaV5UpgradeMySQL(t *testing.T) {
 	}
 	defer d.Close()
 	ctx := tctx(t)
-	in := internal(d)
+	in := d
 	const v5Statements = 4 // the lock table, the counter and its row, the holds table
 	for _, q := range in.ops.ddl()[:v5Statements] {
 		if _, err := db.ExecContext(ctx, q); err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/go-sql-driver/mysql"
 )
 
 // myOps implements the MySQL/MariaDB dialect.
@@ -179,8 +178,7 @@ WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
 func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 	for _, q := range o.ddl() {
 		_, err := db.ExecContext(ctx, q)
-		var me *mysql.MySQLError
-		if err != nil && !(errors.As(err, &me) && me.Number == 1304) { // ER_SP_ALREADY_EXISTS
+		if err != nil && errCode(MySQL, err) != "1304" { // ER_SP_ALREADY_EXISTS
 			return err
 		}
 	}
@@ -412,8 +410,8 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).S
 // myRolledBack reports errors after which the server has rolled back the
 // whole transaction.
 func myRolledBack(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1020)
+	c := errCode(MySQL, err)
+	return c == "1213" || c == "1020"
 }
 
 // release deletes the owner's live row; failing that, its expired remains
@@ -611,12 +609,8 @@ func execCount(ctx context.Context, db *sql.DB, q string, args ...any) (int64, e
 // client inserted the key first), a deadlock, a lock wait timeout, and
 // MariaDB's "record has changed since last read".
 func myContention(err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	switch me.Number {
-	case 1062, 1213, 1205, 1020:
+	switch errCode(MySQL, err) {
+	case "1062", "1213", "1205", "1020":
 		return true
 	}
 	return false

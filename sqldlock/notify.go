@@ -5,26 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/notify"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Release notification on PostgreSQL.
 //
-// Release and ForceRelease call pg_notify(NAME, key) in the statement that
-// deletes the row, NAME being the table name, so a notification is sent when,
-// and only when, the deletion commits. Each Driver keeps one dedicated
-// connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
+// Release and ForceRelease call pg_notify(NAME, payload) in the statement
+// that deletes the row, NAME being the table name, so a notification is sent
+// when, and only when, the deletion commits; the payload names the key, or
+// the waiters that can take it next (see parseWaiter). Each Driver keeps one
+// dedicated connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
 // breaks, the listener reconnects with backoff and then signals every
 // subscription, since a release may have been missed meanwhile. Close stops
-// it.
+// it. The connection itself is pgx's, opened by package sqldlock/postgres
+// (see dialect.Listener), so that programs without PostgreSQL do not compile
+// pgx.
 
 const (
 	listenIdle      = 30 * time.Second // ping the listening connection after this much silence
@@ -34,19 +37,24 @@ const (
 )
 
 type listener struct {
-	d   *sqlDriver
-	cfg *pgx.ConnConfig
+	d   *Driver
 	hub notify.Hub
 }
 
-// Subscribe implements driver.Notifier: the returned subscription is
-// signalled after every release of req.Key (by any client of the database)
-// that commits after Subscribe returns. It needs the database/sql driver of
-// github.com/jackc/pgx/v5/stdlib, to open the listening connection with the
-// same settings as the pool's.
-func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+// Subscribe implements driver.Notifier. On PostgreSQL, the returned
+// subscription is signalled after every release of req.Key (by any client of
+// the database) that commits after Subscribe returns; a database that the
+// application opened must use the database/sql driver of
+// github.com/jackc/pgx/v5/stdlib, whose settings the listening connection
+// copies. MySQL and SQLite have no notifications: there, and over another
+// PostgreSQL driver, Subscribe returns an error wrapping
+// driver.ErrUnsupported, and package dlock's waiters poll.
+func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
+	}
+	if d.listen == nil {
+		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s has no release notifications: %w", d.dialect, driver.ErrUnsupported))
 	}
 	if !d.ops.modes().Has(req.Mode) {
 		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
@@ -55,12 +63,71 @@ func (d *pgDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Su
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
-	return l.hub.Subscribe(req.Key), nil
+	if req.Queue {
+		return l.hub.Subscribe(req.Key, waiterTopic(req.Key, req.Owner)), nil
+	}
+	return l.hub.Subscribe(req.Key, observerTopic(req.Key)), nil
+}
+
+// The payloads of release notifications. A release that wakes every
+// subscriber of a key sends the key itself (as every release did before
+// targeted wake-ups, and as the server-side functions of fair drivers and of
+// Shared and Semaphore holds still do). A release of an Exclusive hold by a
+// driver that is not fair, when waiters are queued, sends instead a waiter
+// payload (see parseWaiter) for each waiter that can take the key next,
+// which wakes that waiter and the key's subscribers that do not queue
+// (leader.Observe, say), and no others: the other queued waiters sleep on,
+// so that they do not all retry at every release. A key that happens to
+// look like a waiter payload (it would start with a control character)
+// costs wake-ups that go astray, and the waiters' fallback polls then find
+// the release.
+//
+// Queued waiters of older clients hear only the key itself: in a fleet
+// that mixes versions they poll (a queued waiter renews its entry at
+// least every third of its lease) where a newer client released.
+
+// pgWaiterPayload is the waiter payload in PostgreSQL, for a statement whose
+// $1 is the key and whose row has the waiter's owner.
+const pgWaiterPayload = `chr(1) || octet_length(owner) || ':' || owner || $1`
+
+// parseWaiter returns the key and the owner of a waiter payload:
+// "\x01", the length of the owner in bytes, ":", the owner, the key.
+func parseWaiter(payload string) (key, owner string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "\x01")
+	if !ok {
+		return "", "", false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", "", false
+	}
+	size, err := strconv.Atoi(n)
+	if err != nil || size < 0 || size > len(rest) {
+		return "", "", false
+	}
+	return rest[size:], rest[:size], true
+}
+
+// waiterTopic is the hub key of the queued waiter owner of key.
+func waiterTopic(key, owner string) string { return "\x01" + owner + "\x01" + key }
+
+// observerTopic is the hub key of the subscribers of key that do not queue.
+func observerTopic(key string) string { return "\x02" + key }
+
+// deliver passes a notification's payload to the subscriptions it is for.
+func (l *listener) deliver(payload string) {
+	key, owner, ok := parseWaiter(payload)
+	if !ok {
+		l.hub.Notify(payload) // the key: every subscriber
+		return
+	}
+	l.hub.Notify(waiterTopic(key, owner))
+	l.hub.Notify(observerTopic(key))
 }
 
 // listener returns the driver's listener, starting it if needed: it connects
 // and runs LISTEN before returning.
-func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
+func (d *Driver) listener(ctx context.Context) (*listener, error) {
 	select {
 	case d.lisSem <- struct{}{}:
 	case <-ctx.Done():
@@ -73,11 +140,7 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	if l != nil {
 		return l, nil
 	}
-	cfg, err := d.listenConfig(ctx)
-	if err != nil {
-		return nil, err
-	}
-	l = &listener{d: d, cfg: cfg}
+	l = &listener{d: d}
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -85,7 +148,7 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		closeConn(conn)
+		conn.Close()
 		return nil, errClosed
 	}
 	d.lis = l
@@ -95,66 +158,23 @@ func (d *sqlDriver) listener(ctx context.Context) (*listener, error) {
 	return l, nil
 }
 
-// listenConfig returns the connection settings for the listening
-// connection: those of the URL the driver was opened with, or those of a
-// connection of the caller's pool.
-func (d *sqlDriver) listenConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	if d.pgCfg != nil {
-		return d.pgCfg.Copy(), nil
-	}
-	c, err := d.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	var cfg *pgx.ConnConfig
-	err = c.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("release notifications need the pgx database/sql driver (github.com/jackc/pgx/v5/stdlib), not %T: %w", dc, driver.ErrUnsupported)
-		}
-		cfg = sc.Conn().Config()
-		return nil
-	})
-	return cfg, err
-}
-
 // connect opens the listening connection and runs LISTEN on it.
-func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg := l.cfg.Copy()
-	// Deliver notifications straight to the subscriptions, whatever the
-	// connection is doing when they arrive. (A config copied from another
-	// connection carries that connection's handler: replace it.)
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { l.hub.Notify(n.Payload) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("opening the listening connection: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+l.d.n.table); err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("LISTEN: %w", err)
-	}
-	return conn, nil
-}
-
-func closeConn(conn *pgx.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
+func (l *listener) connect(ctx context.Context) (dialect.ListenConn, error) {
+	return l.d.listen(ctx, l.d.n.table, l.deliver)
 }
 
 // run receives notifications until ctx ends, reconnecting when the
 // connection breaks.
-func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
+func (l *listener) run(ctx context.Context, conn dialect.ListenConn) {
 	defer l.d.wg.Done()
 	defer func() {
 		if conn != nil {
-			closeConn(conn)
+			conn.Close()
 		}
 	}()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenIdle)
-		err := conn.PgConn().WaitForNotification(wctx) // the handler signals
+		err := conn.Wait(wctx) // the connection passes notifications to the hub
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -162,7 +182,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+		if errors.Is(err, context.DeadlineExceeded) && !conn.Closed() {
 			// Silence: make sure the connection is still alive.
 			pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
 			err = conn.Ping(pctx)
@@ -174,7 +194,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 				return
 			}
 		}
-		closeConn(conn)
+		conn.Close()
 		if conn = l.reconnect(ctx); conn == nil {
 			return
 		}
@@ -185,7 +205,7 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn) {
 
 // reconnect connects again, with jittered exponential backoff, until it
 // succeeds or ctx ends (then it returns nil).
-func (l *listener) reconnect(ctx context.Context) *pgx.Conn {
+func (l *listener) reconnect(ctx context.Context) dialect.ListenConn {
 	delay := reconnectMin
 	for {
 		if conn, err := l.connect(ctx); err == nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgOps implements the PostgreSQL dialect.
@@ -469,11 +468,24 @@ func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 			return err == nil, l.Bool, err
 		}
 	} else {
+		// Wake the waiters that can take the key next (see
+		// parseWaiter): the head of its queue and, if that is a
+		// reader, the readers queued before the first writer. With
+		// nobody queued, every subscriber of the key, as older clients
+		// do.
 		err = db.QueryRowContext(ctx, `WITH d AS (
 	DELETE FROM `+o.n.table+` WHERE lock_key = $1 AND owner = $2
-	RETURNING expires_at > clock_timestamp() AS live)
-SELECT d.live FROM d, pg_notify($3, $1)`,
-			req.Key, req.Owner, o.n.raw).Scan(&live)
+	RETURNING expires_at > clock_timestamp() AS live),
+q AS (
+	SELECT owner, row_number() OVER w AS pos, count(*) FILTER (WHERE mode <> $4) OVER w AS writers
+	FROM `+o.n.holds+`
+	WHERE lock_key = $1 AND waiting = 1 AND expires_at > clock_timestamp() AND EXISTS (SELECT FROM d)
+	WINDOW w AS (ORDER BY token)),
+n AS (
+	SELECT count(pg_notify($3, `+pgWaiterPayload+`)) AS woken
+	FROM q WHERE pos = 1 OR writers = 0)
+SELECT d.live, CASE WHEN n.woken = 0 THEN pg_notify($3, $1)::text END FROM d, n`,
+			req.Key, req.Owner, o.n.raw, int(driver.Shared)).Scan(&live, new(sql.NullString))
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return err == nil, live, err
 		}
@@ -567,11 +579,11 @@ func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit
 // pgContention reports a serialization failure, a deadlock or a lock
 // timeout: the statement was rolled back because of concurrent work.
 func pgContention(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
+	switch errCode(Postgres, err) {
+	case "40001", "40P01", "55P03":
+		return true
 	}
-	return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03"
+	return false
 }
 
 // scanHolders reads rows of (key, owner, token, info, time left in units).

@@ -43,14 +43,6 @@ func mustAcquire(t *testing.T, d driver.Driver, r driver.Request) uint64 {
 	return res.Token
 }
 
-// internal returns the implementation behind a Driver.
-func internal(d Driver) *sqlDriver {
-	if p, ok := d.(*pgDriver); ok {
-		return p.sqlDriver
-	}
-	return d.(*sqlDriver)
-}
-
 // TestTokens checks at the driver level that tokens strictly increase per key
 // across release, expiry, takeover, forced release and a same-owner
 // re-acquire after expiry, and that a live owner's re-acquire keeps its token.
@@ -102,8 +94,8 @@ func TestTokens(t *testing.T) {
 // "not acquired"; on SQLite also over pools the caller opened (several
 // connections each, rollback journal, deferred transactions).
 func TestContention(t *testing.T) {
-	run := func(t *testing.T, open func() Driver) {
-		drivers := []Driver{open(), open(), open()}
+	run := func(t *testing.T, open func() *Driver) {
+		drivers := []*Driver{open(), open(), open()}
 		var (
 			mu     sync.Mutex
 			inside bool
@@ -163,17 +155,17 @@ func TestContention(t *testing.T) {
 		}
 	}
 	forEach(t, func(t *testing.T, s store) {
-		run(t, func() Driver { return s.open(t) })
+		run(t, func() *Driver { return s.open(t) })
 		switch s.dialect {
 		case Postgres:
 			t.Run("serializable", func(t *testing.T) {
 				s := newStore(t, Postgres)
-				run(t, func() Driver { return s.open(t, "default_transaction_isolation=serializable") })
+				run(t, func() *Driver { return s.open(t, "default_transaction_isolation=serializable") })
 			})
 		case SQLite:
 			t.Run("caller pools", func(t *testing.T) {
 				s := newStore(t, SQLite)
-				run(t, func() Driver {
+				run(t, func() *Driver {
 					db, err := sql.Open(s.sqlName, s.dsn)
 					if err != nil {
 						t.Fatal(err)
@@ -284,7 +276,7 @@ func TestNothingLeftBehind(t *testing.T) {
 		kept := req("crashed/live", time.Minute)
 		mustAcquire(t, d, kept)
 		sweeper := s.open(t)
-		in := internal(sweeper)
+		in := sweeper
 		in.sweepEvery, in.sweepGrace = 0, 0
 		trigger := req("trigger", time.Minute)
 		for deadline := time.Now().Add(10 * time.Second); ; {
@@ -379,10 +371,8 @@ func TestContext(t *testing.T) {
 			errs = append(errs, err)
 			_, err = d.Count(c.ctx, "")
 			errs = append(errs, err, d.CreateSchema(c.ctx))
-			if n, ok := d.(driver.Notifier); ok {
-				_, err = n.Subscribe(c.ctx, r)
-				errs = append(errs, err)
-			}
+			_, err = d.Subscribe(c.ctx, r)
+			errs = append(errs, err)
 			for i, err := range errs {
 				if !errors.Is(err, c.want) {
 					t.Errorf("call %d with a done context = %v; want %v", i, err, c.want)
@@ -413,7 +403,7 @@ func TestCallerDB(t *testing.T) {
 			t.Errorf("Dialect = %v; want %v", d.Dialect(), s.dialect)
 		}
 		ctx := tctx(t)
-		in := internal(d)
+		in := d
 		if ok, _ := in.ops.schemaExists(ctx, db); ok {
 			t.Error("schemaExists before CreateSchema")
 		}
@@ -428,8 +418,8 @@ func TestCallerDB(t *testing.T) {
 		}
 		r := req("k", time.Minute)
 		mustAcquire(t, d, r)
-		if n, ok := d.(driver.Notifier); ok {
-			sub, err := n.Subscribe(ctx, req("k", time.Minute))
+		if s.dialect == Postgres {
+			sub, err := d.Subscribe(ctx, req("k", time.Minute))
 			if err != nil {
 				t.Fatalf("Subscribe: %v", err)
 			}
@@ -470,7 +460,7 @@ func TestURLOwnsDB(t *testing.T) {
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := internal(d).db.PingContext(ctx); err == nil {
+		if err := d.db.PingContext(ctx); err == nil {
 			t.Error("the driver's own pool is still open after Close")
 		}
 		if _, err := d.List(ctx, ""); err == nil {
@@ -543,13 +533,11 @@ func TestNotify(t *testing.T) {
 	s := newStore(t, Postgres)
 	a, b := s.open(t), s.open(t)
 	ctx := tctx(t)
-	n := a.(driver.Notifier)
-	if _, ok := any(internal(a)).(driver.Notifier); ok {
-		t.Error("the dialect-independent driver implements driver.Notifier")
-	}
+	n := a
+	// Without notifications, Subscribe says so (package dlock then polls).
 	for _, d := range []Dialect{SQLite, MySQL} {
-		if _, ok := newStore(t, d).open(t).(driver.Notifier); ok {
-			t.Errorf("%v driver implements driver.Notifier", d)
+		if _, err := newStore(t, d).open(t).Subscribe(ctx, req("n", time.Minute)); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("%v: Subscribe = %v; want ErrUnsupported", d, err)
 		}
 	}
 
@@ -614,5 +602,120 @@ WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err
 	}
 	if _, err := n.Subscribe(ctx, req("n", time.Minute)); err == nil {
 		t.Error("Subscribe after Close succeeded")
+	}
+}
+
+// TestNotifyWakesNext checks that on PostgreSQL the release of an Exclusive
+// hold by a driver that is not fair wakes only the queued waiters that can
+// take the key next: the head of the queue, or the readers before the first
+// queued writer; subscribers that do not queue hear of every release, and
+// with nobody queued every subscriber does. Notifications arrive in the
+// order of their transactions' commits, so once the signal of a marker
+// notified after the release is in, the release's signals, if any, are
+// there too.
+func TestNotifyWakesNext(t *testing.T) {
+	s := newStore(t, Postgres)
+	d, holder := s.open(t), s.open(t)
+	ctx := tctx(t)
+	admin, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	subscribe := func(r driver.Request) driver.Subscription {
+		t.Helper()
+		sub, err := d.Subscribe(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Close() })
+		return sub
+	}
+	queue := func(r driver.Request) driver.Subscription {
+		t.Helper()
+		r.Queue = true
+		if res, err := d.Acquire(ctx, r); err != nil || res.Acquired {
+			t.Fatalf("queued Acquire of %s = %+v, %v; want a wait", r.Key, res, err)
+		}
+		return subscribe(r)
+	}
+	signalled := func(sub driver.Subscription) bool {
+		select {
+		case <-sub.C():
+			return true
+		default:
+			return false
+		}
+	}
+	release := func(h driver.Request) {
+		t.Helper()
+		observer := subscribe(req(h.Key, time.Minute))
+		marker := subscribe(req(h.Key+"/marker", time.Minute))
+		if err := holder.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ExecContext(ctx, `SELECT pg_notify($1, $2)`, DefaultTable, h.Key+"/marker"); err != nil {
+			t.Fatal(err)
+		}
+		waitSignal(t, marker, "the marker after the release of "+h.Key)
+		if !signalled(observer) {
+			t.Errorf("the release of %s did not wake a subscriber that does not queue", h.Key)
+		}
+	}
+	mode := func(m driver.Mode, r driver.Request) driver.Request { r.Mode = m; return r }
+
+	for _, tc := range []struct {
+		name  string
+		modes []driver.Mode // of the queued waiters, in queue order
+		woken []bool
+	}{
+		{"writers", []driver.Mode{driver.Exclusive, driver.Exclusive, driver.Exclusive}, []bool{true, false, false}},
+		{"readers", []driver.Mode{driver.Shared, driver.Shared, driver.Exclusive, driver.Shared}, []bool{true, true, false, false}},
+		{"writer first", []driver.Mode{driver.Exclusive, driver.Shared}, []bool{true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := req(tc.name, time.Minute)
+			mustAcquire(t, holder, h)
+			var subs []driver.Subscription
+			for _, m := range tc.modes {
+				subs = append(subs, queue(mode(m, req(tc.name, time.Minute))))
+			}
+			release(h)
+			for i, sub := range subs {
+				if got := signalled(sub); got != tc.woken[i] {
+					t.Errorf("waiter %d (%s): woken %v; want %v", i, tc.modes[i], got, tc.woken[i])
+				}
+			}
+		})
+	}
+
+	// With nobody queued, a subscriber that would queue is woken too.
+	h := req("alone", time.Minute)
+	mustAcquire(t, holder, h)
+	w := req("alone", time.Minute)
+	w.Queue = true
+	sub := subscribe(w)
+	release(h)
+	if !signalled(sub) {
+		t.Error("with nobody queued, the release did not wake a subscriber")
+	}
+}
+
+// TestParseWaiter checks the waiter payloads of release notifications: the
+// owner's length tells it from the key, whatever either holds, and other
+// payloads (keys) are no waiter payloads.
+func TestParseWaiter(t *testing.T) {
+	for _, tc := range []struct{ key, owner string }{
+		{"k", "OWNER"}, {"a:b", "o:1"}, {"", "x"}, {"12:k", ""}, {"\x01k", "o"},
+	} {
+		p := "\x01" + fmt.Sprint(len(tc.owner)) + ":" + tc.owner + tc.key
+		if key, owner, ok := parseWaiter(p); !ok || key != tc.key || owner != tc.owner {
+			t.Errorf("parseWaiter(%q) = %q, %q, %v; want %q, %q", p, key, owner, ok, tc.key, tc.owner)
+		}
+	}
+	for _, p := range []string{"k", "", "\x01", "\x015", "\x01x:k", "\x019:abc", "\x01-1:k", "x\x011:ok"} {
+		if key, owner, ok := parseWaiter(p); ok {
+			t.Errorf("parseWaiter(%q) = %q, %q; want no waiter payload", p, key, owner)
+		}
 	}
 }

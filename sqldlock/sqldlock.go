@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/jackc/pgx/v5"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Dialect is the SQL dialect of the database behind a *sql.DB. It is the
@@ -98,12 +98,13 @@ func WithFair(fair bool) Option {
 
 // Driver is a dlock driver over a database/sql database, as returned by New
 // (and by dlock.Open for the sqlite, postgres, postgresql and mysql URL
-// schemes). Besides driver.Driver it implements driver.Lister and
-// driver.ForceReleaser; on PostgreSQL it also implements driver.Notifier
-// (LISTEN/NOTIFY), which package dlock discovers by type assertion, so that
-// waiters wake as soon as a lock is released. On MySQL and SQLite waiters
-// poll. (Driver is an interface because of this: the dynamic type behind it
-// differs between dialects.) All methods are safe for concurrent use.
+// schemes). Besides driver.Driver it implements driver.Lister,
+// driver.ForceReleaser and driver.Notifier, whatever the dialect: on
+// PostgreSQL, Subscribe delivers release notifications (LISTEN/NOTIFY), so
+// that waiters wake as soon as a lock is released; on MySQL and SQLite, and
+// on PostgreSQL over a database/sql driver other than pgx's, it returns
+// driver.ErrUnsupported, and package dlock's waiters poll. All methods are
+// safe for concurrent use.
 //
 // Acquire, Refresh and Release are each one atomic step on the database (one
 // statement or one short transaction); leases expire on the database's clock.
@@ -112,40 +113,15 @@ func WithFair(fair bool) Option {
 // Errors name the operation and the key. Close stops the driver's background
 // work and closes the database only if the driver opened it (dlock.Open);
 // later calls return an error.
-type Driver interface {
-	driver.Driver
-	driver.Lister
-	driver.ForceReleaser
-
-	// CreateSchema creates the lock table and the objects it needs, if
-	// they do not exist (the statements are in the package
-	// documentation). The driver does this itself on first use unless
-	// they exist; CreateSchema is for teams that run DDL at deploy time,
-	// with a more privileged user than the application's. It is safe to
-	// run concurrently from several processes.
-	CreateSchema(ctx context.Context) error
-
-	// Count returns the number of rows kept for keys that start with
-	// prefix, live or expired. Tests use it to check that nothing is left
-	// behind.
-	Count(ctx context.Context, prefix string) (int, error)
-
-	// Dialect returns the driver's SQL dialect.
-	Dialect() Dialect
-
-	sealed()
-}
-
-// sqlDriver implements Driver for every dialect; pgDriver adds Subscribe.
-type sqlDriver struct {
+type Driver struct {
 	db      *sql.DB
 	dialect Dialect
 	ops     ops
 	n       names
 	ownsDB  bool
-	fair    bool            // WithFair
-	pgCfg   *pgx.ConnConfig // the listener's config when the driver opened the DB
-	unGate  func()          // SQLite: lets go of the file's write gate, if it took one
+	fair    bool             // WithFair
+	listen  dialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
+	unGate  func()           // SQLite: lets go of the file's write gate, if it took one
 
 	schemaSem  chan struct{} // one creator at a time
 	schemaDone atomic.Bool
@@ -171,19 +147,15 @@ type sqlDriver struct {
 	lis       *listener
 }
 
-// pgDriver is the PostgreSQL driver: it can also notify waiters.
-type pgDriver struct{ *sqlDriver }
-
 var (
-	_ Driver          = (*sqlDriver)(nil)
-	_ Driver          = (*pgDriver)(nil)
-	_ driver.Notifier = (*pgDriver)(nil)
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Lister        = (*Driver)(nil)
+	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.Notifier      = (*Driver)(nil)
 )
 
-func (*sqlDriver) sealed() {}
-
-// Dialect implements Driver.
-func (d *sqlDriver) Dialect() Dialect { return d.dialect }
+// Dialect returns the driver's SQL dialect.
+func (d *Driver) Dialect() Dialect { return d.dialect }
 
 // names are the quoted names of a driver's schema objects.
 type names struct {
@@ -203,20 +175,39 @@ type names struct {
 // documentation) is created on first use unless it exists; call
 // Driver.CreateSchema to create it explicitly.
 //
+// The dialect's package must be imported, for its database/sql driver and
+// error codes: sqldlock/postgres, sqldlock/mysql or sqldlock/sqlite
+// (import _ "github.com/dlockhq/dlock/sqldlock/postgres", say); without it
+// New returns an error that wraps dlock.ErrUnsupported and names the
+// package.
+//
 // For SQLite, open db in WAL mode with a busy timeout and immediate
 // transactions, for example
 // "file:/path/locks.db?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate",
 // or use dlock.Open with a sqlite: URL, which does that. For release
 // notifications on PostgreSQL, db must use the pgx driver
 // (github.com/jackc/pgx/v5/stdlib).
-func New(db *sql.DB, d Dialect, opts ...Option) (Driver, error) {
+func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	if db == nil {
 		return nil, &dlock.ArgError{Name: "db", Value: nil, Reason: "must not be nil"}
 	}
-	return newDriver(db, d, false, nil, opts)
+	if err := d.Check(); err != nil {
+		return nil, err
+	}
+	s, err := support(d)
+	if err != nil {
+		return nil, err
+	}
+	var listen dialect.Listener
+	if s.Listener != nil {
+		listen = s.Listener(db)
+	}
+	return newDriver(db, d, false, listen, opts)
 }
 
-func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []Option) (Driver, error) {
+// newDriver returns a driver over db (which it closes on Close if owns is
+// set) whose release notifications, if any, come through listen.
+func newDriver(db *sql.DB, d Dialect, owns bool, listen dialect.Listener, opts []Option) (*Driver, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}
@@ -228,7 +219,7 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		return nil, err
 	}
 	n := names{raw: cfg.table, table: d.Quote(cfg.table)}
-	drv := &sqlDriver{db: db, dialect: d, n: n, ownsDB: owns, pgCfg: pgCfg, fair: cfg.fair,
+	drv := &Driver{db: db, dialect: d, n: n, ownsDB: owns, listen: listen, fair: cfg.fair,
 		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
 		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())
@@ -242,7 +233,6 @@ func newDriver(db *sql.DB, d Dialect, owns bool, pgCfg *pgx.ConnConfig, opts []O
 		drv.n.wait1 = d.Quote(cfg.table + "_wait_v1")
 		drv.n.holds = d.Quote(cfg.table + "_holds")
 		drv.ops = pgOps{n: drv.n, fair: cfg.fair}
-		return &pgDriver{drv}, nil
 	case MySQL:
 		drv.n.seq = d.Quote(cfg.table + "_seq")
 		drv.n.holds = d.Quote(cfg.table + "_holds")
@@ -306,7 +296,7 @@ var errClosed = errors.New("driver closed")
 
 // begin checks that the driver is open, ctx live and req valid, and creates
 // the schema if needed.
-func (d *sqlDriver) begin(ctx context.Context, req *driver.Request) error {
+func (d *Driver) begin(ctx context.Context, req *driver.Request) error {
 	if err := d.usable(ctx); err != nil {
 		return err
 	}
@@ -317,7 +307,7 @@ func (d *sqlDriver) begin(ctx context.Context, req *driver.Request) error {
 }
 
 // usable reports an error if the driver is closed or ctx is done.
-func (d *sqlDriver) usable(ctx context.Context) error {
+func (d *Driver) usable(ctx context.Context) error {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
@@ -344,7 +334,7 @@ func fail(ctx context.Context, op, key string, err error) error {
 // ensureSchema creates the schema once per Driver, unless it exists (or
 // always, if force is set). A failure (a cancelled context, a lost
 // connection) is not remembered: the next call tries again.
-func (d *sqlDriver) ensureSchema(ctx context.Context, force bool) error {
+func (d *Driver) ensureSchema(ctx context.Context, force bool) error {
 	if !force && d.schemaDone.Load() {
 		return nil
 	}
@@ -371,8 +361,12 @@ func (d *sqlDriver) ensureSchema(ctx context.Context, force bool) error {
 	return nil
 }
 
-// CreateSchema implements Driver.
-func (d *sqlDriver) CreateSchema(ctx context.Context) error {
+// CreateSchema creates the lock table and the objects it needs, if they do
+// not exist (the statements are in the package documentation). The driver
+// does this itself on first use unless they exist; CreateSchema is for teams
+// that run DDL at deploy time, with a more privileged user than the
+// application's. It is safe to run concurrently from several processes.
+func (d *Driver) CreateSchema(ctx context.Context) error {
 	if err := d.usable(ctx); err != nil {
 		return fail(ctx, "create schema", d.n.raw, err)
 	}
@@ -384,7 +378,7 @@ func (d *sqlDriver) CreateSchema(ctx context.Context) error {
 
 // ttlUnits converts a TTL to the dialect's units, rounding down, and returns
 // the lease actually granted.
-func (d *sqlDriver) ttlUnits(ttl time.Duration) (int64, time.Duration, error) {
+func (d *Driver) ttlUnits(ttl time.Duration) (int64, time.Duration, error) {
 	u := d.ops.unit()
 	n := int64(ttl / u)
 	if n <= 0 {
@@ -417,7 +411,7 @@ func cleanInfo(s string) string {
 // req.Owner's queue entry and reports how long the holder's lease has left.
 // Serialization and deadlock failures caused by contention are reported as
 // not acquired.
-func (d *sqlDriver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if err := d.begin(ctx, &req); err != nil {
 		return driver.Result{}, fail(ctx, "acquire", req.Key, err)
 	}
@@ -463,7 +457,7 @@ const settleTimeout = 10 * time.Second
 // NAME_acq_multi_v1 is a whole acquisition: the driver waits for its answer
 // instead, so that an acquisition that the caller gave up on is over (and
 // known) before package dlock releases it.
-func (d *sqlDriver) settle(ctx context.Context) (context.Context, context.CancelFunc) {
+func (d *Driver) settle(ctx context.Context) (context.Context, context.CancelFunc) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	stop := context.AfterFunc(d.ctx, cancel)
 	return sctx, func() { stop(); cancel() }
@@ -471,7 +465,7 @@ func (d *sqlDriver) settle(ctx context.Context) (context.Context, context.Cancel
 
 // Refresh implements driver.Driver: a conditional UPDATE of the row of
 // req.Key and req.Owner whose lease has not expired.
-func (d *sqlDriver) Refresh(ctx context.Context, req driver.Request) error {
+func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.begin(ctx, &req); err != nil {
 		return fail(ctx, "refresh", req.Key, err)
 	}
@@ -492,7 +486,7 @@ func (d *sqlDriver) Refresh(ctx context.Context, req driver.Request) error {
 // Release implements driver.Driver: it deletes the row of req.Key and
 // req.Owner (expired or not) and, on PostgreSQL, notifies waiters in the
 // same statement.
-func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
+func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.begin(ctx, &req); err != nil {
 		return fail(ctx, "release", req.Key, err)
 	}
@@ -512,7 +506,7 @@ func (d *sqlDriver) Release(ctx context.Context, req driver.Request) error {
 }
 
 // Capabilities implements driver.Driver.
-func (d *sqlDriver) Capabilities() driver.Capabilities {
+func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Modes:         d.ops.modes(),
 		FIFO:          d.fair,
@@ -535,7 +529,7 @@ func (d *sqlDriver) Capabilities() driver.Capabilities {
 
 // List implements driver.Lister: the live holders of keys starting with
 // prefix, sorted by key.
-func (d *sqlDriver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
 	if err := d.begin(ctx, nil); err != nil {
 		return nil, fail(ctx, "list", prefix, err)
 	}
@@ -549,7 +543,7 @@ func (d *sqlDriver) List(ctx context.Context, prefix string) ([]driver.Holder, e
 // ForceRelease implements driver.ForceReleaser: it deletes the row of key,
 // whoever holds it, notifies waiters on PostgreSQL, and reports whether a
 // live hold was removed (0 or 1).
-func (d *sqlDriver) ForceRelease(ctx context.Context, key string) (int, error) {
+func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := d.begin(ctx, nil); err != nil {
 		return 0, fail(ctx, "force release", key, err)
 	}
@@ -560,8 +554,9 @@ func (d *sqlDriver) ForceRelease(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// Count implements Driver.
-func (d *sqlDriver) Count(ctx context.Context, prefix string) (int, error) {
+// Count returns the number of rows kept for keys that start with prefix,
+// live or expired. Tests use it to check that nothing is left behind.
+func (d *Driver) Count(ctx context.Context, prefix string) (int, error) {
 	if err := d.begin(ctx, nil); err != nil {
 		return 0, fail(ctx, "count", prefix, err)
 	}
@@ -576,7 +571,7 @@ func (d *sqlDriver) Count(ctx context.Context, prefix string) (int, error) {
 // running cleanup) and, if the driver opened the database itself (dlock.Open
 // with a URL), closes it. Holds are not released. Later calls of any method
 // return an error; Close itself is idempotent.
-func (d *sqlDriver) Close() error {
+func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -596,7 +591,7 @@ func (d *sqlDriver) Close() error {
 }
 
 // maybeSweep starts a background cleanup if one is due.
-func (d *sqlDriver) maybeSweep() {
+func (d *Driver) maybeSweep() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed || d.sweeping || time.Since(d.lastSweep) < d.sweepEvery {
@@ -617,7 +612,7 @@ func (d *sqlDriver) maybeSweep() {
 	}()
 }
 
-// queueKey identifies req's owner on its key in sqlDriver.queued.
+// queueKey identifies req's owner on its key in Driver.queued.
 func queueKey(req driver.Request) string { return req.Key + "\x00" + req.Owner }
 
 // rollback ends tx, ignoring the error (the transaction may already be over

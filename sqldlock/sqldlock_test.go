@@ -12,6 +12,10 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
 	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
+	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
+	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
+	"github.com/dlockhq/dlock/sqldlock/internal/sqlitesupport"
 )
 
 func TestMain(m *testing.M) {
@@ -57,27 +61,33 @@ func newStore(t testing.TB, d Dialect) store {
 	return store{}
 }
 
+// The dialects' support, which the public packages sqldlock/postgres,
+// sqldlock/mysql and sqldlock/sqlite register (they import this package, so
+// its own tests cannot import them).
+func init() {
+	dialect.Register(pgsupport.Support)
+	dialect.Register(mysqlsupport.Support)
+	dialect.Register(sqlitesupport.Support)
+}
+
 // openURL opens a driver through the URL opener registered for the scheme.
-func openURL(ctx context.Context, raw string) (Driver, error) {
+func openURL(ctx context.Context, raw string) (*Driver, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	var d driver.Driver
-	switch u.Scheme {
-	case "sqlite":
-		d, err = openSQLite(ctx, u)
-	case "postgres", "postgresql":
-		d, err = openPostgres(ctx, u)
-	case "mysql":
-		d, err = openMySQL(ctx, u)
-	default:
+	s := map[string]*dialect.Support{
+		"sqlite": sqlitesupport.Support, "postgres": pgsupport.Support,
+		"postgresql": pgsupport.Support, "mysql": mysqlsupport.Support,
+	}[u.Scheme]
+	if s == nil {
 		return nil, fmt.Errorf("unknown scheme %q", u.Scheme)
 	}
+	d, err := openDialectURL(ctx, s, u)
 	if err != nil {
 		return nil, err
 	}
-	return d.(Driver), nil
+	return d.(*Driver), nil
 }
 
 // urlWith returns s's URL with the extra parameters (NAME=VALUE) added.
@@ -95,7 +105,7 @@ func (s store) urlWith(extra ...string) string {
 
 // open returns a new driver (with its own connections) over s, closed when
 // the test ends.
-func (s store) open(t testing.TB, extra ...string) Driver {
+func (s store) open(t testing.TB, extra ...string) *Driver {
 	t.Helper()
 	raw := s.urlWith(extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

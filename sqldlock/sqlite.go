@@ -157,19 +157,8 @@ func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, tt
 	}
 	defer leave()
 	if o.fair && queued && req.Mode != driver.Semaphore {
-		// A waiter behind an Exclusive hold, the common case, only
-		// renews its entry: one statement.
-		var left int64
-		err := db.QueryRowContext(ctx, `UPDATE `+o.n.holds+` SET expires_at = `+liteNow+` + ?3
-WHERE lock_key = ?1 AND owner = ?2 AND waiting = 1 AND expires_at > `+liteNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
-	AND expires_at > `+liteNow+`)
-RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
-		switch {
-		case err == nil:
-			return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return driver.Result{}, err
+		if res, done, err := o.renewBehind(ctx, db, req, ttl); done || err != nil {
+			return res, err
 		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -181,6 +170,33 @@ RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?
 		// A queued owner of a fair driver finds a marker anyway.
 		return o.acquireMulti(ctx, tx, req, ttl)
 	}
+	return o.acquireExclusive(ctx, tx, req, ttl, queued)
+}
+
+// renewBehind renews the queue entry of a fair driver's waiter behind
+// another owner's Exclusive hold, the common case, in one statement. done is
+// false if req.Owner is not so queued (the caller runs a transaction).
+func (o liteOps) renewBehind(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (_ driver.Result, done bool, _ error) {
+	var left int64
+	err := db.QueryRowContext(ctx, `UPDATE `+o.n.holds+` SET expires_at = `+liteNow+` + ?3
+WHERE lock_key = ?1 AND owner = ?2 AND waiting = 1 AND expires_at > `+liteNow+`
+AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
+	AND expires_at > `+liteNow+`)
+RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
+	switch {
+	case err == nil:
+		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return driver.Result{}, false, err
+	}
+	return driver.Result{}, false, nil
+}
+
+// acquireExclusive is the fast path of an Exclusive Acquire in tx, on the
+// lock table alone: it takes or extends the key's row if it may, and
+// otherwise reports the time left on it, or runs the holds-table protocol
+// where that decides (acquireMulti). It commits unless it failed.
+func (o liteOps) acquireExclusive(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
 	// May the row be taken over: an expired row (and, for a fair driver,
 	// no other owner waiting), or the owner's own live row?
 	takeover := `l.owner = excluded.owner OR l.expires_at <= ` + liteNow
@@ -190,7 +206,7 @@ RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?
 		AND expires_at > ` + liteNow + `)`
 	}
 	var token int64
-	err = tx.QueryRowContext(ctx, `INSERT INTO `+o.n.table+` AS l (lock_key, owner, token, info, expires_at)
+	err := tx.QueryRowContext(ctx, `INSERT INTO `+o.n.table+` AS l (lock_key, owner, token, info, expires_at)
 VALUES (?1, ?2, 0, ?3, `+liteNow+` + ?4)
 ON CONFLICT (lock_key) DO UPDATE SET
 	owner = excluded.owner,
@@ -201,51 +217,70 @@ ON CONFLICT (lock_key) DO UPDATE SET
 WHERE `+takeover+`
 RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
-		var (
-			owner string
-			left  int64
-		)
-		err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return driver.Result{}, err
-		}
-		if owner == markerOwner && err == nil || req.Queue || o.fair && left <= 0 {
-			// Readers or permits hold the key or waiters wait for it
-			// (a mode mismatch or an upgrade is possible), the owner
-			// waits in the queue, or an expired hold has waiters
-			// behind it.
-			return o.acquireMulti(ctx, tx, req, ttl)
-		}
-		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
+		return o.notTaken(ctx, tx, req, ttl)
 	}
 	if err != nil {
 		return driver.Result{}, err
 	}
+	if token, err = o.settleToken(ctx, tx, req, token, queued); err != nil {
+		return driver.Result{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return driver.Result{}, err
+	}
+	return driver.Result{Acquired: true, Token: uint64(token)}, nil
+}
+
+// notTaken answers an Exclusive Acquire whose fast path left the key's row
+// alone: the time left on it, or the holds-table protocol where that
+// decides.
+func (o liteOps) notTaken(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
+	var (
+		owner string
+		left  int64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return driver.Result{}, err
+	}
+	if owner == markerOwner && err == nil || req.Queue || o.fair && left <= 0 {
+		// Readers or permits hold the key or waiters wait for it
+		// (a mode mismatch or an upgrade is possible), the owner
+		// waits in the queue, or an expired hold has waiters
+		// behind it.
+		return o.acquireMulti(ctx, tx, req, ttl)
+	}
+	return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, nil
+}
+
+// settleToken finishes a fast-path acquisition whose upsert returned token:
+// the hold's own token if it was req.Owner's live row, 0 for a new hold, -1
+// for a new hold over the expired marker of readers or permits (whose rows
+// it deletes). It deletes req.Owner's queue entry if it may have one, draws
+// a new hold's token, and returns the hold's token.
+func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request, token int64, queued bool) (int64, error) {
 	if token == -1 {
 		// The expired marker of readers or permits: their rows go.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
-			return driver.Result{}, err
+			return 0, err
 		}
 		token = 0
 	}
 	if queued {
 		// The owner's queue entry, if it waited.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner); err != nil {
-			return driver.Result{}, err
+			return 0, err
 		}
 	}
-	if token == 0 {
-		if token, err = o.nextToken(ctx, tx); err != nil {
-			return driver.Result{}, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, token, req.Key); err != nil {
-			return driver.Result{}, err
-		}
+	if token != 0 {
+		return token, nil
 	}
-	if err := tx.Commit(); err != nil {
-		return driver.Result{}, err
+	token, err := o.nextToken(ctx, tx)
+	if err != nil {
+		return 0, err
 	}
-	return driver.Result{Acquired: true, Token: uint64(token)}, nil
+	_, err = tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, token, req.Key)
+	return token, err
 }
 
 // acquireMulti runs the holds-table protocol in tx and commits unless it

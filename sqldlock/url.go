@@ -3,46 +3,24 @@ package sqldlock
 import (
 	"context"
 	"database/sql"
-	sqldriver "database/sql/driver"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/url"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/redact"
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
-func init() {
-	dlock.Register("sqlite", openSQLite)
-	dlock.Register("postgres", openPostgres)
-	dlock.Register("postgresql", openPostgres)
-	dlock.Register("mysql", openMySQL)
-}
-
-// sqliteBusyTimeout is how long a SQLite statement of a driver opened by URL
-// waits for another connection's write lock before failing with SQLITE_BUSY.
-const sqliteBusyTimeout = 10 * time.Second
-
-// defaultConnectTimeout bounds the opening of one PostgreSQL or MySQL
-// connection (dial, TLS and authentication handshake) unless the URL sets
-// connect_timeout (PostgreSQL, in seconds) or timeout (MySQL, a Go duration):
-// a server that accepts connections and never answers makes the open fail
-// after it instead of hanging.
-const defaultConnectTimeout = 5 * time.Second
+// The URL schemes are registered by the dialects' packages (sqldlock/sqlite,
+// sqldlock/postgres, sqldlock/mysql), which parse the rest of the URL with
+// their database/sql driver; package sqldlock takes its own parameters
+// (table, fair) and makes the driver.
+func init() { dialect.OpenURL = openDialectURL }
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
@@ -77,208 +55,26 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 	return opts, nil
 }
 
-// sqliteDSN returns the modernc.org/sqlite DSN for a sqlite: URL.
-func sqliteDSN(u *url.URL) (string, []Option, error) {
-	var path string
-	switch {
-	case u.Opaque != "":
-		p, err := url.PathUnescape(u.Opaque)
-		if err != nil {
-			return "", nil, urlError(u, "bad path: %v", err)
-		}
-		path = p
-	case u.Host != "" && u.Host != "localhost":
-		return "", nil, urlError(u, "has a host (%q); write sqlite:///absolute/path.db or sqlite:relative/path.db", u.Host)
-	default:
-		path = u.Path
-	}
-	if path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return "", nil, urlError(u, "names no database file (in-memory databases are not supported: use the mem: scheme)")
-	}
-	if path == "" || strings.HasSuffix(path, "/") {
-		return "", nil, urlError(u, "names no database file; write sqlite:///absolute/path.db or sqlite:relative/path.db")
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", nil, urlError(u, "bad path: %v", err)
-	}
-	q := u.Query()
-	opts, err := takeOptions(u, q)
-	if err != nil {
-		return "", nil, err
-	}
-	for k := range q {
-		return "", nil, urlError(u, "unknown parameter %q (sqlite URLs accept only %s and %s)", k, paramTable, paramFair)
-	}
-	opts = append(opts, func(c *config) { c.file = abs })
-	file := url.URL{Scheme: "file", Path: abs}
-	params := url.Values{
-		"_busy_timeout": {fmt.Sprint(sqliteBusyTimeout.Milliseconds())},
-		"_journal_mode": {"WAL"},
-		"_txlock":       {"immediate"},
-	}
-	return file.String() + "?" + params.Encode(), opts, nil
-}
-
 // Pool settings of the databases the driver opens itself (dlock.Open).
 const (
 	poolIdleConns = 16
 	poolIdleTime  = time.Minute
 )
 
-// openSQLite opens sqlite:///abs/path.db or sqlite:rel/path.db.
-func openSQLite(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	dsn, opts, err := sqliteDSN(u)
-	if err != nil {
-		return nil, err
-	}
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, err
-	}
-	// One connection: SQLite has one writer at a time anyway, and the
-	// pool hands the connection over faster than SQLite's busy handler,
-	// which sleeps. Other processes are waited for with the busy timeout.
-	db.SetMaxOpenConns(1)
-	return finishOpen(ctx, db, SQLite, nil, opts)
-}
-
-// pgConfig parses a postgres:// or postgresql:// URL with pgx, after
-// removing the dlock parameters (table, fair).
-func pgConfig(u *url.URL) (*pgx.ConnConfig, []Option, error) {
+// openDialectURL opens a driver from a URL of one of s's schemes: it takes the
+// dlock parameters (table, fair) from the query, has s open the database with
+// the rest, and checks that the database answers.
+func openDialectURL(ctx context.Context, s *dialect.Support, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
 	opts, err := takeOptions(u, q)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	pu := *u
-	pu.RawQuery = q.Encode()
-	cfg, err := pgx.ParseConfig(pu.String())
-	if err != nil {
-		return nil, nil, urlError(u, "%v", err)
-	}
-	if !q.Has("connect_timeout") {
-		cfg.ConnectTimeout = defaultConnectTimeout
-	}
-	return cfg, opts, nil
-}
-
-func openPostgres(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	cfg, opts, err := pgConfig(u)
+	o, err := s.Open(u, q)
 	if err != nil {
 		return nil, err
 	}
-	return finishOpen(ctx, stdlib.OpenDB(*cfg), Postgres, cfg, opts)
-}
-
-// mysqlConfig converts mysql://user:pass@host:port/db?params to a
-// go-sql-driver configuration. Parameters other than table and fair are
-// passed to go-sql-driver/mysql (see its DSN documentation); parseTime and
-// clientFoundRows default to true.
-func mysqlConfig(u *url.URL) (*mysql.Config, []Option, error) {
-	q := u.Query()
-	opts, err := takeOptions(u, q)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !q.Has("parseTime") {
-		q.Set("parseTime", "true")
-	}
-	if !q.Has("clientFoundRows") {
-		q.Set("clientFoundRows", "true")
-	}
-	tlsCfg, err := mysqlTLS(u, q)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg, err := mysql.ParseDSN("/?" + q.Encode())
-	if err != nil {
-		return nil, nil, urlError(u, "%v", err)
-	}
-	if !q.Has("timeout") {
-		cfg.Timeout = defaultConnectTimeout
-	}
-	cfg.Logger = mysqlLogger{}
-	if u.Opaque != "" {
-		return nil, nil, urlError(u, "write mysql://user:password@host:port/database")
-	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if strings.Contains(db, "/") {
-		return nil, nil, urlError(u, "bad database name %q", db)
-	}
-	host, port := u.Hostname(), u.Port()
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	if port == "" {
-		port = "3306"
-	}
-	cfg.Net, cfg.Addr, cfg.DBName = "tcp", net.JoinHostPort(host, port), db
-	// ParseDSN made the configuration of tls= for its default address
-	// (verifying the name 127.0.0.1): the connector makes it again for
-	// this one, unless the TLS parameters gave one (see mysqlTLS).
-	cfg.TLS = tlsCfg
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
-	}
-	return cfg, opts, nil
-}
-
-func openMySQL(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	cfg, opts, err := mysqlConfig(u)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, urlError(u, "%v", err)
-	}
-	return finishOpen(ctx, sql.OpenDB(boundedConnector{conn, cfg.Timeout}), MySQL, nil, opts)
-}
-
-// boundedConnector bounds each new MySQL connection's whole opening, not
-// only its dial (go-sql-driver's timeout parameter), by timeout: the
-// handshake reads that follow the dial have no deadline of their own.
-type boundedConnector struct {
-	sqldriver.Connector
-	timeout time.Duration
-}
-
-// Connect implements database/sql/driver.Connector.
-func (c boundedConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
-	if c.timeout <= 0 {
-		return c.Connector.Connect(ctx)
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout,
-		fmt.Errorf("no connection within the connect timeout of %v: %w", c.timeout, context.DeadlineExceeded))
-	defer cancel()
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil && ctx.Err() != nil {
-		if cause := context.Cause(ctx); err.Error() == ctx.Err().Error() {
-			err = cause
-		} else if !errors.Is(err, cause) {
-			err = fmt.Errorf("%w: %w", cause, err)
-		}
-	}
-	return conn, err
-}
-
-// mysqlLogger routes what go-sql-driver/mysql would print to the standard
-// logger (closed connections it finds in the pool, say) to slog at debug
-// level: it is set per connector, so it changes nothing for other users of
-// go-sql-driver/mysql in the process, and its errors also reach the caller
-// as errors where they matter.
-type mysqlLogger struct{}
-
-// Print implements mysql.Logger.
-func (mysqlLogger) Print(v ...any) {
-	slog.Debug("go-sql-driver/mysql: " + strings.TrimSuffix(fmt.Sprint(v...), "\n"))
-}
-
-// finishOpen makes a driver that owns db, after checking that the database
-// answers.
-func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfig, opts []Option) (driver.Driver, error) {
+	db, d := o.DB, s.Dialect
 	if d != SQLite {
 		// Keep enough idle connections for a busy client: database/sql
 		// keeps two by default, and a pool that closes and reopens
@@ -286,12 +82,15 @@ func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfi
 		db.SetMaxIdleConns(poolIdleConns)
 		db.SetConnMaxIdleTime(poolIdleTime)
 	}
-	drv, err := newDriver(db, d, true, pgCfg, opts)
+	if o.File != "" {
+		opts = append(opts, func(c *config) { c.file = o.File })
+	}
+	drv, err := newDriver(db, d, true, o.Listener, opts)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	if err := ping(ctx, db, d); err != nil {
+	if err := ping(ctx, db, d, o.BusyTimeout); err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("sqldlock: connecting to %s: %w", d, err)
 	}
@@ -303,8 +102,8 @@ func finishOpen(ctx context.Context, db *sql.DB, d Dialect, pgCfg *pgx.ConnConfi
 // a new file at once, SQLite may answer SQLITE_BUSY at once rather than wait
 // (to avoid a deadlock between lock upgrades), so a busy open is tried again
 // until the busy timeout or ctx ends.
-func ping(ctx context.Context, db *sql.DB, d Dialect) error {
-	deadline := time.Now().Add(sqliteBusyTimeout)
+func ping(ctx context.Context, db *sql.DB, d Dialect, busyTimeout time.Duration) error {
+	deadline := time.Now().Add(busyTimeout)
 	delay := time.Millisecond
 	for {
 		err := db.PingContext(ctx)
@@ -368,11 +167,4 @@ func sqliteGate(path string) (chan struct{}, func()) {
 			}
 		})
 	}
-}
-
-// sqliteBusy reports whether err is SQLite's SQLITE_BUSY (or an extended
-// code of it).
-func sqliteBusy(err error) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }

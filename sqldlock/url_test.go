@@ -3,14 +3,12 @@ package sqldlock
 import (
 	"database/sql"
 	"errors"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlockhq/dlock"
 )
@@ -36,49 +34,46 @@ func tableOf(opts []Option) string { return configOf(opts).table }
 
 func fairOf(opts []Option) bool { return configOf(opts).fair }
 
-// TestFairParam checks the fair parameter of every scheme: fair=1 (or true)
-// makes the driver fair, fair=0 (or false, or no parameter) does not, other
-// values are refused with an ArgError naming the URL, and the parameter is
-// not passed on to the database driver.
-func TestFairParam(t *testing.T) {
-	parse := map[string]func(raw string) ([]Option, string, error){
-		"sqlite:///tmp/x.db": func(raw string) ([]Option, string, error) {
-			dsn, opts, err := sqliteDSN(mustParse(t, raw))
-			return opts, dsn, err
-		},
-		"postgres://h/db": func(raw string) ([]Option, string, error) {
-			cfg, opts, err := pgConfig(mustParse(t, raw))
-			if err != nil {
-				return nil, "", err
-			}
-			return opts, fmt.Sprint(cfg.RuntimeParams), nil
-		},
-		"mysql://u@h/db": func(raw string) ([]Option, string, error) {
-			cfg, opts, err := mysqlConfig(mustParse(t, raw))
-			if err != nil {
-				return nil, "", err
-			}
-			return opts, cfg.FormatDSN(), nil
-		},
-	}
-	for base, f := range parse {
+// TestURLOptions checks the dlock parameters that every scheme's URL
+// takes: table names the table; fair=1 (or true) makes the driver fair,
+// fair=0 (or false, or no parameter) does not; other values are refused with
+// an ArgError naming the URL; and neither is passed on to the database
+// driver.
+func TestURLOptions(t *testing.T) {
+	for _, base := range []string{"sqlite:///tmp/x.db", "postgres://h/db?sslmode=disable", "mysql://u@h/db"} {
+		sep := "?"
+		if strings.Contains(base, "?") {
+			sep = "&"
+		}
 		for _, tc := range []struct {
 			query string
 			fair  bool
-		}{{"", false}, {"?fair=1", true}, {"?fair=true", true}, {"?fair=0", false}, {"?fair=false", false}, {"?table=jobs&fair=1", true}} {
-			opts, passed, err := f(base + tc.query)
-			if err != nil || fairOf(opts) != tc.fair {
-				t.Errorf("%s%s: fair %v, %v; want %v", base, tc.query, fairOf(opts), err, tc.fair)
+			table string
+		}{
+			{"", false, DefaultTable}, {"fair=1", true, DefaultTable}, {"fair=true", true, DefaultTable},
+			{"fair=0", false, DefaultTable}, {"fair=false", false, DefaultTable}, {"table=jobs&fair=1", true, "jobs"},
+			{"table=jobs", false, "jobs"},
+		} {
+			raw := base
+			if tc.query != "" {
+				raw += sep + tc.query
 			}
-			if strings.Contains(passed, "fair") {
-				t.Errorf("%s%s: fair was passed on: %s", base, tc.query, passed)
+			u := mustParse(t, raw)
+			q := u.Query()
+			opts, err := takeOptions(u, q)
+			if err != nil || fairOf(opts) != tc.fair || tableOf(opts) != tc.table {
+				t.Errorf("%s: fair %v, table %q, %v; want %v, %q", raw, fairOf(opts), tableOf(opts), err, tc.fair, tc.table)
+			}
+			if q.Has(paramFair) || q.Has(paramTable) {
+				t.Errorf("%s: passed on: %s", raw, q.Encode())
 			}
 		}
-		for _, q := range []string{"?fair=yes", "?fair=", "?fair=2"} {
-			_, _, err := f(base + q)
+		for _, bad := range []string{"fair=yes", "fair=", "fair=2"} {
+			u := mustParse(t, base+sep+bad)
+			_, err := takeOptions(u, u.Query())
 			var ae *dlock.ArgError
 			if !errors.As(err, &ae) || ae.Name != "url" || !strings.Contains(err.Error(), "fair") {
-				t.Errorf("%s%s: err = %v; want an ArgError naming the url and fair", base, q, err)
+				t.Errorf("%s%s%s: err = %v; want an ArgError naming the url and fair", base, sep, bad, err)
 			}
 		}
 	}
@@ -94,73 +89,6 @@ func TestFairParam(t *testing.T) {
 			t.Errorf("Open(%q): FIFO = %v; want %v", q, got, fifo)
 		}
 		c.Close()
-	}
-}
-
-func TestSQLiteURL(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const params = "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate"
-	for _, tc := range []struct{ raw, dsn, table string }{
-		{"sqlite:///var/lib/app/locks.db", "file:///var/lib/app/locks.db" + params, DefaultTable},
-		{"sqlite://localhost/tmp/x.db?table=jobs", "file:///tmp/x.db" + params, "jobs"},
-		{"sqlite:locks.db", "file://" + filepath.Join(wd, "locks.db") + params, DefaultTable},
-		{"sqlite:state/locks.db", "file://" + filepath.Join(wd, "state/locks.db") + params, DefaultTable},
-		{"sqlite:///tmp/a%20b%3Fc.db", "file:///tmp/a%20b%3Fc.db" + params, DefaultTable},
-	} {
-		dsn, opts, err := sqliteDSN(mustParse(t, tc.raw))
-		if err != nil || dsn != tc.dsn || tableOf(opts) != tc.table {
-			t.Errorf("%s: DSN %q, table %q, %v; want %q, %q", tc.raw, dsn, tableOf(opts), err, tc.dsn, tc.table)
-		}
-	}
-	for _, raw := range []string{"sqlite://host/x.db", "sqlite:///tmp/x.db?mode=ro", "sqlite:", "sqlite:///", "sqlite:///tmp/dir/", "sqlite::memory:"} {
-		_, _, err := sqliteDSN(mustParse(t, raw))
-		var ae *dlock.ArgError
-		if !errors.As(err, &ae) || ae.Name != "url" {
-			t.Errorf("%s: err = %v; want an ArgError naming the url", raw, err)
-		}
-	}
-}
-
-func TestMySQLURL(t *testing.T) {
-	cfg, opts, err := mysqlConfig(mustParse(t, "mysql://app:p%40ss%2Fw@db.example:3307/orders?table=jobs&timeout=5s&tls=false"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.User != "app" || cfg.Passwd != "p@ss/w" || cfg.Net != "tcp" || cfg.Addr != "db.example:3307" || cfg.DBName != "orders" ||
-		!cfg.ParseTime || !cfg.ClientFoundRows || cfg.Timeout != 5*time.Second || tableOf(opts) != "jobs" {
-		t.Errorf("config = %+v, table %q", cfg, tableOf(opts))
-	}
-	if got := cfg.FormatDSN(); !strings.HasPrefix(got, "app:p@ss/w@tcp(db.example:3307)/orders?") || !strings.Contains(got, "parseTime=true") {
-		t.Errorf("DSN = %q", got)
-	}
-	cfg, _, err = mysqlConfig(mustParse(t, "mysql://root@[::1]/app?parseTime=false"))
-	if err != nil || cfg.Addr != "[::1]:3306" || cfg.ParseTime || cfg.User != "root" || cfg.Passwd != "" {
-		t.Errorf("config = %+v, %v; want [::1]:3306, parseTime as given", cfg, err)
-	}
-	for _, raw := range []string{"mysql://u@h/a/b", "mysql:opaque", "mysql://u@h/db?timeout=forever"} {
-		if _, _, err := mysqlConfig(mustParse(t, raw)); !errors.Is(err, dlock.ErrInvalidArgument) {
-			t.Errorf("%s: err = %v; want ErrInvalidArgument", raw, err)
-		}
-	}
-}
-
-func TestPostgresURL(t *testing.T) {
-	cfg, opts, err := pgConfig(mustParse(t, "postgresql://app:pw@db.example:5433/orders?sslmode=disable&table=jobs&application_name=worker"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Host != "db.example" || cfg.Port != 5433 || cfg.Database != "orders" || cfg.User != "app" || cfg.Password != "pw" ||
-		cfg.RuntimeParams["application_name"] != "worker" || tableOf(opts) != "jobs" {
-		t.Errorf("config = %+v %v, table %q", cfg.Config, cfg.RuntimeParams, tableOf(opts))
-	}
-	if _, ok := cfg.RuntimeParams["table"]; ok {
-		t.Error("table was passed to the server as a runtime parameter")
-	}
-	if _, _, err := pgConfig(mustParse(t, "postgres://h/db?sslmode=bogus")); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("bad sslmode: err = %v; want ErrInvalidArgument", err)
 	}
 }
 

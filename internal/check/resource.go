@@ -14,7 +14,6 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -25,6 +24,9 @@ import (
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"    // the mysql:// store
+	_ "github.com/dlockhq/dlock/sqldlock/postgres" // the postgres:// store and the "pgx" database/sql driver
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"   // the sqlite:// store and the "sqlite" database/sql driver
 	"github.com/dlockhq/dlock/zkdlock"
 )
 
@@ -87,7 +89,7 @@ func openResource(ctx context.Context, rawURL string, drv driver.Driver) (resour
 		return &zkResource{c: d.Conn(), path: strings.TrimSuffix(u.Path, "/") + prefix(zkdlock.DefaultPrefix) + "-check-resource"}, nil
 	case *memcachedlock.Driver:
 		return &memcachedResource{c: d.Client(), key: prefix(memcachedlock.DefaultPrefix) + resourceName}, nil
-	case sqldlock.Driver:
+	case *sqldlock.Driver:
 		return openSQLResource(ctx, u, d.Dialect())
 	}
 	return nil, fmt.Errorf("%s stores cannot keep the checked resource; give --resource URL", u.Scheme)

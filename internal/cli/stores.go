@@ -8,12 +8,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	_ "github.com/dlockhq/dlock/etcddlock"     // etcd
-	_ "github.com/dlockhq/dlock/memcachedlock" // memcached
-	_ "github.com/dlockhq/dlock/quorum"        // redlock, redlocks
-	_ "github.com/dlockhq/dlock/redisdlock"    // redis, rediss, redis+sentinel, redis+cluster
-	_ "github.com/dlockhq/dlock/sqldlock"      // sqlite, postgres, postgresql, mysql
-	_ "github.com/dlockhq/dlock/zkdlock"       // zk
+	_ "github.com/dlockhq/dlock/etcddlock"         // etcd
+	_ "github.com/dlockhq/dlock/memcachedlock"     // memcached
+	_ "github.com/dlockhq/dlock/quorum"            // redlock, redlocks
+	_ "github.com/dlockhq/dlock/redisdlock"        // redis, rediss, redis+sentinel, redis+cluster
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"    // mysql
+	_ "github.com/dlockhq/dlock/sqldlock/postgres" // postgres, postgresql
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"   // sqlite
+	_ "github.com/dlockhq/dlock/zkdlock"           // zk
 )
 
 // routeStoreLogs sends what the store client libraries log on their own

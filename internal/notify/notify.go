@@ -13,29 +13,32 @@ type Hub struct {
 	subs map[string]map[*Sub]struct{}
 }
 
-// Sub is a subscription to one key. It implements driver.Subscription.
+// Sub is a subscription to one key, or to several. It implements
+// driver.Subscription.
 type Sub struct {
 	h    *Hub
-	key  string
+	keys []string
 	ch   chan struct{}
 	once sync.Once
 }
 
 // Subscribe returns a subscription that is signalled by every later Notify
-// of key and by NotifyAll.
-func (h *Hub) Subscribe(key string) *Sub {
-	s := &Sub{h: h, key: key, ch: make(chan struct{}, 1)}
+// of key (or of any of keys) and by NotifyAll.
+func (h *Hub) Subscribe(key string, keys ...string) *Sub {
+	s := &Sub{h: h, keys: append([]string{key}, keys...), ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
 		h.subs = map[string]map[*Sub]struct{}{}
 	}
-	m := h.subs[key]
-	if m == nil {
-		m = map[*Sub]struct{}{}
-		h.subs[key] = m
+	for _, k := range s.keys {
+		m := h.subs[k]
+		if m == nil {
+			m = map[*Sub]struct{}{}
+			h.subs[k] = m
+		}
+		m[s] = struct{}{}
 	}
-	m[s] = struct{}{}
 	return s
 }
 
@@ -64,11 +67,13 @@ func (h *Hub) NotifyAll() {
 func (h *Hub) Len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
+	subs := map[*Sub]struct{}{}
 	for _, m := range h.subs {
-		n += len(m)
+		for s := range m {
+			subs[s] = struct{}{}
+		}
 	}
-	return n
+	return len(subs)
 }
 
 // signal makes a non-blocking send: signals coalesce while one is pending.
@@ -87,10 +92,12 @@ func (s *Sub) Close() error {
 	s.once.Do(func() {
 		s.h.mu.Lock()
 		defer s.h.mu.Unlock()
-		m := s.h.subs[s.key]
-		delete(m, s)
-		if len(m) == 0 {
-			delete(s.h.subs, s.key)
+		for _, k := range s.keys {
+			m := s.h.subs[k]
+			delete(m, s)
+			if len(m) == 0 {
+				delete(s.h.subs, k)
+			}
 		}
 	})
 	return nil

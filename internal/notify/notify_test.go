@@ -44,3 +44,31 @@ func TestHub(t *testing.T) {
 		t.Fatalf("%d subscriptions (%d keys) left after closing all; want none", n, len(h.subs))
 	}
 }
+
+// TestHubKeys checks a subscription to several keys: any of them signals
+// it, it counts once, and Close removes it from every key.
+func TestHubKeys(t *testing.T) {
+	var h Hub
+	ab, b := h.Subscribe("a", "b"), h.Subscribe("b")
+	if n := h.Len(); n != 2 {
+		t.Fatalf("Len = %d; want 2", n)
+	}
+	h.Notify("a")
+	if !signalled(ab) || signalled(b) {
+		t.Fatal("Notify(a) must signal exactly the subscription of a and b")
+	}
+	h.Notify("b")
+	if !signalled(ab) || !signalled(b) {
+		t.Fatal("Notify(b) must signal both subscriptions")
+	}
+	ab.Close()
+	h.Notify("a")
+	h.Notify("b")
+	if signalled(ab) || !signalled(b) {
+		t.Fatal("a closed subscription must not be signalled")
+	}
+	b.Close()
+	if n := h.Len(); n != 0 || len(h.subs) != 0 {
+		t.Fatalf("%d subscriptions (%d keys) left after closing all; want none", n, len(h.subs))
+	}
+}

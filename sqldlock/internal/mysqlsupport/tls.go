@@ -1,4 +1,4 @@
-package sqldlock
+package mysqlsupport
 
 import (
 	"crypto/tls"
