@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/testcert"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
@@ -41,50 +41,6 @@ func startTLSQuorum(t *testing.T) *testsrv.Server {
 	return srv
 }
 
-// tlsURL returns raw with its scheme replaced by scheme (if not empty) and
-// the query parameters set, or removed when the value is empty.
-func tlsURL(t *testing.T, raw, scheme string, kv ...string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if scheme != "" {
-		u.Scheme = scheme
-	}
-	q := u.Query()
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] == "" {
-			q.Del(kv[i])
-		} else {
-			q.Set(kv[i], kv[i+1])
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// openFails opens raw, which must fail by itself (not at the context's
-// deadline) without quoting the password, and returns the error.
-func openFails(t *testing.T, raw string) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := dlock.Open(ctx, raw)
-	if err == nil {
-		c.Close()
-		t.Fatalf("Open(%s) succeeded, want an error", raw)
-	}
-	t.Logf("Open: %v", err)
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("Open ran into its deadline instead of failing: %v", err)
-	}
-	if strings.Contains(err.Error(), tlsPassword) {
-		t.Errorf("the error quotes the password: %v", err)
-	}
-	return err
-}
-
 // TestTLSQuorumLock takes a lock twice on three TLS nodes through
 // redlocks:// and redlock://?tls=true, and checks that the fence round
 // works over TLS: the tokens grow from one holder to the next.
@@ -93,7 +49,7 @@ func TestTLSQuorumLock(t *testing.T) {
 	if !strings.HasPrefix(srv.URL, "redlocks://") {
 		t.Fatalf("URL %s", srv.URL)
 	}
-	for _, raw := range []string{srv.URL, tlsURL(t, srv.URL, "redlock", "tls", "true")} {
+	for _, raw := range []string{srv.URL, dlocktest.EditURL(t, srv.URL, "redlock", "", "tls", "true")} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		c, err := dlock.Open(ctx, raw)
 		if err != nil {
@@ -129,7 +85,7 @@ func TestTLSQuorumErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("wrong CA", func(t *testing.T) {
-		err := openFails(t, tlsURL(t, srv.URL, "", "cacert", other.CA))
+		err := dlocktest.OpenFails(t, dlocktest.EditURL(t, srv.URL, "", "", "cacert", other.CA), tlsPassword)
 		var ua x509.UnknownAuthorityError
 		if !errors.As(err, &ua) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 			t.Errorf("error %q; want an x509 unknown authority error", err)
@@ -139,23 +95,23 @@ func TestTLSQuorumErrors(t *testing.T) {
 		}
 	})
 	t.Run("plain redlock", func(t *testing.T) {
-		openFails(t, tlsURL(t, srv.URL, "redlock", "cacert", "", "cert", "", "key", "", "dial_timeout", "2s", "read_timeout", "2s"))
+		dlocktest.OpenFails(t, dlocktest.EditURL(t, srv.URL, "redlock", "", "cacert", "", "cert", "", "key", "", "dial_timeout", "2s", "read_timeout", "2s"), tlsPassword)
 	})
 	t.Run("no client certificate", func(t *testing.T) {
-		err := openFails(t, tlsURL(t, srv.URL, "", "cert", "", "key", ""))
+		err := dlocktest.OpenFails(t, dlocktest.EditURL(t, srv.URL, "", "", "cert", "", "key", ""), tlsPassword)
 		if !strings.Contains(err.Error(), "tls: certificate required") {
 			t.Errorf("error %q; want the server's demand for a certificate", err)
 		}
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		const wrong = "not-the-Pa55word"
-		err := openFails(t, strings.Replace(srv.URL, tlsPassword, wrong, 1))
+		err := dlocktest.OpenFails(t, strings.Replace(srv.URL, tlsPassword, wrong, 1), tlsPassword)
 		if !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), wrong) {
 			t.Errorf("error %q; want WRONGPASS, without the password", err)
 		}
 	})
 	t.Run("bad parameter", func(t *testing.T) {
-		_, err := dlock.Open(context.Background(), tlsURL(t, srv.URL, "", "tls", "false"))
+		_, err := dlock.Open(context.Background(), dlocktest.EditURL(t, srv.URL, "", "", "tls", "false"))
 		if !errors.Is(err, dlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "tls=false with TLS parameters") {
 			t.Errorf("error %v; want ErrInvalidArgument naming tls=false", err)
 		}
