@@ -164,6 +164,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			// nothing stays behind; a queued waiter that rides out a blip
 			// keeps its place, which the next attempt finds again.
 			if ctx.Err() != nil {
+				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+					// The store failed this attempt before the wait
+					// ended: say so, as a failure seen earlier would.
+					failure = err
+				}
 				c.cleanup(ctx, req)
 				return nil, stopped()
 			}
