@@ -233,9 +233,9 @@
 //	-- the general form follows
 //
 // refresh: PEXPIRE if HGET owner matches, else the general form.
-// release: HMGET owner and l; if the owner matches, DEL, and PUBLISH only
-// if l is set; else the general form. An uncontended Lock and Release thus
-// run six commands in two script calls.
+// release: HGET owner; if it matches, DEL and PUBLISH to the lock's
+// channel; else the general form. An uncontended Lock and Release thus run
+// seven commands in two script calls.
 // forcerelease: DEL of the hash, holders and queue, and PUBLISH to the
 // lock's channel and every queued waiter's if something was deleted. The sources are in the scripts directory,
 // embedded with go:embed; scripts/common.lua, the general form's helpers,
@@ -250,11 +250,12 @@
 // are free; an expired entry removed by any script signals the new head.
 // So one release costs one message and one acquire, however many wait.
 // Waiters that do not queue (Transaction mode, quorum locks) listen on the
-// lock's channel. The release of a lock in the simple form publishes there
-// only if the hash has the field l, which an acquire that finds the lock
-// held and does not queue sets (in the same atomic step), and which the
-// general form sets whenever it turns back into the simple form: a lock
-// nobody waits for is released without a message. The waiters of older
+// lock's channel, and so do observers of a key's releases (leader.Observe):
+// every release of the simple form publishes there, since a subscriber is
+// promised every release after its Subscribe returned, whether or not it
+// ever tried the lock. (The field l, which an acquire that finds the lock
+// held and does not queue sets, is kept for the general form's
+// bookkeeping.) The waiters of older
 // versions of this package listen on the lock's channel too (the notes in
 // notify.go tell more). A Driver keeps
 // one pub/sub connection, opened by the first Subscribe and shared by all

@@ -40,14 +40,9 @@ import (
 // Waiters that do not queue (Transaction mode, and Script mode requests
 // without Queue, as a quorum lock's) listen on the lock's channel, which
 // carries the releases of the simple form (where nobody is queued) and the
-// changes after which the queue is empty. A release of the simple form
-// publishes only when the hash has the field l: an Acquire that finds the
-// lock held in the simple form and does not queue sets it in the same
-// atomic step (Transaction mode in a MULTI/EXEC under the WATCH of its
-// read), so every release after a waiter's failed attempt is signalled,
-// and package dlock attempts again after Subscribe. The general form sets
-// l whenever it turns back into the simple form, since waiters that do
-// not queue may have come by unseen. Transaction mode signals the lock's
+// changes after which the queue is empty. Every release of the simple form
+// publishes there, so that observers that never try the lock
+// (leader.Observe) see each release after their Subscribe. Transaction mode signals the lock's
 // channel and the head of the queue; readers behind that head find out by
 // polling.
 //

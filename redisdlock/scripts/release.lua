@@ -4,17 +4,16 @@
 -- named after it, as in acquire.lua); ARGV[1] owner
 -- Returns 1 if the owner held the lock or waited for it, 0 if it did not
 -- (its remains, such as an expired hold, are removed all the same).
-local f = redis.call('HMGET', KEYS[1], 'owner', 'l')
-local owner = f[1]
+local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
   -- The fast path: the holder of the simple form. Nobody is queued; the
   -- lock's channel wakes waiters that do not queue (Transaction mode,
-  -- quorum locks), and the field l says that one may wait: an acquire
-  -- that found the lock held and did not queue set it.
+  -- quorum locks) and observers of the key's releases (leader.Observe),
+  -- which no field of the lock can announce: a subscriber is promised
+  -- every release after its Subscribe returned. PUBLISH to a channel
+  -- nobody listens on costs the server one lookup.
   redis.call('DEL', KEYS[1])
-  if f[2] then
-    redis.call('PUBLISH', KEYS[1] .. ':released', '')
-  end
+  redis.call('PUBLISH', KEYS[1] .. ':released', '')
   return 1
 end
 
