@@ -92,7 +92,7 @@ func TestFastPathCommands(t *testing.T) {
 	want := map[string]int{
 		"evalsha": 2 * pairs,
 		"hget":    2 * pairs, // acquire and release: the owner
-		"incr":    pairs, // acquire: the token
+		"incr":    pairs,     // acquire: the token
 		"hset":    pairs,
 		"pexpire": pairs,
 		"del":     pairs, // release
