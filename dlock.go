@@ -278,6 +278,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	d, err := open(ctx, u)
 	if err != nil {
+		var ae *ArgError
+		if errors.As(err, &ae) && ae.Name == "url" {
+			// It names the URL, and says dlock, already.
+			return nil, err
+		}
 		return nil, fmt.Errorf("dlock: open %s: %w", redact.URL(u), err)
 	}
 	c, err := New(d, opts...)

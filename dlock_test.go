@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -562,5 +563,25 @@ func TestOpenHidesSecrets(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Open(%q) = %v; want an error that hides the secret", raw, err)
 		}
+	}
+}
+
+// TestOpenNamesURLOnce checks that a URL refused by its backend's opener (a
+// *dlock.ArgError naming the url) is shown once, with one "dlock:", and that
+// any other failure of the opener is wrapped with the (redacted) URL.
+func TestOpenNamesURLOnce(t *testing.T) {
+	dlock.Register("urlonce", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
+		if u.Query().Has("bad") {
+			return nil, &dlock.ArgError{Name: "url", Value: u.Redacted(), Reason: "bad parameter"}
+		}
+		return nil, errors.New("connection refused")
+	})
+	_, err := dlock.Open(context.Background(), "urlonce://u:s3cret@h/?bad=1")
+	if !errors.Is(err, dlock.ErrInvalidArgument) || strings.Count(err.Error(), "dlock:") != 1 || strings.Count(err.Error(), "urlonce://") != 1 {
+		t.Errorf("Open of a refused URL = %v; want an ArgError with the URL and \"dlock:\" once", err)
+	}
+	_, err = dlock.Open(context.Background(), "urlonce://u:s3cret@h/")
+	if err == nil || !strings.Contains(err.Error(), "dlock: open urlonce://u:xxxxx@h/: connection refused") {
+		t.Errorf("Open of an unreachable store = %v; want the redacted URL and the cause", err)
 	}
 }
