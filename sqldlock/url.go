@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/redact"
+	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
@@ -24,7 +23,7 @@ func init() { dialect.OpenURL = openDialectURL }
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: redact.URL(u), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // The dlock parameters every scheme accepts.

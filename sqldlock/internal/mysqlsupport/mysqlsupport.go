@@ -16,9 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/sqldialect"
+	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/go-sql-driver/mysql" // also registers the "mysql" database/sql driver
 )
@@ -40,7 +39,7 @@ const DefaultConnectTimeout = 5 * time.Second
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: redact.URL(u), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // mysqlConfig converts mysql://user:pass@host:port/db?params, whose query

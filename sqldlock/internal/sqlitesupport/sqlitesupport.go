@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/sqldialect"
+	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
@@ -34,7 +33,7 @@ const busyTimeout = 10 * time.Second
 
 // urlError reports a bad URL as a *dlock.ArgError.
 func urlError(u *url.URL, format string, args ...any) error {
-	return &dlock.ArgError{Name: "url", Value: redact.URL(u), Reason: fmt.Sprintf(format, args...)}
+	return urlutil.Error(u, format, args...)
 }
 
 // sqliteDSN returns the modernc.org/sqlite DSN for a sqlite: URL whose query,
