@@ -585,14 +585,15 @@ func (rep *report) evaluate() []target {
 		ts = append(ts, target{name, st, detail})
 	}
 
-	// Uncontended, 64 goroutines: dlock at least the raw baseline's pairs/s.
-	{
-		cs := []string{"redis/uncontended/G=64/dlock", "redis/uncontended/G=64/baseline"}
+	// Uncontended, 64 goroutines: dlock at least the raw baseline's pairs/s,
+	// over either client library.
+	for _, lib := range []string{"dlock", "dlock-rueidis"} {
+		cs := []string{"redis/uncontended/G=64/" + lib, "redis/uncontended/G=64/baseline"}
 		d, ok1 := rep.find(cs[0])
 		b, ok2 := rep.find(cs[1])
 		ok := ok1 && ok2 && b.OpsPerSec > 0
 		ratio := d.OpsPerSec / b.OpsPerSec
-		add(cs, "redis uncontended G=64: dlock pairs/s >= 1.0x baseline (stretch 1.5x)", ok, ratio >= 1,
+		add(cs, "redis uncontended G=64: "+lib+" pairs/s >= 1.0x baseline (stretch 1.5x)", ok, ratio >= 1,
 			fmt.Sprintf("%.0f vs %.0f pairs/s = %s", d.OpsPerSec, b.OpsPerSec, ratioStatus(ratio, 1, 1.5)))
 	}
 
@@ -650,12 +651,16 @@ func (rep *report) evaluate() []target {
 	}
 
 	// Redlock: dlock's quorum against redsync.
-	for _, n := range []int{3, 5} {
-		cs := []string{fmt.Sprintf("redis/quorum/N=%d/dlock", n), fmt.Sprintf("redis/quorum/N=%d/redsync", n)}
+	for _, t := range []struct {
+		n   int
+		lib string
+	}{{3, "dlock"}, {5, "dlock"}, {3, "dlock-rueidis"}, {5, "dlock-rueidis"}} {
+		n := t.n
+		cs := []string{fmt.Sprintf("redis/quorum/N=%d/%s", n, t.lib), fmt.Sprintf("redis/quorum/N=%d/redsync", n)}
 		d, ok1 := rep.find(cs[0])
 		r, ok2 := rep.find(cs[1])
 		ratio := d.OpsPerSec / r.OpsPerSec
-		add(cs, fmt.Sprintf("redis quorum N=%d: dlock pairs/s >= 1.0x redsync (stretch 1.3x)", n), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
+		add(cs, fmt.Sprintf("redis quorum N=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
 			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
 	}
 

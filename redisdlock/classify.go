@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // Permanent implements driver.Classifier. A Redis error is permanent when
@@ -25,14 +26,25 @@ import (
 func (d *Driver) Permanent(err error) bool { return permanent(err) }
 
 func permanent(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
+	var (
+		re  redis.Error
+		rre *rueidis.RedisError
+	)
+	switch {
+	case errors.As(err, &rre):
+		return permanentReply(rre.Error())
+	case !errors.As(err, &re):
 		return false
-	}
-	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+	case redis.IsAuthError(err) || redis.IsPermissionError(err):
 		return true
 	}
-	msg := strings.TrimPrefix(re.Error(), "ERR ") // KVRocks and others add it
+	return permanentReply(re.Error())
+}
+
+// permanentReply reports whether msg, a Redis error reply, says something
+// that asking again does not mend.
+func permanentReply(msg string) bool {
+	msg = strings.TrimPrefix(msg, "ERR ") // KVRocks and others add it
 	for _, p := range permanentPrefixes {
 		if strings.HasPrefix(msg, p) {
 			return true

@@ -150,19 +150,21 @@ func TestWaitEndsOnWrongPassword(t *testing.T) {
 // TestWaitEndsOnWrongType checks that a Lock that waits for a held key
 // ends at once when a foreign client puts a value of another type at the
 // lock's key.
+// Over either client library.
 func TestWaitEndsOnWrongType(t *testing.T) {
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testWaitEndsOnWrongType(t, client) })
+	}
+}
+
+func testWaitEndsOnWrongType(t *testing.T, client string) {
 	ctx := context.Background()
 	srv := testsrv.Get(t, testsrv.Redis)
 	admin := newClient(srv.Addr)
 	defer admin.Close()
-	const prefix = "classify-wrongtype:"
+	prefix := "classify-wrongtype-" + client + ":"
 	open := func() *dlock.Client {
-		rc := newClient(srv.Addr)
-		d, err := redisdlock.New(rc, redisdlock.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dlock.New(ownedDriver{d, rc})
+		c, err := dlock.New(openURL(t, withParams(srv.URL, "prefix", prefix, "client", client)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/testsrv"
-	"github.com/dlockhq/dlock/redisdlock"
 )
 
 // commandStats returns the calls of each command on a server since its
@@ -52,8 +51,16 @@ func commandStats(ctx context.Context, t testing.TB, rdb *redis.Client) map[stri
 // simple form (see "Scripts" in the package documentation) reads the
 // owner, takes a token and writes the hash with its lease to lock, and
 // compares the owner, deletes the hash and publishes the release to
-// unlock, looking up no queue entry for a waiter that has never queued. A server of its own keeps other tests' commands out.
+// unlock, looking up no queue entry for a waiter that has never queued. A
+// server of its own keeps other tests' commands out. Either client library
+// runs the same commands.
 func TestFastPathCommands(t *testing.T) {
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testFastPathCommands(t, client) })
+	}
+}
+
+func testFastPathCommands(t *testing.T, client string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := testsrv.StartRedis(ctx)
@@ -63,11 +70,7 @@ func TestFastPathCommands(t *testing.T) {
 	defer srv.Stop()
 	rdb := newClient(srv.Addr)
 	defer rdb.Close()
-	d, err := redisdlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := dlock.New(d)
+	c, err := dlock.New(openURL(t, withParams(srv.URL, "client", client)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +116,13 @@ func TestFastPathCommands(t *testing.T) {
 // leaves a hold alone, in every protocol.
 func TestRaiseToken(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Redis)
-	for _, mode := range []string{"script", "tx", "legacy"} {
+	for _, mode := range []string{"script", "tx", "legacy", "script-rueidis"} {
 		t.Run(mode, func(t *testing.T) {
-			d := openURL(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", mode))
+			params := []string{"prefix", testPrefix(t), "mode", mode}
+			if m, ok := strings.CutSuffix(mode, "-rueidis"); ok {
+				params = []string{"prefix", testPrefix(t), "mode", m, "client", "rueidis"}
+			}
+			d := openURL(t, withParams(srv.URL, params...))
 			defer d.Close()
 			ctx := testCtx(t)
 			a := request("k", time.Minute)
@@ -140,6 +147,19 @@ func TestRaiseToken(t *testing.T) {
 			b := request("k", time.Minute)
 			if res := mustAcquire(t, d, b, true); res.Token != first+11 {
 				t.Errorf("token after raising to %d = %d; want %d", first+10, res.Token, first+11)
+			}
+			d.Release(ctx, b)
+
+			// Past 2^53, where doubles no longer tell neighbours apart,
+			// the counter is still compared exactly.
+			const big = 1 << 53
+			for _, raise := range []uint64{big, big + 1, big} {
+				if err := d.RaiseToken(ctx, "k", raise); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res := mustAcquire(t, d, b, true); res.Token != big+2 {
+				t.Errorf("token after raising to %d, %d and %d = %d; want %d", uint64(big), uint64(big+1), uint64(big), res.Token, uint64(big+2))
 			}
 			d.Release(ctx, b)
 		})

@@ -91,15 +91,28 @@ import (
 const subscribeTimeout = 10 * time.Second
 
 type notifier struct {
-	client redis.UniversalClient
-	hub    notify.Hub
+	dial func(n *notifier) psConn // opens a pub/sub connection reporting to n
+	hub  notify.Hub
 
 	mu     sync.Mutex
-	ps     *redis.PubSub // nil until the first Subscribe
+	ps     psConn // nil until the first Subscribe
 	chans  map[string]*chanState
 	closed bool
+	redial time.Duration // the pause before the next reconnection; see pause
 	done   chan struct{} // closed by close
 	wg     sync.WaitGroup
+}
+
+// psConn is a notifier's pub/sub connection (go-redis's PubSub, or a
+// dedicated rueidis connection). It reports to its notifier from a
+// goroutine of its own, counted in the notifier's wg: messages (hub.Notify),
+// confirmed SUBSCRIBEs (confirm), and a connection it cannot keep (replace).
+// A failed subscribe leaves the channel to be subscribed again when the
+// connection is re-established.
+type psConn interface {
+	subscribe(ctx context.Context, chans ...string) error
+	unsubscribe(chans ...string)
+	close() error
 }
 
 // chanState tracks one subscribed channel.
@@ -109,15 +122,8 @@ type chanState struct {
 	ready     chan struct{} // closed when confirmed
 }
 
-func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, chans: map[string]*chanState{}, done: make(chan struct{})}
-}
-
-// start opens the PubSub and starts receiving. n.mu is held.
-func (n *notifier) start() {
-	n.ps = n.client.Subscribe(context.Background())
-	n.wg.Add(1)
-	go n.receive()
+func newNotifier(dial func(n *notifier) psConn) *notifier {
+	return &notifier{dial: dial, chans: map[string]*chanState{}, done: make(chan struct{})}
 }
 
 // Health of the pub/sub connection.
@@ -130,53 +136,97 @@ const (
 // it is pinged, and then before it is given up. (A variable for tests.)
 var healthInterval = 5 * time.Second
 
-// receive reads the pub/sub connection until the notifier is closed. It
-// signals waiters itself, without a hop through another goroutine. A
-// broken connection is reconnected by go-redis on the next read (which
-// subscribes again to every channel); a connection that stays silent after
-// a ping is replaced.
-func (n *notifier) receive() {
+// current reports whether c is the notifier's connection, which the
+// notifier has not closed.
+func (n *notifier) current(c psConn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.closed && n.ps == c
+}
+
+// pause waits before the next attempt to reach the server, longer after
+// each failure until a SUBSCRIBE is confirmed, and reports false if the
+// notifier closes first.
+func (n *notifier) pause() bool {
+	n.mu.Lock()
+	n.redial = min(max(n.redial*2, reconnectMin), reconnectMax)
+	d := n.redial/2 + rand.N(n.redial/2+1)
+	n.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.done:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// goredisPS is a psConn over go-redis's PubSub.
+type goredisPS struct {
+	n  *notifier
+	ps *redis.PubSub
+}
+
+// dialGoredis returns a notifier's dial function over client.
+func dialGoredis(client redis.UniversalClient) func(*notifier) psConn {
+	return func(n *notifier) psConn {
+		c := &goredisPS{n: n, ps: client.Subscribe(context.Background())}
+		n.wg.Add(1)
+		go c.receive()
+		return c
+	}
+}
+
+func (c *goredisPS) subscribe(ctx context.Context, chans ...string) error {
+	// On failure go-redis keeps the channels and subscribes when it
+	// reconnects.
+	return c.ps.Subscribe(ctx, chans...)
+}
+
+func (c *goredisPS) unsubscribe(chans ...string) {
+	_ = c.ps.Unsubscribe(context.Background(), chans...)
+}
+
+func (c *goredisPS) close() error { return c.ps.Close() }
+
+// receive reads the pub/sub connection until the notifier is closed or
+// replaces it. It signals waiters itself, without a hop through another
+// goroutine. A broken connection is reconnected by go-redis on the next
+// read (which subscribes again to every channel); a connection that stays
+// silent after a ping is replaced.
+func (c *goredisPS) receive() {
+	n := c.n
 	defer n.wg.Done()
 	ctx := context.Background()
 	pinged := false
-	delay := time.Duration(0)
 	for {
-		n.mu.Lock()
-		ps := n.ps
-		n.mu.Unlock()
-		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
-		select {
-		case <-n.done:
+		msg, err := c.ps.ReceiveTimeout(ctx, healthInterval)
+		if !n.current(c) {
 			return
-		default:
 		}
 		if err != nil {
 			var ne net.Error
 			switch {
 			case errors.As(err, &ne) && ne.Timeout() && !pinged:
 				pinged = true
-				_ = ps.Ping(ctx) // a failed write makes go-redis reconnect
+				_ = c.ps.Ping(ctx) // a failed write makes go-redis reconnect
 			case errors.As(err, &ne) && ne.Timeout():
 				// No answer to the ping: the connection died without
 				// saying so.
-				pinged = false
-				n.replace()
+				n.replace(c)
+				return
 			default:
 				// go-redis reconnects on the next read; wait a little
 				// when that fails too.
 				pinged = false
-				delay = min(max(delay*2, reconnectMin), reconnectMax)
-				t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-				select {
-				case <-n.done:
-					t.Stop()
+				if !n.pause() {
 					return
-				case <-t.C:
 				}
 			}
 			continue
 		}
-		pinged, delay = false, 0
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.hub.Notify(m.Channel)
@@ -188,26 +238,23 @@ func (n *notifier) receive() {
 	}
 }
 
-// replace swaps the pub/sub connection for a new one subscribed to every
-// channel; the confirmations signal the waiters (see confirm).
-func (n *notifier) replace() {
+// replace swaps old, the pub/sub connection, for a new one subscribed to
+// every channel; the confirmations signal the waiters (see confirm).
+func (n *notifier) replace(old psConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
+	if n.closed || n.ps != old {
 		return
 	}
-	old := n.ps
-	n.ps = n.client.Subscribe(context.Background())
+	n.ps = n.dial(n)
 	chans := make([]string, 0, len(n.chans))
 	for ch := range n.chans {
 		chans = append(chans, ch)
 	}
 	if len(chans) > 0 {
-		// On failure go-redis keeps the channels and subscribes when it
-		// reconnects.
-		_ = n.ps.Subscribe(context.Background(), chans...)
+		_ = n.ps.subscribe(context.Background(), chans...)
 	}
-	_ = old.Close()
+	_ = old.close()
 }
 
 // confirm handles the server's confirmation of a SUBSCRIBE.
@@ -220,10 +267,11 @@ func (n *notifier) confirm(ch string) {
 		// reconnect that re-sent a SUBSCRIBE just before our
 		// UNSUBSCRIBE.
 		if !n.closed {
-			_ = n.ps.Unsubscribe(context.Background(), ch)
+			n.ps.unsubscribe(ch)
 		}
 		return
 	}
+	n.redial = 0
 	if st.confirmed {
 		// Subscribed again after a reconnect: a release may have been
 		// missed while the connection was down.
@@ -242,7 +290,7 @@ func (n *notifier) confirm(ch string) {
 func (n *notifier) unsubscribe(ch string) {
 	delete(n.chans, ch)
 	if !n.closed {
-		_ = n.ps.Unsubscribe(context.Background(), ch)
+		n.ps.unsubscribe(ch)
 	}
 }
 
@@ -254,7 +302,7 @@ func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, err
 		return nil, errClosed
 	}
 	if n.ps == nil {
-		n.start()
+		n.ps = n.dial(n)
 	}
 	st := n.chans[ch]
 	fresh := st == nil
@@ -268,7 +316,7 @@ func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, err
 	if fresh {
 		// Under n.mu, so that SUBSCRIBE and UNSUBSCRIBE commands reach
 		// the server in the order of the changes to n.chans.
-		err = n.ps.Subscribe(ctx, ch)
+		err = n.ps.subscribe(ctx, ch)
 	}
 	n.mu.Unlock()
 	if err != nil {
@@ -323,7 +371,7 @@ func (n *notifier) close() error {
 	if ps == nil {
 		return nil
 	}
-	err := ps.Close()
+	err := ps.close()
 	n.wg.Wait()
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -145,6 +146,7 @@ type Driver struct {
 	client  redis.UniversalClient
 	single  *redis.Client        // standalone or Sentinel; nil for Cluster
 	cluster *redis.ClusterClient // nil unless Cluster
+	ru      rueidis.Client       // in place of client: see NewRueidis
 	owns    bool                 // Close closes client
 	cfg     config
 	proto   protocol
@@ -152,6 +154,7 @@ type Driver struct {
 	n       *notifier
 	closed  atomic.Bool
 	queuers queuers // Script mode: see scriptProto.acquire
+	ev      evaler  // runs the scripts
 }
 
 var (
@@ -187,11 +190,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Driver, error) {
 }
 
 func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver, error) {
-	cfg := config{prefix: DefaultPrefix, unit: time.Millisecond}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d := &Driver{client: client, owns: owns, cfg: cfg}
+	d := &Driver{client: client, owns: owns}
 	switch c := client.(type) {
 	case nil:
 		return nil, &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
@@ -212,6 +211,22 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 		return nil, &dlock.ArgError{Name: "client", Value: fmt.Sprintf("%T", client),
 			Reason: "is not supported: pass a *redis.Client (standalone or Sentinel) or a *redis.ClusterClient"}
 	}
+	if err := d.configure(opts); err != nil {
+		return nil, err
+	}
+	d.n = newNotifier(dialGoredis(client))
+	d.ev = goredisEval{d}
+	return d, nil
+}
+
+// configure applies opts to d and sets the protocol and capabilities they
+// ask for.
+func (d *Driver) configure(opts []Option) error {
+	cfg := config{prefix: DefaultPrefix, unit: time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d.cfg = cfg
 	switch cfg.mode {
 	case Script:
 		d.proto = scriptProto{d}
@@ -220,24 +235,24 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 	case Legacy:
 		d.proto = legacyProto{d}
 	default:
-		return nil, &dlock.ArgError{Name: "mode", Value: int(cfg.mode), Reason: "must be Script, Transaction or Legacy"}
+		return &dlock.ArgError{Name: "mode", Value: int(cfg.mode), Reason: "must be Script, Transaction or Legacy"}
 	}
 	if cfg.mode != Legacy && strings.ContainsAny(cfg.prefix, "{}") {
-		return nil, &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: "must not contain '{' or '}': the driver puts it inside a Cluster hash tag"}
+		return &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: "must not contain '{' or '}': the driver puts it inside a Cluster hash tag"}
 	}
 	if len(cfg.prefix) > maxKeyLen {
-		return nil, &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: fmt.Sprintf("is longer than %d bytes", maxKeyLen)}
+		return &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: fmt.Sprintf("is longer than %d bytes", maxKeyLen)}
 	}
 	switch {
 	case cfg.replicas < 0:
-		return nil, &dlock.ArgError{Name: "replicas", Value: cfg.replicas, Reason: "must not be negative"}
+		return &dlock.ArgError{Name: "replicas", Value: cfg.replicas, Reason: "must not be negative"}
 	case cfg.replicas > 0 && cfg.replicaTimeout <= 0:
-		return nil, &dlock.ArgError{Name: "replica timeout", Value: cfg.replicaTimeout, Reason: "must be positive (WAIT with timeout 0 blocks for ever)"}
+		return &dlock.ArgError{Name: "replica timeout", Value: cfg.replicaTimeout, Reason: "must be positive (WAIT with timeout 0 blocks for ever)"}
 	case cfg.replicas > 0 && cfg.replicaTimeout < time.Millisecond:
-		return nil, &dlock.ArgError{Name: "replica timeout", Value: cfg.replicaTimeout, Reason: "must be at least 1ms"}
+		return &dlock.ArgError{Name: "replica timeout", Value: cfg.replicaTimeout, Reason: "must be at least 1ms"}
 	}
 	if cfg.unit != time.Millisecond && cfg.unit != time.Second {
-		return nil, &dlock.ArgError{Name: "legacy unit", Value: cfg.unit, Reason: "must be time.Millisecond or time.Second"}
+		return &dlock.ArgError{Name: "legacy unit", Value: cfg.unit, Reason: "must be time.Millisecond or time.Second"}
 	}
 	d.caps = driver.Capabilities{
 		Modes:       driver.Modes(driver.Exclusive),
@@ -259,8 +274,7 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
 	}
-	d.n = newNotifier(client)
-	return d, nil
+	return nil
 }
 
 // Protocol returns the driver's protocol.
@@ -291,7 +305,11 @@ func (d *Driver) Close() error {
 	}
 	err := d.n.close()
 	if d.owns {
-		err = errors.Join(err, d.client.Close())
+		if d.ru != nil {
+			d.ru.Close()
+		} else {
+			err = errors.Join(err, d.client.Close())
+		}
 	}
 	return err
 }
@@ -377,7 +395,7 @@ func (d *Driver) AcquireAll(ctx context.Context, reqs []driver.Request) (driver.
 			return driver.MultiResult{}, fail(ctx, "acquire", reqs[i].Key, err)
 		}
 		ks[i], ttls[i] = d.layout(reqs[i].Key), d.grant(reqs[i].TTL)
-		if d.cluster != nil && slot(ks[i].lock) != slot(ks[0].lock) {
+		if d.isCluster() && slot(ks[i].lock) != slot(ks[0].lock) {
 			return driver.MultiResult{}, fmt.Errorf("redisdlock: acquire-all: %q and %q are in different Cluster slots: %w", reqs[0].Key, reqs[i].Key, driver.ErrUnsupported)
 		}
 	}
@@ -488,8 +506,16 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 		mu  sync.Mutex
 		all []driver.Holder
 	)
-	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		hs, err := d.proto.list(ctx, node, prefix)
+	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error {
+		var (
+			hs  []driver.Holder
+			err error
+		)
+		if rnode != nil {
+			hs, err = d.rueidisList(ctx, rnode, prefix)
+		} else {
+			hs, err = d.proto.list(ctx, node, prefix)
+		}
 		mu.Lock()
 		all = append(all, hs...)
 		mu.Unlock()
@@ -519,8 +545,16 @@ func (d *Driver) Count(ctx context.Context, prefix string) (int, error) {
 		mu    sync.Mutex
 		total int
 	)
-	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		n, err := d.proto.count(ctx, node, prefix)
+	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error {
+		var (
+			n   int
+			err error
+		)
+		if rnode != nil {
+			n, err = d.rueidisCount(ctx, rnode, prefix)
+		} else {
+			n, err = d.proto.count(ctx, node, prefix)
+		}
 		mu.Lock()
 		total += n
 		mu.Unlock()
@@ -533,12 +567,16 @@ func (d *Driver) Count(ctx context.Context, prefix string) (int, error) {
 }
 
 // forEachMaster calls fn for the server (standalone, Sentinel) or for every
-// master of the Cluster, concurrently.
-func (d *Driver) forEachMaster(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error {
-	if d.cluster != nil {
-		return d.cluster.ForEachMaster(ctx, fn)
+// master of the Cluster, concurrently: with its go-redis client, or its
+// rueidis client if the driver runs on rueidis.
+func (d *Driver) forEachMaster(ctx context.Context, fn func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error) error {
+	switch {
+	case d.ru != nil:
+		return d.rueidisMasters(ctx, func(ctx context.Context, rnode rueidis.Client) error { return fn(ctx, nil, rnode) })
+	case d.cluster != nil:
+		return d.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return fn(ctx, node, nil) })
 	}
-	return fn(ctx, d.single)
+	return fn(ctx, d.single, nil)
 }
 
 // master returns the client of the master that holds key.

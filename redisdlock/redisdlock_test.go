@@ -135,6 +135,16 @@ func TestConformance(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
 		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t)))
 	})
+	t.Run("Rueidis", func(t *testing.T) {
+		srv := testsrv.Get(t, testsrv.Redis)
+		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "client", "rueidis"))
+	})
+	t.Run("RueidisCluster", func(t *testing.T) {
+		drivertest.Run(t, urlConfig(t, testsrv.Get(t, testsrv.RedisCluster), "prefix", testPrefix(t), "client", "rueidis"))
+	})
+	t.Run("RueidisSentinel", func(t *testing.T) {
+		drivertest.Run(t, urlConfig(t, testsrv.Get(t, testsrv.RedisSentinel), "prefix", testPrefix(t), "client", "rueidis"))
+	})
 	t.Run("Transaction", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
 		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "tx"))

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock/driver"
 )
 
-// The scripts of Script mode. redis.Script runs them with EVALSHA and falls
-// back to EVAL when the server answers NOSCRIPT (after a restart, a SCRIPT
-// FLUSH or a failover to a server that never ran them). The code of the
+// The scripts of Script mode. Both client libraries run them with EVALSHA
+// and fall back to EVAL when the server answers NOSCRIPT (after a restart,
+// a SCRIPT FLUSH or a failover to a server that never ran them). The code of the
 // general form (scripts/common.lua) is spliced into each script after its
 // fast path.
 var (
@@ -34,22 +35,93 @@ var (
 	forceReleaseSrc string
 	//go:embed scripts/acquireall.lua
 	acquireAllSrc string
+	//go:embed scripts/raise.lua
+	raiseSrc string
 
 	acquireScript      = newScript(acquireSrc)
 	refreshScript      = newScript(refreshSrc)
 	releaseScript      = newScript(releaseSrc)
 	forceReleaseScript = newScript(forceReleaseSrc)
 	acquireAllScript   = newScript(acquireAllSrc)
+	raiseScript        = &script{gr: redis.NewScript(raiseSrc), ru: rueidis.NewLuaScript(raiseSrc)}
 )
+
+// script is a script of Script mode, for either client library.
+type script struct {
+	gr *redis.Script
+	ru *rueidis.Lua
+}
 
 // commonMark is the line of a script that common.lua replaces.
 const commonMark = "-- @common\n"
 
-func newScript(src string) *redis.Script {
+func newScript(src string) *script {
 	if strings.Count(src, commonMark) != 1 {
 		panic("redisdlock: a script lacks its " + strings.TrimSpace(commonMark) + " line")
 	}
-	return redis.NewScript(strings.Replace(src, commonMark, commonSrc, 1))
+	src = strings.Replace(src, commonMark, commonSrc, 1)
+	return &script{gr: redis.NewScript(src), ru: rueidis.NewLuaScript(src)}
+}
+
+// evaler runs scripts on the driver's client library.
+type evaler interface {
+	// eval runs s and returns its reply, a list of integers (an integer
+	// reply is returned as a list of one). With ack, a reply that
+	// starts with 1 (written) is returned once the replicas that
+	// WithReplicaAck asks for have acknowledged the write; if they do
+	// not, the error is an *ackError. keys[0] names the server.
+	eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error)
+}
+
+// goredisEval is the evaler of a go-redis client.
+type goredisEval struct{ d *Driver }
+
+func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error) {
+	var (
+		c    redis.Scripter = e.d.client
+		conn *redis.Conn
+	)
+	if ack {
+		// WAIT counts the writes of one connection, so the script and
+		// the WAIT must share it.
+		node, err := e.d.master(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		conn = node.Conn()
+		defer conn.Close()
+		c = conn
+	}
+	a := make([]any, len(args))
+	for i, v := range args {
+		a[i] = v
+	}
+	r, err := s.gr.Run(ctx, c, keys, a...).Result()
+	if err != nil {
+		return nil, err
+	}
+	var v []int64
+	switch r := r.(type) {
+	case int64:
+		v = []int64{r}
+	case []any:
+		v = make([]int64, len(r))
+		for i, x := range r {
+			n, ok := x.(int64)
+			if !ok {
+				return nil, fmt.Errorf("script returned %v", r)
+			}
+			v[i] = n
+		}
+	default:
+		return nil, fmt.Errorf("script returned %v", r)
+	}
+	if ack && len(v) > 0 && v[0] == 1 {
+		if err := e.d.awaitReplicas(ctx, conn); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // The owner field of a lock hash in the general form: markers that no
@@ -100,26 +172,7 @@ func ms(ttl time.Duration) int64 { return ttl.Milliseconds() }
 // when WithReplicaAck is set, a connection of its own (returned too, for
 // the caller to close) to the master of key: WAIT counts the writes of one
 // connection, so the script and the WAIT must share it.
-func (p scriptProto) writer(ctx context.Context, key string) (redis.Scripter, *redis.Conn, error) {
-	if p.d.cfg.replicas == 0 {
-		return p.d.client, nil, nil
-	}
-	node, err := p.d.master(ctx, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	conn := node.Conn()
-	return conn, conn, nil
-}
-
 func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error) {
-	c, conn, err := p.writer(ctx, k.lock)
-	if err != nil {
-		return driver.Result{}, err
-	}
-	if conn != nil {
-		defer conn.Close()
-	}
 	queue := "0"
 	if req.Queue {
 		queue = "1"
@@ -131,13 +184,11 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	// are named after the hash inside the script, and the limit is sent
 	// for semaphores only.
 	keys := []string{k.lock, k.fence}
-	var cmd *redis.Cmd
+	args := []string{req.Owner, msArg(ttl), req.Info, modeArg(req.Mode), queue}
 	if req.Mode == driver.Semaphore {
-		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue, req.Limit)
-	} else {
-		cmd = acquireScript.Run(ctx, c, keys, req.Owner, ms(ttl), req.Info, modeArg(req.Mode), queue)
+		args = append(args, strconv.Itoa(req.Limit))
 	}
-	v, err := cmd.Int64Slice()
+	v, err := p.d.ev.eval(ctx, acquireScript, keys, args, p.d.cfg.replicas > 0)
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -154,13 +205,11 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 	if req.Queue {
 		p.d.queuers.forget(req.Owner) // admitted: its entry is gone
 	}
-	if conn != nil {
-		if err := p.d.awaitReplicas(ctx, conn); err != nil {
-			return driver.Result{}, err
-		}
-	}
 	return driver.Result{Acquired: true, Token: uint64(v[1])}, nil
 }
+
+// msArg is a lease as a script argument: whole milliseconds.
+func msArg(ttl time.Duration) string { return strconv.FormatInt(ms(ttl), 10) }
 
 // queuers are the owners that an Acquire of the driver has asked to queue
 // (Request.Queue) and that have not been admitted or released since. Only
@@ -212,20 +261,13 @@ func (q *queuers) forget(owner string) {
 // acquireAll takes every lock of reqs in one script, or none: the locks'
 // keys all live on one server (and one Cluster slot).
 func (p scriptProto) acquireAll(ctx context.Context, ks []layout, reqs []driver.Request, ttls []time.Duration) (driver.MultiResult, error) {
-	c, conn, err := p.writer(ctx, ks[0].lock)
-	if err != nil {
-		return driver.MultiResult{}, err
-	}
-	if conn != nil {
-		defer conn.Close()
-	}
 	keys := make([]string, 0, 5*len(reqs))
-	args := make([]any, 0, 5*len(reqs))
+	args := make([]string, 0, 5*len(reqs))
 	for i, req := range reqs {
 		keys = append(keys, ks[i].keys()...)
-		args = append(args, req.Owner, ms(ttls[i]), req.Info, modeArg(req.Mode), req.Limit)
+		args = append(args, req.Owner, msArg(ttls[i]), req.Info, modeArg(req.Mode), strconv.Itoa(req.Limit))
 	}
-	v, err := acquireAllScript.Run(ctx, c, keys, args...).Int64Slice()
+	v, err := p.d.ev.eval(ctx, acquireAllScript, keys, args, p.d.cfg.replicas > 0)
 	if err != nil {
 		return driver.MultiResult{}, err
 	}
@@ -250,11 +292,6 @@ func (p scriptProto) acquireAll(ctx context.Context, ks []layout, reqs []driver.
 		return driver.MultiResult{Blocked: i, RetryAfter: retryAfter(v[2])}, nil
 	case len(v) != len(reqs)+1 || v[0] != 1:
 		return driver.MultiResult{}, fmt.Errorf("acquire-all script returned %v", v)
-	}
-	if conn != nil {
-		if err := p.d.awaitReplicas(ctx, conn); err != nil {
-			return driver.MultiResult{}, err
-		}
 	}
 	res := driver.MultiResult{Acquired: true, Results: make([]driver.Result, len(reqs))}
 	for i, tok := range v[1:] {
@@ -284,31 +321,37 @@ func mismatch(req driver.Request, code, limit int64) error {
 }
 
 func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner, ms(ttl)).Int64()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return driver.ErrNotOwner
-	}
-	return nil
+	return owned(p.d.ev.eval(ctx, refreshScript, []string{k.lock}, []string{req.Owner, msArg(ttl)}, false))
 }
 
 func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) error {
 	p.d.queuers.forget(req.Owner)
-	n, err := releaseScript.Run(ctx, p.d.client, []string{k.lock}, req.Owner).Int64()
-	if err != nil {
+	return owned(p.d.ev.eval(ctx, releaseScript, []string{k.lock}, []string{req.Owner}, false))
+}
+
+// owned turns the reply of the refresh and release scripts (1: done, 0:
+// the owner does not hold the lock) into an error.
+func owned(v []int64, err error) error {
+	switch {
+	case err != nil:
 		return err
-	}
-	if n == 0 {
+	case len(v) != 1:
+		return fmt.Errorf("script returned %v", v)
+	case v[0] == 0:
 		return driver.ErrNotOwner
 	}
 	return nil
 }
 
 func (p scriptProto) forceRelease(ctx context.Context, k layout) (int, error) {
-	n, err := forceReleaseScript.Run(ctx, p.d.client, k.keys(), k.channel).Int64()
-	return int(n), err
+	v, err := p.d.ev.eval(ctx, forceReleaseScript, k.keys(), []string{k.channel}, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 {
+		return 0, fmt.Errorf("force-release script returned %v", v)
+	}
+	return int(v[0]), nil
 }
 
 func (p scriptProto) list(ctx context.Context, node *redis.Client, prefix string) ([]driver.Holder, error) {
@@ -319,15 +362,15 @@ func (p scriptProto) count(ctx context.Context, node *redis.Client, prefix strin
 	return countHashes(ctx, p.d, node, prefix)
 }
 
-// scanHashes calls fn with batches of the names of the lock hashes on node
-// whose keys may start with prefix (Script and Transaction modes), with
-// two SCANs: {PREFIX+ESC(prefix)*} for keys without a hash tag, and
-// {PREFIX*}{ESC(prefix)*} for keys with one (see Driver.base). fn checks
-// each name with keyOfHash.
-func (d *Driver) scanHashes(ctx context.Context, node *redis.Client, prefix string, fn func(names []string) error) error {
+// scanHashes calls fn with batches of the names of the lock hashes whose
+// keys may start with prefix (Script and Transaction modes), found by scan
+// (SCAN on one server) with two patterns: {PREFIX+ESC(prefix)*} for keys
+// without a hash tag, and {PREFIX*}{ESC(prefix)*} for keys with one (see
+// Driver.base). fn checks each name with keyOfHash.
+func (d *Driver) scanHashes(prefix string, scan func(pattern string, fn func(keys []string) error) error, fn func(names []string) error) error {
 	untagged := "{" + globEscape(d.cfg.prefix+escapeKey(prefix)) + "*}"
 	tagged := "{" + globEscape(d.cfg.prefix) + "*}{" + globEscape(escapeKey(prefix)) + "*}"
-	err := scanKeys(ctx, node, untagged, func(names []string) error {
+	err := scan(untagged, func(names []string) error {
 		// The pattern also matches some names of the tagged form,
 		// which the second SCAN finds.
 		return fn(slices.DeleteFunc(names, func(n string) bool { return strings.Contains(n, "}{") }))
@@ -335,7 +378,12 @@ func (d *Driver) scanHashes(ctx context.Context, node *redis.Client, prefix stri
 	if err != nil {
 		return err
 	}
-	return scanKeys(ctx, node, tagged, fn)
+	return scan(tagged, fn)
+}
+
+// goredisScan is scanHashes's scan on node.
+func goredisScan(ctx context.Context, node *redis.Client) func(string, func([]string) error) error {
+	return func(pattern string, fn func([]string) error) error { return scanKeys(ctx, node, pattern, fn) }
 }
 
 // keyOfHash returns the user key of a lock hash name.
@@ -356,11 +404,10 @@ func (d *Driver) keyOfHash(name string) (string, bool) {
 }
 
 // listHashes lists the live holders recorded in lock hashes on node
-// (Script and Transaction modes): the owner of a hash in the simple form,
-// the members of the holders zset of one in the general form.
+// (Script and Transaction modes).
 func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) ([]driver.Holder, error) {
 	var hs []driver.Holder
-	err := d.scanHashes(ctx, node, prefix, func(names []string) error {
+	err := d.scanHashes(prefix, goredisScan(ctx, node), func(names []string) error {
 		type item struct {
 			key     string
 			all     *redis.MapStringStringCmd
@@ -396,56 +443,77 @@ func listHashes(ctx context.Context, d *Driver, node *redis.Client, prefix strin
 		}
 		for _, it := range items {
 			m, err := it.all.Result()
-			if err != nil || m[fieldOwner] == "" {
-				continue // gone meanwhile, or not a lock
+			if err != nil {
+				continue // not a lock
 			}
 			ttl, err := it.pttl.Result()
-			if err != nil || ttl <= 0 {
-				continue // gone meanwhile, or no lease: not ours
+			if err != nil {
+				continue
 			}
-			switch owner := m[fieldOwner]; owner {
-			case markRW, markSem:
-				zs, err := it.holders.Result()
-				if err != nil {
-					continue
-				}
-				for _, z := range zs {
-					o, _ := z.Member.(string)
-					left := time.UnixMilli(int64(z.Score)).Sub(now)
-					tok, err := strconv.ParseUint(m["t:"+o], 10, 64)
-					if left <= 0 || err != nil {
-						continue
-					}
-					h := driver.Holder{Key: it.key, Owner: o, Mode: driver.Semaphore, Token: tok, Info: m["i:"+o], TTL: left}
-					if owner == markRW {
-						h.Mode = driver.Shared
-						if m["m:"+o] == "x" {
-							h.Mode = driver.Exclusive
-						}
-					} else {
-						h.Limit, _ = strconv.Atoi(m[fieldLimit])
-					}
-					hs = append(hs, h)
-				}
-			default:
-				tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
-				if err != nil {
-					continue
-				}
-				hs = append(hs, driver.Holder{Key: it.key, Owner: owner, Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl})
+			zs, _ := it.holders.Result()
+			members := make([]scored, len(zs))
+			for i, z := range zs {
+				o, _ := z.Member.(string)
+				members[i] = scored{o, z.Score}
 			}
+			hs = append(hs, holdersOf(it.key, m, ttl, members, now)...)
 		}
 		return nil
 	})
 	return hs, err
 }
 
+// scored is a member of a sorted set with its score.
+type scored struct {
+	member string
+	score  float64
+}
+
+// holdersOf returns the live holders that the lock hash of key records: m
+// is the hash, ttl its PTTL, members its holders zset (scored by expiry in
+// Unix milliseconds), now the server's clock. It is the owner of a hash
+// in the simple form, the members of the holders zset of one in the
+// general form; a hash gone meanwhile, or that is not a lock, has none.
+func holdersOf(key string, m map[string]string, ttl time.Duration, members []scored, now time.Time) []driver.Holder {
+	if m[fieldOwner] == "" || ttl <= 0 {
+		return nil // gone meanwhile, no lease or not a lock: not ours
+	}
+	var hs []driver.Holder
+	switch owner := m[fieldOwner]; owner {
+	case markRW, markSem:
+		for _, z := range members {
+			o := z.member
+			left := time.UnixMilli(int64(z.score)).Sub(now)
+			tok, err := strconv.ParseUint(m["t:"+o], 10, 64)
+			if left <= 0 || err != nil {
+				continue
+			}
+			h := driver.Holder{Key: key, Owner: o, Mode: driver.Semaphore, Token: tok, Info: m["i:"+o], TTL: left}
+			if owner == markRW {
+				h.Mode = driver.Shared
+				if m["m:"+o] == "x" {
+					h.Mode = driver.Exclusive
+				}
+			} else {
+				h.Limit, _ = strconv.Atoi(m[fieldLimit])
+			}
+			hs = append(hs, h)
+		}
+	default:
+		tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
+		if err != nil {
+			return nil
+		}
+		hs = append(hs, driver.Holder{Key: key, Owner: owner, Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl})
+	}
+	return hs
+}
+
 // countHashes counts the records of the locks on node (Script and
-// Transaction modes): one for a lock in the simple form, its holders and
-// waiters for one in the general form, live or expired but not yet removed.
+// Transaction modes): see records.
 func countHashes(ctx context.Context, d *Driver, node *redis.Client, prefix string) (int, error) {
 	n := 0
-	err := d.scanHashes(ctx, node, prefix, func(names []string) error {
+	err := d.scanHashes(prefix, goredisScan(ctx, node), func(names []string) error {
 		type item struct {
 			owner           *redis.StringCmd
 			holders, queued *redis.IntCmd
@@ -467,18 +535,26 @@ func countHashes(ctx context.Context, d *Driver, node *redis.Client, prefix stri
 			return err
 		}
 		for _, it := range items {
-			switch it.owner.Val() {
-			case "":
-				// Expired meanwhile, or not a lock.
-			case markRW, markSem:
-				n += int(it.holders.Val() + it.queued.Val())
-			default:
-				n++
-			}
+			n += records(it.owner.Val(), it.holders.Val(), it.queued.Val())
 		}
 		return nil
 	})
 	return n, err
+}
+
+// records is the number of records of a lock whose hash has owner in its
+// owner field and whose holders and queue zsets have the given sizes: one
+// for a lock in the simple form, its holders and waiters for one in the
+// general form, live or expired but not yet removed; none for a hash gone
+// meanwhile or that is not a lock.
+func records(owner string, holders, queued int64) int {
+	switch owner {
+	case "":
+		return 0
+	case markRW, markSem:
+		return int(holders + queued)
+	}
+	return 1
 }
 
 func isWrongType(err error) bool {

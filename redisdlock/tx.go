@@ -437,8 +437,9 @@ func ownChannels(ctx context.Context, node *redis.Client, k layout) ([]string, e
 // larger one alone, so that the next hold of key on this server gets a
 // larger token. It changes nothing else. A quorum lock (package quorum,
 // whose TokenRaiser interface it implements) raises with it the counters of
-// the servers that lag behind a holder's token. It works in every protocol,
-// with WATCH/MULTI/EXEC on the counter alone.
+// the servers that lag behind a holder's token. In Script mode it runs a
+// script; in the other protocols, which run no scripts, WATCH/MULTI/EXEC on
+// the counter alone.
 func (d *Driver) RaiseToken(ctx context.Context, key string, token uint64) error {
 	if err := d.check(ctx, nil); err != nil {
 		return fail(ctx, "raise token", key, err)
@@ -447,18 +448,23 @@ func (d *Driver) RaiseToken(ctx context.Context, key string, token uint64) error
 		return fail(ctx, "raise token", key, fmt.Errorf("token %d is out of range (Redis counts to %d)", token, int64(math.MaxInt64)))
 	}
 	f := d.layout(key).fence
-	err := rerun(func() error {
-		return d.client.Watch(ctx, func(tx *redis.Tx) error {
-			cur, err := tx.Get(ctx, f).Uint64()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("fencing counter %q: %w", f, err)
-			}
-			if cur >= token {
-				return nil
-			}
-			return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Set(ctx, f, token, 0) })
-		}, f)
-	})
+	var err error
+	if d.cfg.mode == Script {
+		_, err = d.ev.eval(ctx, raiseScript, []string{f}, []string{strconv.FormatUint(token, 10)}, false)
+	} else {
+		err = rerun(func() error {
+			return d.client.Watch(ctx, func(tx *redis.Tx) error {
+				cur, err := tx.Get(ctx, f).Uint64()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					return fmt.Errorf("fencing counter %q: %w", f, err)
+				}
+				if cur >= token {
+					return nil
+				}
+				return commit(ctx, tx, func(pipe redis.Pipeliner) { pipe.Set(ctx, f, token, 0) })
+			}, f)
+		})
+	}
 	if err != nil {
 		return fail(ctx, "raise token", key, err)
 	}

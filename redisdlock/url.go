@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -32,6 +34,7 @@ const (
 	paramWaitReplicas = "wait_replicas"
 	paramWaitTimeout  = "wait_timeout"
 	paramLegacyUnit   = "legacy_unit"
+	paramClient       = "client"
 )
 
 // defaultWaitTimeout is the WAIT timeout when a URL sets wait_replicas
@@ -94,7 +97,7 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 			return nil, urlError(u, "legacy_unit=%q (want ms or s)", s)
 		}
 	}
-	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit} {
+	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient} {
 		q.Del(p)
 	}
 	return opts, nil
@@ -105,6 +108,46 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 // its cancellation, so on a hung server a call cancelled without a
 // deadline returns only when the network timeout ends, and would never
 // return without one.
+// takeClient reads the client parameter: whether the URL asks for a
+// rueidis client (client=rueidis) rather than go-redis (client=go-redis,
+// the default).
+func takeClient(u *url.URL, q url.Values) (bool, error) {
+	switch c := q.Get(paramClient); c {
+	case "", "go-redis", "goredis":
+		return false, nil
+	case "rueidis":
+		return true, nil
+	default:
+		return false, urlError(u, "client=%q (want go-redis or rueidis)", c)
+	}
+}
+
+// openRueidis opens a driver over a rueidis client made with opt and the
+// settings NewRueidis asks for. go-redis's dial and read timeouts, parsed
+// from the URL, become rueidis's dial timeout and the time a connection
+// may leave a command unanswered (ConnWriteTimeout) before it is closed.
+func openRueidis(ctx context.Context, u *url.URL, opt rueidis.ClientOption, dial, read time.Duration, opts []Option) (driver.Driver, error) {
+	opt.Dialer.Timeout = dial
+	opt.ConnWriteTimeout = read
+	opt.PipelineMultiplex = -1
+	opt.DisableRetry = true
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
+	}
+	d, err := newRueidisDriver(c, true, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
+	}
+	return d, nil
+}
+
 func checkTimeouts(u *url.URL, read, write time.Duration) error {
 	for _, t := range []struct {
 		name string
@@ -122,8 +165,8 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
-			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit,
+		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient,
 			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
 	return urlError(u, "%s", strings.TrimPrefix(msg, "redis: "))
@@ -135,6 +178,10 @@ func redisError(u *url.URL, err error) error {
 // documentation) taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
+	rueidisURL, err := takeClient(u, q)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
@@ -157,6 +204,13 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
 	}
+	if rueidisURL {
+		return openRueidis(ctx, u, rueidis.ClientOption{
+			InitAddress: []string{o.Addr}, ForceSingleClient: true,
+			Username: o.Username, Password: o.Password, SelectDB: o.DB,
+			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+		}, o.DialTimeout, o.ReadTimeout, opts)
+	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewClient(o), opts)
 }
@@ -168,6 +222,10 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // Other parameters are go-redis's FailoverOptions (ParseFailoverURL).
 func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
+	rueidisURL, err := takeClient(u, q)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
@@ -217,6 +275,17 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
 	}
+	if rueidisURL {
+		return openRueidis(ctx, u, rueidis.ClientOption{
+			InitAddress: o.SentinelAddrs,
+			Sentinel: rueidis.SentinelOption{
+				MasterSet: o.MasterName, Username: o.SentinelUsername, Password: o.SentinelPassword,
+				TLSConfig: o.TLSConfig, Dialer: net.Dialer{Timeout: o.DialTimeout},
+			},
+			Username: o.Username, Password: o.Password, SelectDB: o.DB,
+			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+		}, o.DialTimeout, o.ReadTimeout, opts)
+	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewFailoverClient(o), opts)
 }
@@ -226,6 +295,10 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // ClusterOptions (ParseClusterURL).
 func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
+	rueidisURL, err := takeClient(u, q)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
@@ -252,6 +325,12 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
+	}
+	if rueidisURL {
+		return openRueidis(ctx, u, rueidis.ClientOption{
+			InitAddress: o.Addrs, Username: o.Username, Password: o.Password,
+			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+		}, o.DialTimeout, o.ReadTimeout, opts)
 	}
 	o.ContextTimeoutEnabled = true
 	o.ClusterStateReloadInterval = clusterReloadInterval
