@@ -15,8 +15,14 @@ import (
 // opened from a URL acquires the lock again once the replica is promoted:
 // it must find the new master by reloading its slot map, long before the
 // map would age out (a minute in go-redis) and without a MOVED reply
-// (nothing answers for the slot until then).
+// (nothing answers for the slot until then). Over either client library.
 func TestClusterMasterFailover(t *testing.T) {
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testClusterMasterFailover(t, client) })
+	}
+}
+
+func testClusterMasterFailover(t *testing.T, client string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := testsrv.StartRedisCluster(ctx)
@@ -25,7 +31,7 @@ func TestClusterMasterFailover(t *testing.T) {
 	}
 	defer srv.Stop()
 	const prefix, key = "fo:", "failover"
-	c, err := dlock.Open(ctx, srv.URL+"?prefix="+prefix)
+	c, err := dlock.Open(ctx, srv.URL+"?prefix="+prefix+"&client="+client)
 	if err != nil {
 		t.Fatal(err)
 	}
