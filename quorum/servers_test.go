@@ -76,6 +76,23 @@ func redisConfig(t testing.TB, n int, opts ...quorum.Option) drivertest.Config {
 }
 
 func TestConformanceRedis3(t *testing.T) { drivertest.Run(t, redisConfig(t, 3)) }
+
+// TestConformanceRueidis3 runs the suite over three drivers on rueidis
+// clients (redisdlock.NewRueidis), opened from a redlock URL.
+func TestConformanceRueidis3(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.RedisQuorum)
+	cfg := redisConfig(t, 3)
+	cfg.NewHungDriver = nil
+	raw := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?client=rueidis"
+	cfg.NewDriver = func(t testing.TB) driver.Driver {
+		c, err := dlock.Open(ctx(t), raw, dlock.WithLogger(quietLog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Driver() // the suite closes it
+	}
+	drivertest.Run(t, cfg)
+}
 func TestConformanceRedis5(t *testing.T) { drivertest.Run(t, redisConfig(t, 5)) }
 
 func BenchmarkDriverRedis(b *testing.B) {
@@ -86,8 +103,14 @@ func BenchmarkDriverRedis(b *testing.B) {
 }
 
 func TestRedlockURL(t *testing.T) {
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testRedlockURL(t, client) })
+	}
+}
+
+func testRedlockURL(t *testing.T, client string) {
 	srv := testsrv.Get(t, testsrv.RedisQuorum)
-	url := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?prefix=rl:&dial_timeout=2s"
+	url := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?prefix=rl:&dial_timeout=2s&client=" + client
 	c, err := dlock.Open(ctx(t), url)
 	if err != nil {
 		t.Fatal(err)
@@ -128,16 +151,24 @@ func TestRedlockURL(t *testing.T) {
 		"redlock://" + srv.Addrs[0] + "?drift_factor=0.7",
 		"redlock://" + srv.Addrs[0] + "?fence=maybe",
 		"redlock://" + srv.Addrs[0] + "?unknown_param=1",
+		"redlock://" + srv.Addrs[0] + "?client=hiredis",
 	} {
 		dlocktest.RejectURL(t, bad, "", "")
 	}
 }
 
-// A majority of servers is enough to open, and to lock.
+// A majority of servers is enough to open, and to lock, over either
+// client library.
 func TestRedlockURLServerDown(t *testing.T) {
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testRedlockURLServerDown(t, client) })
+	}
+}
+
+func testRedlockURLServerDown(t *testing.T, client string) {
 	srv := testsrv.Get(t, testsrv.RedisQuorum)
 	down := "127.0.0.1:1" // nothing listens on port 1
-	c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+srv.Addrs[1]+","+down, dlock.WithLogger(quietLog))
+	c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+srv.Addrs[1]+","+down+"?client="+client, dlock.WithLogger(quietLog))
 	if err != nil {
 		t.Fatalf("Open with 1 of 3 servers down: %v", err)
 	}
@@ -149,7 +180,7 @@ func TestRedlockURLServerDown(t *testing.T) {
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+down+",127.0.0.1:2"); err == nil {
+	if c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+down+",127.0.0.1:2?client="+client); err == nil {
 		c.Close()
 		t.Error("Open with 2 of 3 servers down succeeded")
 	}

@@ -8,14 +8,17 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
 	"github.com/dlockhq/dlock/internal/redact"
+	"github.com/dlockhq/dlock/internal/rueidisopt"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/redisdlock"
 )
@@ -35,6 +38,8 @@ func urlError(u *url.URL, format string, args ...any) error {
 // is to redis://. Parameters:
 //
 //   - prefix, mode: the redisdlock options, for every node;
+//   - client: go-redis (the default) or rueidis, every node's client
+//     library (see redisdlock.NewRueidis);
 //   - drift_factor (a number), drift_margin (a Go duration), fence (on or
 //     off): the quorum options;
 //   - tls, cacert, cert, key, servername: TLS to every node, as on
@@ -66,9 +71,18 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	var opts []Option
 	var nodeOpts []redisdlock.Option
+	useRueidis := false
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
+		case "client":
+			switch v {
+			case "go-redis", "goredis":
+			case "rueidis":
+				useRueidis = true
+			default:
+				return nil, urlError(u, "client=%q (want go-redis or rueidis)", v)
+			}
 		case "prefix":
 			nodeOpts = append(nodeOpts, redisdlock.WithPrefix(v))
 		case "mode":
@@ -113,6 +127,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			n.Close()
 		}
 	}
+	var ropts []rueidis.ClientOption // client=rueidis: every node's options
 	for _, h := range hosts {
 		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
 		if tc != nil {
@@ -137,6 +152,10 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			// cancelled on a hung server would never return.
 			return nil, urlError(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
 		}
+		if useRueidis {
+			ropts = append(ropts, rueidisopt.Single(o))
+			continue
+		}
 		if !q.Has("max_retries") {
 			o.MaxRetries = -1 // dlock retries; a retried release can misreport
 		}
@@ -153,6 +172,12 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		}
 		nodes = append(nodes, &redisNode{Driver: d, client: client})
 	}
+	if useRueidis {
+		var err error
+		if nodes, err = rueidisNodes(hosts, ropts, nodeOpts); err != nil {
+			return nil, err
+		}
+	}
 	// Every node gets a PING; a minority may be down or hung. Open
 	// returns as soon as a majority answered (or can no longer answer): a
 	// PING to a hung server ends at its read timeout, or when its client
@@ -164,7 +189,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	majority := len(nodes)/2 + 1
 	pongs := make(chan pong, len(nodes))
 	for i, n := range nodes {
-		go func() { pongs <- pong{i, n.(*redisNode).client.Ping(ctx).Err()} }()
+		go func() { pongs <- pong{i, n.(pinger).ping(ctx)} }()
 	}
 	var failures []error
 	for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
@@ -202,4 +227,72 @@ func (n *redisNode) String() string { return n.client.Options().Addr }
 // Close closes the driver, then its client.
 func (n *redisNode) Close() error {
 	return errors.Join(n.Driver.Close(), n.client.Close())
+}
+
+func (n *redisNode) ping(ctx context.Context) error { return n.client.Ping(ctx).Err() }
+
+// pinger is a node of a URL-opened quorum, which Open pings.
+type pinger interface {
+	ping(ctx context.Context) error
+}
+
+// rueidisNodes makes a driver over a rueidis client for each host, with
+// the client options of the same index. The clients are made at once,
+// since rueidis dials the server before it returns: a node that is down or
+// hung costs Open one dial timeout, not one per node. It still gets its
+// client, which connects once the node is back.
+func rueidisNodes(hosts []string, ropts []rueidis.ClientOption, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
+	clients := make([]rueidis.Client, len(hosts))
+	var wg sync.WaitGroup
+	for i := range hosts {
+		wg.Go(func() { clients[i], _ = rueidis.NewClient(ropts[i]) })
+	}
+	wg.Wait()
+	nodes := make([]driver.Driver, 0, len(hosts))
+	var err error
+	for i, c := range clients {
+		if c == nil {
+			err = errors.Join(err, fmt.Errorf("quorum: no rueidis client could be made for %s", hosts[i]))
+			continue
+		}
+		if err != nil {
+			c.Close()
+			continue
+		}
+		d, derr := redisdlock.NewRueidis(c, nodeOpts...)
+		if derr != nil {
+			c.Close()
+			err = derr
+			continue
+		}
+		nodes = append(nodes, &rueidisNode{Driver: d, client: c, addr: hosts[i]})
+	}
+	if err != nil {
+		for _, n := range nodes {
+			n.Close()
+		}
+		return nil, err
+	}
+	return nodes, nil
+}
+
+// rueidisNode is redisNode over a rueidis client.
+type rueidisNode struct {
+	*redisdlock.Driver
+	client rueidis.Client
+	addr   string
+}
+
+// String returns the server's address, which names the node in errors.
+func (n *rueidisNode) String() string { return n.addr }
+
+// Close closes the driver, then its client.
+func (n *rueidisNode) Close() error {
+	err := n.Driver.Close()
+	n.client.Close()
+	return err
+}
+
+func (n *rueidisNode) ping(ctx context.Context) error {
+	return n.client.Do(ctx, n.client.B().Ping().Build()).Error()
 }

@@ -179,7 +179,7 @@ func TestConformance(t *testing.T) {
 }
 
 // BenchmarkDriver runs the standard workloads on a standalone server in
-// each mode, and on the Cluster in Script mode.
+// each mode and over rueidis, and on the Cluster in Script mode.
 func BenchmarkDriver(b *testing.B) {
 	srv := testsrv.Get(b, testsrv.Redis)
 	for _, mode := range []string{"script", "tx", "legacy"} {
@@ -187,6 +187,9 @@ func BenchmarkDriver(b *testing.B) {
 			drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b), "mode", mode))
 		})
 	}
+	b.Run("rueidis", func(b *testing.B) {
+		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b), "client", "rueidis"))
+	})
 	b.Run("cluster", func(b *testing.B) {
 		srv := testsrv.Get(b, testsrv.RedisCluster)
 		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b)))

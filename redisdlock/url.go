@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
+	"github.com/dlockhq/dlock/internal/rueidisopt"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -122,18 +122,14 @@ func takeClient(u *url.URL, q url.Values) (bool, error) {
 	}
 }
 
-// openRueidis opens a driver over a rueidis client made with opt and the
-// settings NewRueidis asks for. go-redis's dial and read timeouts, parsed
-// from the URL, become rueidis's dial timeout and the time a connection
-// may leave a command unanswered (ConnWriteTimeout) before it is closed.
-func openRueidis(ctx context.Context, u *url.URL, opt rueidis.ClientOption, dial, read time.Duration, opts []Option) (driver.Driver, error) {
-	opt.Dialer.Timeout = dial
-	opt.ConnWriteTimeout = read
-	opt.PipelineMultiplex = -1
-	opt.DisableRetry = true
-	opt.DisableCache = true
+// openRueidis opens a driver over a rueidis client made with opt (see
+// internal/rueidisopt), after checking that the server answers.
+func openRueidis(ctx context.Context, opt rueidis.ClientOption, opts []Option) (driver.Driver, error) {
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
+		if c != nil {
+			c.Close() // a single client comes back with its dial error
+		}
 		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
 	}
 	d, err := newRueidisDriver(c, true, opts)
@@ -205,11 +201,7 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, u, rueidis.ClientOption{
-			InitAddress: []string{o.Addr}, ForceSingleClient: true,
-			Username: o.Username, Password: o.Password, SelectDB: o.DB,
-			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
-		}, o.DialTimeout, o.ReadTimeout, opts)
+		return openRueidis(ctx, rueidisopt.Single(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewClient(o), opts)
@@ -276,15 +268,7 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, u, rueidis.ClientOption{
-			InitAddress: o.SentinelAddrs,
-			Sentinel: rueidis.SentinelOption{
-				MasterSet: o.MasterName, Username: o.SentinelUsername, Password: o.SentinelPassword,
-				TLSConfig: o.TLSConfig, Dialer: net.Dialer{Timeout: o.DialTimeout},
-			},
-			Username: o.Username, Password: o.Password, SelectDB: o.DB,
-			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
-		}, o.DialTimeout, o.ReadTimeout, opts)
+		return openRueidis(ctx, rueidisopt.Sentinel(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, u, redis.NewFailoverClient(o), opts)
@@ -327,10 +311,7 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, u, rueidis.ClientOption{
-			InitAddress: o.Addrs, Username: o.Username, Password: o.Password,
-			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
-		}, o.DialTimeout, o.ReadTimeout, opts)
+		return openRueidis(ctx, rueidisopt.Cluster(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
 	o.ClusterStateReloadInterval = clusterReloadInterval
