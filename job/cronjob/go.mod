@@ -4,6 +4,8 @@ go 1.26.0
 
 require github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
 
+require github.com/redis/rueidis v1.0.79 // indirect
+
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c // indirect
