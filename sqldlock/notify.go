@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -24,8 +25,13 @@ import (
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
 // breaks, the listener reconnects with backoff and then signals every
-// subscription, since a release may have been missed meanwhile. Close stops
-// it. The connection itself is pgx's, opened by package sqldlock/postgres
+// subscription, since a release may have been missed meanwhile. Once the
+// last subscription has closed, the listener stays for listenLinger, for
+// the next wait, and then closes its connection: PostgreSQL signals every
+// backend that LISTENs in a database at each NOTIFY, whatever the channel
+// (each woken backend reads the queue of notifications), so every listening
+// connection in a fleet costs every release with waiters; a process that
+// stopped waiting stops costing it. Close stops the listener. The connection itself is pgx's, opened by package sqldlock/postgres
 // (see dialect.Listener), so that programs without PostgreSQL do not compile
 // pgx.
 
@@ -37,9 +43,18 @@ const (
 )
 
 type listener struct {
-	d   *Driver
-	hub notify.Hub
+	d    *Driver
+	hub  notify.Hub
+	stop context.CancelFunc // ends run
+
+	// Under d.mu:
+	refs int         // open subscriptions
+	idle *time.Timer // retires the listener; set while refs == 0
 }
+
+// listenLinger is how long a listener stays without subscriptions before it
+// closes its connection. (A variable for tests.)
+var listenLinger = 10 * time.Second
 
 // Subscribe implements driver.Notifier. On PostgreSQL, the returned
 // subscription is signalled after every release of req.Key (by any client of
@@ -63,10 +78,61 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
+	topic := observerTopic(req.Key)
 	if req.Queue {
-		return l.hub.Subscribe(req.Key, waiterTopic(req.Key, req.Owner)), nil
+		topic = waiterTopic(req.Key, req.Owner)
 	}
-	return l.hub.Subscribe(req.Key, observerTopic(req.Key)), nil
+	return &listenSub{Sub: l.hub.Subscribe(req.Key, topic), l: l}, nil
+}
+
+// listenSub is a subscription to a listener, which it holds on to until it
+// is closed.
+type listenSub struct {
+	*notify.Sub
+	l    *listener
+	once sync.Once
+}
+
+// Close implements driver.Subscription.
+func (s *listenSub) Close() error {
+	s.once.Do(func() {
+		s.Sub.Close()
+		s.l.release()
+	})
+	return nil
+}
+
+// acquire counts a subscription of l. d.mu is held.
+func (l *listener) acquire() {
+	l.refs++
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
+}
+
+// release drops a subscription of l; the last one starts the linger after
+// which l retires.
+func (l *listener) release() {
+	d := l.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.refs--; l.refs == 0 && d.lis == l {
+		l.idle = time.AfterFunc(listenLinger, l.retire)
+	}
+}
+
+// retire stops l unless a subscription came meanwhile: its connection
+// closes, and the next Subscribe starts a new listener.
+func (l *listener) retire() {
+	d := l.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lis == l && l.refs == 0 {
+		d.lis = nil
+		l.idle = nil
+		l.stop()
+	}
 }
 
 // The payloads of release notifications. A release that wakes every
@@ -125,8 +191,9 @@ func (l *listener) deliver(payload string) {
 	l.hub.Notify(observerTopic(key))
 }
 
-// listener returns the driver's listener, starting it if needed: it connects
-// and runs LISTEN before returning.
+// listener returns the driver's listener with a subscription counted,
+// starting it if needed: it connects and runs LISTEN before returning. The
+// caller releases the count (see listenSub).
 func (d *Driver) listener(ctx context.Context) (*listener, error) {
 	select {
 	case d.lisSem <- struct{}{}:
@@ -136,6 +203,9 @@ func (d *Driver) listener(ctx context.Context) (*listener, error) {
 	defer func() { <-d.lisSem }()
 	d.mu.Lock()
 	l := d.lis
+	if l != nil {
+		l.acquire()
+	}
 	d.mu.Unlock()
 	if l != nil {
 		return l, nil
@@ -152,9 +222,12 @@ func (d *Driver) listener(ctx context.Context) (*listener, error) {
 		return nil, errClosed
 	}
 	d.lis = l
+	l.acquire()
+	var lctx context.Context
+	lctx, l.stop = context.WithCancel(d.ctx)
 	d.wg.Add(1)
 	d.mu.Unlock()
-	go l.run(d.ctx, conn)
+	go l.run(lctx, conn)
 	return l, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -603,6 +604,89 @@ WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err
 	if _, err := n.Subscribe(ctx, req("n", time.Minute)); err == nil {
 		t.Error("Subscribe after Close succeeded")
 	}
+}
+
+// TestListenerLingers checks that on PostgreSQL the listening connection
+// outlives its last subscription by listenLinger only: a Subscribe within
+// the linger keeps the connection, one after it opens a new one, which
+// notifies as before.
+func TestListenerLingers(t *testing.T) {
+	saved := listenLinger
+	listenLinger = 300 * time.Millisecond
+	defer func() { listenLinger = saved }()
+	s := newStore(t, Postgres)
+	d, b := s.open(t), s.open(t)
+	ctx := tctx(t)
+	admin, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// listening returns the process IDs of the database's backends whose
+	// last statement was a LISTEN (the listening connections).
+	listening := func() []int {
+		t.Helper()
+		rows, err := admin.QueryContext(ctx, `SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND query LIKE 'LISTEN%' ORDER BY pid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var pids []int
+		for rows.Next() {
+			var pid int
+			if err := rows.Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	if got := listening(); len(got) != 0 {
+		t.Fatalf("listening before any Subscribe: %v", got)
+	}
+	sub, err := d.Subscribe(ctx, req("n", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := listening()
+	if len(first) != 1 {
+		t.Fatalf("listening after Subscribe: %v; want one connection", first)
+	}
+	// Closed and subscribed again at once: the same connection.
+	sub.Close()
+	if sub, err = d.Subscribe(ctx, req("n", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := listening(); !slices.Equal(got, first) {
+		t.Errorf("listening after a Subscribe within the linger: %v; want %v", got, first)
+	}
+	sub.Close()
+	sub.Close() // idempotent: counts once
+	// Within listenIdle, which would replace the LISTEN with a ping as the
+	// connection's last statement.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(listening()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still listening 10s after the last subscription closed: %v", listening())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the server: nothing signals a closed backend
+	}
+	// A new listener notifies as before.
+	sub, err = d.Subscribe(ctx, req("n", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := listening(); len(got) != 1 {
+		t.Fatalf("listening after a new Subscribe: %v; want one connection", got)
+	}
+	r := req("n", time.Minute)
+	mustAcquire(t, b, r)
+	if err := b.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(t, sub, "Release after the listener was replaced")
 }
 
 // TestNotifyWakesNext checks that on PostgreSQL the release of an Exclusive

@@ -578,6 +578,9 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	if d.lis != nil && d.lis.idle != nil {
+		d.lis.idle.Stop()
+	}
 	d.mu.Unlock()
 	d.cancel()
 	d.wg.Wait()
