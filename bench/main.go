@@ -60,6 +60,9 @@ type config struct {
 	delay    time.Duration // one-way latency added by a proxy in front of every server
 }
 
+// quorumG is the number of goroutines of the concurrent quorum cells.
+const quorumG = 16
+
 func main() {
 	var (
 		cfg      config
@@ -233,6 +236,12 @@ func cells(cfg config) []cell {
 	for _, n := range []int{3, 5} {
 		cs = append(cs, cell{store: "redis", workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, 1) }})
+	}
+	// The same with quorumG goroutines on keys of their own, through one
+	// client (one Redsync, one dlock Client).
+	for _, n := range []int{3, 5} {
+		cs = append(cs, cell{store: "redis", workload: "quorum-concurrent", params: fmt.Sprintf("N=%d/G=%d", n, quorumG), servers: n, clients: 1, quorum: true,
+			run: func(rc *runCtx, s *samples) { uncontended(rc, s, quorumG) }})
 	}
 	// The consensus stores: the same cells on each.
 	for _, st := range []string{"etcd", "zk"} {
@@ -661,6 +670,12 @@ func (rep *report) evaluate() []target {
 		r, ok2 := rep.find(cs[1])
 		ratio := d.OpsPerSec / r.OpsPerSec
 		add(cs, fmt.Sprintf("redis quorum N=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
+			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
+		cs = []string{fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/%s", n, quorumG, t.lib), fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", n, quorumG)}
+		d, ok1 = rep.find(cs[0])
+		r, ok2 = rep.find(cs[1])
+		ratio = d.OpsPerSec / r.OpsPerSec
+		add(cs, fmt.Sprintf("redis quorum N=%d G=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, quorumG, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
 			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
 	}
 

@@ -126,6 +126,20 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
+	if rs := byWorkload("redis", "quorum-concurrent"); len(rs) > 0 {
+		fmt.Fprintf(w, "Redis, quorum (Redlock): %d goroutines, each on a key of its own, through one client, over N independent servers\n", quorumG)
+		t := table{header: []string{"N", "library", "pairs/s", "x redsync", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
+		for _, r := range rs {
+			ratio := "-"
+			if ref, ok := rep.find(fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", r.Servers, quorumG)); ok && ref.OpsPerSec > 0 {
+				ratio = fmt.Sprintf("%.2f", r.OpsPerSec/ref.OpsPerSec)
+			}
+			t.add(strconv.Itoa(r.Servers), r.Library, fmtRate(r.OpsPerSec), ratio, fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.PairP50),
+				fmtDur(r.ClientCPUPerOp), fmtDur(r.ServerCPUPerOp), strconv.Itoa(r.Errors))
+		}
+		t.write(w)
+	}
+
 	rep.printConsensus(w, byWorkload)
 
 	var procs []result
