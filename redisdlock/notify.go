@@ -58,8 +58,9 @@ import (
 // whether anyone listens on the lock's channel: in a Cluster it counts the
 // subscribers of one node only.
 //
-// A Driver keeps one pub/sub connection (a go-redis PubSub), opened by the
-// first Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
+// A Driver keeps one pub/sub connection (a go-redis PubSub, or a dedicated
+// connection of a rueidis client: see psConn), opened by the first
+// Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
 // this Driver waits on it: a process hears only about the locks it waits
 // for, not about every release in the keyspace. Subscriptions are counted
 // per channel and the last one to close UNSUBSCRIBEs at once. The waiters
@@ -73,6 +74,10 @@ import (
 // for healthInterval is pinged, and one that does not answer the ping
 // within another healthInterval is replaced by a new one (its
 // confirmations signal the waiters likewise). Until then waiters poll.
+// Over rueidis, whose connections do not reconnect once they are dedicated,
+// a connection that breaks (rueidis closes one that leaves a PING
+// unanswered for ConnWriteTimeout) is replaced after a pause, and the new
+// one subscribes to every channel, with the same signals.
 //
 // One narrow race remains: if the connection is re-established while the
 // last waiter of a channel leaves and a new one arrives at once, the new
