@@ -153,3 +153,47 @@ func TestRueidisPubSubReconnect(t *testing.T) {
 		return err == nil && n[ch] == 0
 	})
 }
+
+// TestRueidisSilentConnectionReplaced stalls the server (CLIENT PAUSE) so
+// that the pub/sub connection of a driver over rueidis neither fails nor
+// answers: rueidis closes it once a PING stays unanswered for the URL's
+// read_timeout, and the driver must open a new one, signal the waiter and
+// deliver later releases.
+func TestRueidisSilentConnectionReplaced(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := testPrefix(t)
+	d := openURL(t, withParams(srv.URL, "prefix", prefix, "client", "rueidis", "read_timeout", "500ms"))
+	defer d.Close()
+	admin := newClient(srv.Addr)
+	defer admin.Close()
+	sub, err := d.Subscribe(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	select {
+	case <-sub.C():
+	case <-ctx.Done():
+		t.Fatal("no signal after the pub/sub connection went silent")
+	}
+	holder := driver.Request{Key: "k", Owner: "holder", TTL: time.Minute}
+	if res, err := d.Acquire(ctx, holder); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	if res, err := d.Acquire(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute}); err != nil || res.Acquired {
+		t.Fatalf("the waiter's Acquire = %+v, %v; want held", res, err)
+	}
+	if err := d.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.C():
+	case <-ctx.Done():
+		t.Fatal("no signal for a release after the connection was replaced")
+	}
+}
