@@ -131,21 +131,7 @@ func TestRueidisPubSubReconnect(t *testing.T) {
 	}
 
 	// A release after the reconnection is signalled as before.
-	holder := driver.Request{Key: "k", Owner: "holder", TTL: time.Minute}
-	if res, err := d.Acquire(ctx, holder); err != nil || !res.Acquired {
-		t.Fatalf("Acquire = %+v, %v", res, err)
-	}
-	if res, err := d.Acquire(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute}); err != nil || res.Acquired {
-		t.Fatalf("the waiter's Acquire = %+v, %v; want held", res, err)
-	}
-	if err := d.Release(ctx, holder); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-sub.C():
-	case <-ctx.Done():
-		t.Fatal("no signal for a release after the reconnection")
-	}
+	releaseSignalled(ctx, t, d, sub)
 	sub.Close()
 	// The last subscription's Close unsubscribes.
 	waitFor(t, 10*time.Second, "the channel to be unsubscribed", func() bool {
@@ -181,6 +167,14 @@ func TestRueidisSilentConnectionReplaced(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no signal after the pub/sub connection went silent")
 	}
+	releaseSignalled(ctx, t, d, sub)
+}
+
+// releaseSignalled checks that sub, the subscription of the waiter
+// "waiter" to key "k", is signalled when a holder releases k after the
+// waiter found it held.
+func releaseSignalled(ctx context.Context, t *testing.T, d *redisdlock.Driver, sub driver.Subscription) {
+	t.Helper()
 	holder := driver.Request{Key: "k", Owner: "holder", TTL: time.Minute}
 	if res, err := d.Acquire(ctx, holder); err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
@@ -194,6 +188,6 @@ func TestRueidisSilentConnectionReplaced(t *testing.T) {
 	select {
 	case <-sub.C():
 	case <-ctx.Done():
-		t.Fatal("no signal for a release after the connection was replaced")
+		t.Fatal("no signal for a release after the pub/sub connection was replaced")
 	}
 }

@@ -579,7 +579,7 @@ func TestNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	admin := s.admin(t)
+	admin := s.appDB(t)
 	var killed int
 	if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed); err != nil || killed != 1 {
@@ -613,7 +613,7 @@ func TestListenerLingers(t *testing.T) {
 	s := newStore(t, Postgres)
 	d, b := s.open(t), s.open(t)
 	ctx := tctx(t)
-	admin := s.admin(t)
+	admin := s.appDB(t)
 	// listening returns the process IDs of the database's backends whose
 	// last statement was a LISTEN (the listening connections).
 	listening := func() []int {
@@ -693,7 +693,7 @@ func TestNotifyWakesNext(t *testing.T) {
 	s := newStore(t, Postgres)
 	d, holder := s.open(t), s.open(t)
 	ctx := tctx(t)
-	admin := s.admin(t)
+	admin := s.appDB(t)
 	subscribe := func(r driver.Request) driver.Subscription {
 		t.Helper()
 		sub, err := d.Subscribe(ctx, r)

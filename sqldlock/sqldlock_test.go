@@ -2,7 +2,6 @@ package sqldlock
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/url"
 	"os"
@@ -65,18 +64,6 @@ func newStore(t testing.TB, d Dialect) store {
 // The dialects' support, which the public packages sqldlock/postgres,
 // sqldlock/mysql and sqldlock/sqlite register (they import this package, so
 // its own tests cannot import them).
-// admin opens a connection pool of the store's own database for a test to
-// inspect it, closed when the test ends.
-func (s store) admin(t testing.TB) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(s.sqlName, s.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func init() {
 	dialect.Register(pgsupport.Support)
 	dialect.Register(mysqlsupport.Support)
