@@ -25,29 +25,25 @@ const (
 	defaultMaxIdleConns = 64
 )
 
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // open opens memcached://host:port[,host:port...][?prefix=&timeout=&max_idle_conns=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.User != nil {
-		return nil, urlError(u, "has user information; memcached's text protocol has no authentication")
+		return nil, urlutil.Error(u, "has user information; memcached's text protocol has no authentication")
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
-		return nil, urlError(u, "has a path (%q); write memcached://host:port[,host:port]", u.Path)
+		return nil, urlutil.Error(u, "has a path (%q); write memcached://host:port[,host:port]", u.Path)
 	}
 	hosts, err := urlutil.Hosts(u, defaultPort)
 	if err != nil {
 		return nil, err
 	}
 	if len(hosts) == 0 {
-		return nil, urlError(u, "names no server")
+		return nil, urlutil.Error(u, "names no server")
 	}
 	// Resolve the addresses now: memcache.New drops the error.
 	sl := new(memcache.ServerList)
 	if err := sl.SetServers(hosts...); err != nil {
-		return nil, urlError(u, "%v", err)
+		return nil, urlutil.Error(u, "%v", err)
 	}
 	mc := memcache.NewFromSelector(sl)
 	mc.MaxIdleConns = defaultMaxIdleConns
@@ -60,17 +56,17 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		case "timeout":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return nil, urlError(u, "timeout=%q is not a positive duration (write 500ms, 2s)", v)
+				return nil, urlutil.Error(u, "timeout=%q is not a positive duration (write 500ms, 2s)", v)
 			}
 			mc.Timeout = d
 		case "max_idle_conns":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
-				return nil, urlError(u, "max_idle_conns=%q is not a positive number", v)
+				return nil, urlutil.Error(u, "max_idle_conns=%q is not a positive number", v)
 			}
 			mc.MaxIdleConns = n
 		default:
-			return nil, urlError(u, "unknown parameter %q (memcached URLs take prefix, timeout and max_idle_conns)", k)
+			return nil, urlutil.Error(u, "unknown parameter %q (memcached URLs take prefix, timeout and max_idle_conns)", k)
 		}
 	}
 	d, err := newDriver(mc, true, opts)

@@ -28,10 +28,6 @@ func init() {
 	dlock.Register("redlocks", openRedlock)
 }
 
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // openRedlock opens redlock://[user:pass@]host:port,host:port,...[/db][?params]:
 // one standalone Redis server per host, each through a redisdlock driver
 // with a client of its own. redlocks:// is the same over TLS, as rediss://
@@ -57,12 +53,12 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	seen := map[string]bool{}
 	for _, h := range hosts {
 		if seen[h] {
-			return nil, urlError(u, "names %s twice; every node must be a separate server", h)
+			return nil, urlutil.Error(u, "names %s twice; every node must be a separate server", h)
 		}
 		seen[h] = true
 	}
 	if len(hosts) == 0 {
-		return nil, urlError(u, "names no server; write redlock://host:port,host:port,host:port")
+		return nil, urlutil.Error(u, "names no server; write redlock://host:port,host:port,host:port")
 	}
 	q := u.Query()
 	tc, err := urlutil.TLS(u, q, u.Scheme == "redlocks")
@@ -81,7 +77,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			case "rueidis":
 				useRueidis = true
 			default:
-				return nil, urlError(u, "client=%q (want go-redis or rueidis)", v)
+				return nil, urlutil.Error(u, "client=%q (want go-redis or rueidis)", v)
 			}
 		case "prefix":
 			nodeOpts = append(nodeOpts, redisdlock.WithPrefix(v))
@@ -94,18 +90,18 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			case "legacy":
 				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Legacy))
 			default:
-				return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", v)
+				return nil, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", v)
 			}
 		case "drift_factor":
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return nil, urlError(u, "drift_factor=%q is not a number", v)
+				return nil, urlutil.Error(u, "drift_factor=%q is not a number", v)
 			}
 			opts = append(opts, WithDriftFactor(f))
 		case "drift_margin":
 			d, err := time.ParseDuration(v)
 			if err != nil {
-				return nil, urlError(u, "drift_margin=%q is not a duration (write 2ms)", v)
+				return nil, urlutil.Error(u, "drift_margin=%q is not a duration (write 2ms)", v)
 			}
 			opts = append(opts, WithDriftMargin(d))
 		case "fence":
@@ -114,7 +110,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			case "off":
 				opts = append(opts, WithoutFenceRound())
 			default:
-				return nil, urlError(u, "fence=%q (want on or off)", v)
+				return nil, urlutil.Error(u, "fence=%q (want on or off)", v)
 			}
 		default:
 			continue
@@ -136,7 +132,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		o, err := redis.ParseURL(ru.String())
 		if err != nil {
 			closeAll()
-			return nil, urlError(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
+			return nil, urlutil.Error(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 		}
 		if tc != nil {
 			// The node's own copy, without a server name unless
@@ -150,7 +146,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			closeAll()
 			// go-redis watches deadlines, not cancellation: a call
 			// cancelled on a hung server would never return.
-			return nil, urlError(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
+			return nil, urlutil.Error(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
 		}
 		if useRueidis {
 			ropts = append(ropts, rueidisopt.Single(o))

@@ -41,10 +41,6 @@ const (
 // without wait_timeout.
 const defaultWaitTimeout = time.Second
 
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // takeOptions removes the driver's own parameters from q and returns them
 // as Options.
 func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
@@ -61,7 +57,7 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 		case "legacy":
 			opts = append(opts, WithProtocol(Legacy))
 		default:
-			return nil, urlError(u, "unknown mode %q (want script, tx or legacy)", m)
+			return nil, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", m)
 		}
 	}
 	if q.Has(paramWaitReplicas) || q.Has(paramWaitTimeout) {
@@ -69,7 +65,7 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 		if q.Has(paramWaitReplicas) {
 			v, err := strconv.Atoi(q.Get(paramWaitReplicas))
 			if err != nil || v < 0 {
-				return nil, urlError(u, "wait_replicas=%q is not a number of replicas", q.Get(paramWaitReplicas))
+				return nil, urlutil.Error(u, "wait_replicas=%q is not a number of replicas", q.Get(paramWaitReplicas))
 			}
 			n = v
 		}
@@ -79,10 +75,10 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 			if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 				timeout = time.Duration(v) * time.Millisecond // WAIT's own unit
 			} else if timeout, err = time.ParseDuration(s); err != nil {
-				return nil, urlError(u, "wait_timeout=%q is not a duration (write 500ms, 2s, or milliseconds)", s)
+				return nil, urlutil.Error(u, "wait_timeout=%q is not a duration (write 500ms, 2s, or milliseconds)", s)
 			}
 			if n == 0 {
-				return nil, urlError(u, "wait_timeout without wait_replicas")
+				return nil, urlutil.Error(u, "wait_timeout without wait_replicas")
 			}
 		}
 		opts = append(opts, WithReplicaAck(n, timeout))
@@ -94,7 +90,7 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 		case "s":
 			opts = append(opts, WithLegacyUnit(time.Second))
 		default:
-			return nil, urlError(u, "legacy_unit=%q (want ms or s)", s)
+			return nil, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
 		}
 	}
 	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient} {
@@ -118,7 +114,7 @@ func takeClient(u *url.URL, q url.Values) (bool, error) {
 	case "rueidis":
 		return true, nil
 	default:
-		return false, urlError(u, "client=%q (want go-redis or rueidis)", c)
+		return false, urlutil.Error(u, "client=%q (want go-redis or rueidis)", c)
 	}
 }
 
@@ -150,7 +146,7 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 		d    time.Duration
 	}{{"read_timeout", read}, {"write_timeout", write}} {
 		if t.d < 0 {
-			return urlError(u, "%s turns the network timeout off; a call on a hung server could then never return (give a positive duration)", t.name)
+			return urlutil.Error(u, "%s turns the network timeout off; a call on a hung server could then never return (give a positive duration)", t.name)
 		}
 	}
 	return nil
@@ -161,11 +157,11 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlError(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
 			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient,
 			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
-	return urlError(u, "%s", strings.TrimPrefix(msg, "redis: "))
+	return urlutil.Error(u, "%s", strings.TrimPrefix(msg, "redis: "))
 }
 
 // openRedis opens redis://[user:pass@]host:port[/db] and rediss:// (TLS):
@@ -228,10 +224,10 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if parts[0] == "" || len(parts) > 2 {
-		return nil, urlError(u, "write redis+sentinel://host:port[,host:port]/mastername[/db]")
+		return nil, urlutil.Error(u, "write redis+sentinel://host:port[,host:port]/mastername[/db]")
 	}
 	if q.Has("master_name") {
-		return nil, urlError(u, "give the master name in the path, not as master_name")
+		return nil, urlutil.Error(u, "give the master name in the path, not as master_name")
 	}
 	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
 	q.Del("sentinel_username")
@@ -255,7 +251,7 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if u.User != nil {
 		if q.Has("password") || q.Has("username") {
-			return nil, urlError(u, "give the master's credentials either before the host or as parameters, not both")
+			return nil, urlutil.Error(u, "give the master's credentials either before the host or as parameters, not both")
 		}
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()
@@ -292,7 +288,7 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if strings.Trim(u.Path, "/") != "" {
-		return nil, urlError(u, "has a path (%q); a Cluster has database 0 only: write redis+cluster://host:port[,host:port]", u.Path)
+		return nil, urlutil.Error(u, "has a path (%q); a Cluster has database 0 only: write redis+cluster://host:port[,host:port]", u.Path)
 	}
 	tc, err := urlutil.TLS(u, q, false)
 	if err != nil {
@@ -361,7 +357,7 @@ func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, o
 func splitHostList(u *url.URL, def string) ([]string, error) {
 	hosts, err := urlutil.Hosts(u, def)
 	if err == nil && len(hosts) == 0 {
-		err = urlError(u, "names no host")
+		err = urlutil.Error(u, "names no host")
 	}
 	return hosts, err
 }

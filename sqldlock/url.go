@@ -21,11 +21,6 @@ import (
 // (table, fair) and makes the driver.
 func init() { dialect.OpenURL = openDialectURL }
 
-// urlError reports a bad URL as a *dlock.ArgError.
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // The dlock parameters every scheme accepts.
 const (
 	// paramTable names the lock table (WithTable).
@@ -45,7 +40,7 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 	if q.Has(paramFair) {
 		fair, err := strconv.ParseBool(q.Get(paramFair))
 		if err != nil {
-			return nil, urlError(u, "%s=%q is not a boolean (write %s=1 or %s=0)", paramFair, q.Get(paramFair), paramFair, paramFair)
+			return nil, urlutil.Error(u, "%s=%q is not a boolean (write %s=1 or %s=0)", paramFair, q.Get(paramFair), paramFair, paramFair)
 		}
 		opts = append(opts, WithFair(fair))
 	}

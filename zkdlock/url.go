@@ -23,10 +23,6 @@ func init() {
 // defaultPort is ZooKeeper's client port.
 const defaultPort = "2181"
 
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // ACL choices of the acl URL parameter.
 const (
 	// aclOpen gives every permission to anyone (zk.WorldACL).
@@ -44,12 +40,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if len(hosts) == 0 {
-		return nil, urlError(u, "names no server")
+		return nil, urlutil.Error(u, "names no server")
 	}
 	chroot := strings.TrimSuffix(u.Path, "/")
 	if chroot != "" {
 		if why := checkPath(chroot); why != "" {
-			return nil, urlError(u, "chroot %q %s", u.Path, why)
+			return nil, urlutil.Error(u, "chroot %q %s", u.Path, why)
 		}
 	}
 	q := u.Query()
@@ -62,7 +58,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if strings.Contains(user, ":") {
-		return nil, urlError(u, "user name %q has a colon, which digest authentication cannot carry", user)
+		return nil, urlutil.Error(u, "user name %q has a colon, which digest authentication cannot carry", user)
 	}
 	prefix := DefaultPrefix
 	acls := aclOpen
@@ -76,13 +72,13 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		case "session":
 			d, err := time.ParseDuration(v)
 			if err != nil || d < time.Millisecond {
-				return nil, urlError(u, "session=%q is not a positive duration (write 15s, 1m)", v)
+				return nil, urlutil.Error(u, "session=%q is not a positive duration (write 15s, 1m)", v)
 			}
 			opts = append(opts, WithSessionTTL(d))
 		case "linger":
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
-				return nil, urlError(u, "linger=%q is not a duration of zero or more (write 1s, 500ms, 0)", v)
+				return nil, urlutil.Error(u, "linger=%q is not a duration of zero or more (write 1s, 500ms, 0)", v)
 			}
 			opts = append(opts, WithParentLinger(d))
 		case "curator":
@@ -92,26 +88,26 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			case CuratorReadWriteLock.String():
 				opts = append(opts, WithCuratorLayout(CuratorReadWriteLock))
 			default:
-				return nil, urlError(u, "curator=%q is not a layout (write mutex or rwlock)", v)
+				return nil, urlutil.Error(u, "curator=%q is not a layout (write mutex or rwlock)", v)
 			}
 		case "prefix":
 			if why := checkPath(v); why != "" {
-				return nil, urlError(u, "prefix=%q %s", v, why)
+				return nil, urlutil.Error(u, "prefix=%q %s", v, why)
 			}
 			prefix = v
 		case "acl":
 			if v != aclOpen && v != aclCreator {
-				return nil, urlError(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
+				return nil, urlutil.Error(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
 			}
 			acls = v
 		default:
-			return nil, urlError(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
+			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))
 	switch {
 	case acls == aclCreator && user == "" && (tlsCfg == nil || len(tlsCfg.Certificates) == 0):
-		return nil, urlError(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
+		return nil, urlutil.Error(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
 	case acls == aclCreator:
 		opts = append(opts, WithACL(zk.AuthACL(zk.PermAll)))
 	}

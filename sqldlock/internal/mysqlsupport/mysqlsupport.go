@@ -37,11 +37,6 @@ var Support = &dialect.Support{
 // after it instead of hanging.
 const DefaultConnectTimeout = 5 * time.Second
 
-// urlError reports a bad URL as a *dlock.ArgError.
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // mysqlConfig converts mysql://user:pass@host:port/db?params, whose query
 // without the dlock parameters (table, fair) is q, to a go-sql-driver
 // configuration. The parameters in q are passed to go-sql-driver/mysql (see
@@ -59,18 +54,18 @@ func mysqlConfig(u *url.URL, q url.Values) (*mysql.Config, error) {
 	}
 	cfg, err := mysql.ParseDSN("/?" + q.Encode())
 	if err != nil {
-		return nil, urlError(u, "%v", err)
+		return nil, urlutil.Error(u, "%v", err)
 	}
 	if !q.Has("timeout") {
 		cfg.Timeout = DefaultConnectTimeout
 	}
 	cfg.Logger = mysqlLogger{}
 	if u.Opaque != "" {
-		return nil, urlError(u, "write mysql://user:password@host:port/database")
+		return nil, urlutil.Error(u, "write mysql://user:password@host:port/database")
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if strings.Contains(db, "/") {
-		return nil, urlError(u, "bad database name %q", db)
+		return nil, urlutil.Error(u, "bad database name %q", db)
 	}
 	host, port := u.Hostname(), u.Port()
 	if host == "" {
@@ -98,7 +93,7 @@ func open(u *url.URL, q url.Values) (dialect.Opened, error) {
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return dialect.Opened{}, urlError(u, "%v", err)
+		return dialect.Opened{}, urlutil.Error(u, "%v", err)
 	}
 	return dialect.Opened{DB: sql.OpenDB(boundedConnector{conn, cfg.Timeout})}, nil
 }

@@ -22,7 +22,7 @@ func mysqlTLS(u *url.URL, q url.Values) (*tls.Config, error) {
 	}
 	if v := q.Get(urlutil.ParamTLS); q.Has(urlutil.ParamTLS) {
 		if _, err := strconv.ParseBool(v); err != nil {
-			return nil, urlError(u, "%s=%s with %s, %s, %s or %s: those configure a verifying TLS connection of their own; drop %s or write %s=true",
+			return nil, urlutil.Error(u, "%s=%s with %s, %s, %s or %s: those configure a verifying TLS connection of their own; drop %s or write %s=true",
 				urlutil.ParamTLS, v, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName, urlutil.ParamTLS, urlutil.ParamTLS)
 		}
 	}

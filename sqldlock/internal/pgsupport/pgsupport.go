@@ -36,11 +36,6 @@ var Support = &dialect.Support{
 // open fail after it instead of hanging.
 const DefaultConnectTimeout = 5 * time.Second
 
-// urlError reports a bad URL as a *dlock.ArgError.
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // pgConfig parses a postgres:// or postgresql:// URL whose query, without
 // the dlock parameters (table, fair), is q, with pgx.
 func pgConfig(u *url.URL, q url.Values) (*pgx.ConnConfig, error) {
@@ -48,7 +43,7 @@ func pgConfig(u *url.URL, q url.Values) (*pgx.ConnConfig, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgx.ParseConfig(pu.String())
 	if err != nil {
-		return nil, urlError(u, "%v", err)
+		return nil, urlutil.Error(u, "%v", err)
 	}
 	if !q.Has("connect_timeout") {
 		cfg.ConnectTimeout = DefaultConnectTimeout

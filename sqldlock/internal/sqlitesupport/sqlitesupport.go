@@ -31,11 +31,6 @@ var Support = &dialect.Support{
 // for another connection's write lock before failing with SQLITE_BUSY.
 const busyTimeout = 10 * time.Second
 
-// urlError reports a bad URL as a *dlock.ArgError.
-func urlError(u *url.URL, format string, args ...any) error {
-	return urlutil.Error(u, format, args...)
-}
-
 // sqliteDSN returns the modernc.org/sqlite DSN for a sqlite: URL whose query,
 // without the dlock parameters (table, fair), is q, and the database file's
 // absolute path.
@@ -45,26 +40,26 @@ func sqliteDSN(u *url.URL, q url.Values) (dsn, abs string, err error) {
 	case u.Opaque != "":
 		p, err := url.PathUnescape(u.Opaque)
 		if err != nil {
-			return "", "", urlError(u, "bad path: %v", err)
+			return "", "", urlutil.Error(u, "bad path: %v", err)
 		}
 		path = p
 	case u.Host != "" && u.Host != "localhost":
-		return "", "", urlError(u, "has a host (%q); write sqlite:///absolute/path.db or sqlite:relative/path.db", u.Host)
+		return "", "", urlutil.Error(u, "has a host (%q); write sqlite:///absolute/path.db or sqlite:relative/path.db", u.Host)
 	default:
 		path = u.Path
 	}
 	if path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return "", "", urlError(u, "names no database file (in-memory databases are not supported: use the mem: scheme)")
+		return "", "", urlutil.Error(u, "names no database file (in-memory databases are not supported: use the mem: scheme)")
 	}
 	if path == "" || strings.HasSuffix(path, "/") {
-		return "", "", urlError(u, "names no database file; write sqlite:///absolute/path.db or sqlite:relative/path.db")
+		return "", "", urlutil.Error(u, "names no database file; write sqlite:///absolute/path.db or sqlite:relative/path.db")
 	}
 	abs, err = filepath.Abs(path)
 	if err != nil {
-		return "", "", urlError(u, "bad path: %v", err)
+		return "", "", urlutil.Error(u, "bad path: %v", err)
 	}
 	for k := range q {
-		return "", "", urlError(u, "unknown parameter %q (sqlite URLs accept only table and fair)", k)
+		return "", "", urlutil.Error(u, "unknown parameter %q (sqlite URLs accept only table and fair)", k)
 	}
 	file := url.URL{Scheme: "file", Path: abs}
 	params := url.Values{
