@@ -84,18 +84,9 @@ func TestRueidisPubSubReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	name := "ru-pubsub-" + time.Now().Format("150405.000000")
-	prefix := testPrefix(t)
-	ch := "{" + prefix + "k}:released" // the lock's channel
-	d := openURL(t, withParams(srv.URL, "prefix", prefix, "client", "rueidis", "client_name", name))
-	defer d.Close()
+	d, sub, ch := rueidisWaiter(ctx, t, srv, "client_name", name)
 	admin := newClient(srv.Addr)
 	defer admin.Close()
-
-	sub, err := d.Subscribe(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	pubsubID := func() string {
 		t.Helper()
 		list, err := admin.ClientList(ctx).Result()
@@ -149,16 +140,9 @@ func TestRueidisSilentConnectionReplaced(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Redis)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	prefix := testPrefix(t)
-	d := openURL(t, withParams(srv.URL, "prefix", prefix, "client", "rueidis", "read_timeout", "500ms"))
-	defer d.Close()
+	d, sub, _ := rueidisWaiter(ctx, t, srv, "read_timeout", "500ms")
 	admin := newClient(srv.Addr)
 	defer admin.Close()
-	sub, err := d.Subscribe(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
@@ -168,6 +152,23 @@ func TestRueidisSilentConnectionReplaced(t *testing.T) {
 		t.Fatal("no signal after the pub/sub connection went silent")
 	}
 	releaseSignalled(ctx, t, d, sub)
+}
+
+// rueidisWaiter opens a driver over rueidis on srv, with a prefix of the
+// test's own and params, and subscribes the waiter "waiter" of key "k". It
+// returns the driver, the subscription and the lock's channel; both are
+// closed when the test ends.
+func rueidisWaiter(ctx context.Context, t *testing.T, srv *testsrv.Server, params ...string) (*redisdlock.Driver, driver.Subscription, string) {
+	t.Helper()
+	prefix := testPrefix(t)
+	d := openURL(t, withParams(srv.URL, append([]string{"prefix", prefix, "client", "rueidis"}, params...)...))
+	t.Cleanup(func() { d.Close() })
+	sub, err := d.Subscribe(ctx, driver.Request{Key: "k", Owner: "waiter", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return d, sub, "{" + prefix + "k}:released"
 }
 
 // releaseSignalled checks that sub, the subscription of the waiter
