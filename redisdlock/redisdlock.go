@@ -285,7 +285,8 @@ func (d *Driver) Protocol() Protocol { return d.cfg.mode }
 // Deprecated: use Protocol.
 func (d *Driver) Mode() Protocol { return d.cfg.mode }
 
-// Client returns the go-redis client the driver uses.
+// Client returns the go-redis client the driver uses, or nil for a driver
+// over rueidis (see Rueidis).
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
 // Capabilities implements driver.Driver. Script mode implements every
