@@ -24,7 +24,9 @@
 // entry holds the key depends only on the entries ahead of it (see Modes):
 // the entry with the lowest CreateRevision holds an exclusive lock, and the
 // others wait in CreateRevision order, so the lock is granted in the order
-// owners first asked.
+// owners first asked. (Earlier versions of the driver named entries PREFIX K
+// NUL ...; they and this one do not see each other's entries: do not run
+// both on one key.)
 //
 // The queue prefix of K also covers the entries of the keys nested in it
 // (those of "a/b" are "a/b/E", under "a/"); their names have a slash after
