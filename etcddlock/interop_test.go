@@ -328,6 +328,7 @@ func TestInteropExclusion(t *testing.T) {
 	cli := admin(t)
 	for _, p := range interopPairs() {
 		t.Run(p.name, func(t *testing.T) {
+			t.Parallel() // each waits for a lease to expire
 			c := newLockClient(t, newTestDriver(t, srv.Addr))
 			row := func(dir string, w *witness, takeover time.Duration) {
 				to := "-"
