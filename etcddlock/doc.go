@@ -179,7 +179,7 @@
 // # Acquire, Refresh, Release
 //
 //   - A new owner's Acquire is one transaction: if the owner has no entry
-//     and the queue has no permit of another mode or limit, create it and
+//     and the queue has no permit it cannot share the key with, create it and
 //     read the queue (see Modes). An entry that is not admitted at once is
 //     deleted again by a second transaction when the request has no
 //     Request.Queue (package dlock sets it when Lock waits): a TryLock
@@ -275,14 +275,16 @@
 // Acquire. Otherwise the queue is read again after a change, and the
 // waiter is signalled when that read finds nothing blocking; the end of a
 // watched writer is signalled at once as well, since a writer leaves the
-// queue after it held the key (unless its owner gave up waiting), so that
+// queue after it held the key (unless its owner gave up waiting, or it was a
+// TryLock's), so that
 // its end nearly always admits the waiter.
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it (who are then all admitted), a reader's release wakes at most
 // the writer right behind it, and a waiter is woken to find itself still
-// blocked only when a writer ahead of it gave up waiting. Waiting permits
-// receive every deletion on their key as a watch event (a semaphore's
+// blocked only when a writer ahead of it gave up waiting (or was a TryLock
+// that found the key held). Waiting permits receive every deletion on their
+// key (and on the keys nested in it) as a watch event (a semaphore's
 // waiters cannot know which release admits which of them without
 // counting), but only those that may be admitted are signalled. A watch starts at the server's current revision and is
 // followed by a read of the watched entry (for a permit, of the entries

@@ -88,12 +88,11 @@ func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
 //     until none is ahead;
 //   - a permit that waits watches the deletions in its queue (one watch on
 //     the queue's prefix), counting those of entries ahead of it, until fewer
-//     than its limit are left.
+//     than its limit are left, none of them a lock entry (a foreign one).
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it, a release of a reader wakes at most the writer right behind it,
-// and a waiting permit is signalled only once fewer than its limit are ahead
-// of it. When the read that found the blocker showed that nothing else keeps
+// and a waiting permit is signalled only once it is admitted. When the read that found the blocker showed that nothing else keeps
 // the waiter out (an exclusive waiter's predecessor was first in the queue,
 // a reader had no other writer ahead, a permit counts what is ahead of it),
 // the blocker's end is signalled at once: entries ahead of an entry only
@@ -324,7 +323,7 @@ func (b *blocker) changedBy(ev *clientv3.Event) bool {
 
 // recheck reads the store again and reports whether b has ended (the
 // watched entry is gone, is another incarnation, or was downgraded; for a
-// permit, fewer than its limit are ahead of it), and the revision of the
+// permit, it is admitted), and the revision of the
 // read. The caller treats a read that fails as a possible change: the waiter
 // then asks.
 func (d *Driver) recheck(ctx context.Context, w waiter, b *blocker) (gone bool, rev int64, _ error) {
