@@ -52,12 +52,13 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		}
 		return d.reacquire(ctx, req, id, rec)
 	}
-	res, retry, err := d.create(ctx, req, id)
+	res, retry, err := d.create(ctx, req, id, true)
 	if retry {
 		// Nothing was created: the session had ended on the server
-		// before this process noticed (start a new one), or the name
-		// was taken (take the next).
-		res, _, err = d.create(ctx, req, id)
+		// before this process noticed (start a new one), the name was
+		// taken (take the next), or a TryLock found only the entries
+		// of nested keys.
+		res, _, err = d.create(ctx, req, id, false)
 	}
 	return res, err
 }
@@ -149,9 +150,15 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 // never waits in line). A transaction that creates nothing reads the queue:
 // it shows a mode mismatch, or a name in use.
 //
+// With fast, an exclusive request without Queue creates its entry only if
+// nothing at all is under the queue prefix, as a plain mutex does, so that
+// a TryLock of a held key writes nothing; the entries of a nested key fail
+// it too, and the second attempt goes the general way.
+//
 // retry reports that nothing was created and another attempt may succeed:
-// the session had ended unnoticed, or the slot's name was taken.
-func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ driver.Result, retry bool, _ error) {
+// the session had ended unnoticed, the slot's name was taken, or only
+// entries of nested keys kept a fast TryLock out.
+func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast bool) (_ driver.Result, retry bool, _ error) {
 	s, err := d.session(ctx)
 	if err != nil {
 		return driver.Result{}, false, err
@@ -161,6 +168,10 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 	// Never overwrite: a Put on an existing key keeps its CreateRevision,
 	// which would hand out an old token.
 	cond := append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
+	fast = fast && req.Mode == driver.Exclusive && !req.Queue
+	if fast {
+		cond = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.queuePrefix(req.Key)), "=", 0).WithPrefix()}
+	}
 	read := d.aheadOp(req.Key, 0, false)
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
@@ -203,6 +214,18 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		if kv := clash(kvs, req.Mode, req.Limit); kv != nil {
 			sl.free()
 			return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
+		}
+		if fast {
+			sl.free()
+			kv := elsewhere(kvs, "", req.Owner)
+			switch {
+			case len(kvs) == 0:
+				return driver.Result{}, true, nil
+			case kv == nil:
+				return driver.Result{}, false, nil // held
+			}
+			res, err := d.heldElsewhere(ctx, req, kv)
+			return res, false, err
 		}
 		// The name is taken by an entry this driver did not know of
 		// (created by a request whose outcome it never learnt): its

@@ -183,8 +183,11 @@
 //     read the queue (see Modes). An entry that is not admitted at once is
 //     deleted again by a second transaction when the request has no
 //     Request.Queue (package dlock sets it when Lock waits): a TryLock
-//     never waits in line. An uncontended lock costs one transaction
-//     whether it waits or not, a TryLock of a held key two.
+//     never waits in line. An exclusive TryLock creates its entry only if
+//     nothing is under the queue prefix, as a plain mutex does, and
+//     otherwise reads the queue: it writes nothing on a held key (only if
+//     entries of nested keys alone were there does it go the general way).
+//     An uncontended lock costs one transaction whether it waits or not.
 //   - A waiter's later Acquire checks that its entry is the same
 //     incarnation (its CreateRevision) and whether it is admitted now, in
 //     one transaction. An entry that is gone is never created again: the

@@ -261,6 +261,37 @@ func TestKeysAreDistinct(t *testing.T) {
 	assertEmpty(t, admin(t), base)
 }
 
+// A TryLock of a held key writes nothing on the key's queue: the first event
+// a watch of the queue sees after it is a marker written afterwards.
+func TestTryLockOfHeldKeyWritesNothing(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := admin(t)
+	c := newLockClient(t, newTestDriver(t, srv.Addr))
+	k := key(t)
+	l, err := c.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx(t))
+	other := newLockClient(t, newTestDriver(t, srv.Addr))
+	start, err := cli.Get(ctx(t), DefaultPrefix+k+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryLock(ctx(t), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held key = %v; want ErrNotAcquired", err)
+	}
+	marker := DefaultPrefix + k + "/nested/marker" // an entry of another key
+	if _, err := cli.Put(ctx(t), marker, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Delete(ctx(t), marker)
+	wr := <-cli.Watch(ctx(t), DefaultPrefix+k+"/", clientv3.WithPrefix(), clientv3.WithRev(start.Header.Revision+1))
+	if len(wr.Events) == 0 || string(wr.Events[0].Kv.Key) != marker {
+		t.Errorf("writes on the queue after a TryLock of a held key: %v (%v); want the marker's only", wr.Events, wr.Err())
+	}
+}
+
 // A stale Release of an old incarnation never deletes a newer entry of the
 // same owner, nor another owner's hold.
 func TestReleaseChecksIncarnation(t *testing.T) {
