@@ -26,9 +26,9 @@ import (
 // The interop tests run etcd's own lock clients against the driver on the
 // same names: etcdctl lock (a process: the etcd-client package's etcdctl),
 // concurrency.Mutex (a client of its own in this process) and the server's
-// v3lock service. Each logs one
-// row per pair and direction, "interop: PAIR | DIRECTION | overlaps N |
-// takeover T", for the interop table. Run them alone with
+// v3lock service. Each logs one row per pair and direction, "interop: PAIR |
+// DIRECTION | overlaps N | takeover T", for the interop table. Run them
+// alone with
 //
 //	CI=true go test -race -count=1 -run TestInterop -v ./etcddlock/
 
@@ -481,4 +481,11 @@ func TestInteropListAndNested(t *testing.T) {
 	if err := m3.m.TryLock(ctx(t)); !errors.Is(err, concurrency.ErrLocked) {
 		t.Errorf("Mutex.TryLock(%q) while dlock holds %q = %v; want ErrLocked (Mutex counts nested keys)", k, k+"/sub", err)
 	}
+
+	for _, err := range []error{sub.Release(ctx(t)), m2.unlock(), m.s.Close(), m3.s.Close()} {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	assertEmpty(t, cli, k)
 }
