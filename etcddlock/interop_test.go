@@ -489,3 +489,75 @@ func TestInteropListAndNested(t *testing.T) {
 	}
 	assertEmpty(t, cli, k)
 }
+
+// dlock clients, concurrency.Mutex clients and etcdctl lock contend for one
+// name round after round, each inside the critical section for a moment:
+// the witness sees no overlap.
+func TestInteropContention(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	k := key(t)
+	name := DefaultPrefix + k
+	const rounds = 10
+	var w witness
+	var wg sync.WaitGroup
+	errs := make(chan error, 5*rounds)
+	hold := func() {
+		w.enter()
+		time.Sleep(5 * time.Millisecond) // a moment inside, for others to collide with
+		w.exit()
+	}
+	start := time.Now()
+	for range 2 {
+		c := newLockClient(t, newTestDriver(t, srv.Addr))
+		wg.Go(func() {
+			for range rounds {
+				l, err := c.Lock(ctx(t), k)
+				if err != nil {
+					errs <- err
+					return
+				}
+				hold()
+				if err := l.Release(ctx(t)); err != nil {
+					errs <- err
+				}
+			}
+		})
+		m := newMutex(t, srv.Addr, name, 5)
+		wg.Go(func() {
+			defer m.s.Close()
+			for range rounds {
+				if err := m.lock(ctx(t)); err != nil {
+					errs <- err
+					return
+				}
+				hold()
+				if err := m.m.Unlock(ctx(t)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	bin := etcdctlBin(t)
+	wg.Go(func() {
+		for range rounds {
+			e := &etcdctl{t: t, bin: bin, addr: srv.Addr, name: name, ttl: 5}
+			if err := e.lock(ctx(t)); err != nil {
+				errs <- err
+				return
+			}
+			hold()
+			if err := e.unlock(); err != nil {
+				errs <- err
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("interop: dlock x2, concurrency.Mutex x2, etcdctl lock | %d rounds each, all contending | overlaps %d | %v in all", rounds, w.overlaps, time.Since(start).Round(10*time.Millisecond))
+	if w.overlaps > 0 {
+		t.Errorf("%d overlapping critical sections", w.overlaps)
+	}
+}
