@@ -52,12 +52,13 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 		}
 		return d.reacquire(ctx, req, id, rec)
 	}
-	res, retry, err := d.create(ctx, req, id)
+	res, retry, err := d.create(ctx, req, id, true)
 	if retry {
 		// Nothing was created: the session had ended on the server
-		// before this process noticed (start a new one), or the name
-		// was taken (take the next).
-		res, _, err = d.create(ctx, req, id)
+		// before this process noticed (start a new one), the name was
+		// taken (take the next), or a TryLock found only the entries
+		// of nested keys.
+		res, _, err = d.create(ctx, req, id, false)
 	}
 	return res, err
 }
@@ -90,7 +91,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 	case downgrade:
 		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease()))
 	case !rec.held:
-		then = append(then, d.aheadOp(req.Key, rec.mode, rec.limit, rec.rev, true))
+		then = append(then, d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive))
 	}
 	start := time.Now()
 	p := d.renewal(ctx, rec.sess, start, req)
@@ -121,7 +122,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		}
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	held := rec.held || admits(rangeKVs(resp.Responses[0]), rec.name, rec.mode)
+	held := rec.held || admits(d.queue(req.Key, resp.Responses[0]), rec.name)
 	if held && !rec.held {
 		d.table.Update(id, func(r record) record {
 			if r.rev == rec.rev {
@@ -140,48 +141,38 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 }
 
 // create is Acquire for an owner the driver does not know: one transaction
-// that creates its entry, in a slot of the session it claims, when it may,
-// and reads what decides whether it holds the key.
+// that creates its entry, in a slot of the session it claims, if the slot's
+// name is free and the queue has no permit the entry could not share the key
+// with (modeGuard), and reads the queue (aheadOp), which decides whether the
+// entry holds the key. A permit that the read shows to clash with a lock
+// entry of this driver's format ahead of it goes again, as does an entry
+// that is not admitted at once and whose request has no Queue (a TryLock
+// never waits in line). A transaction that creates nothing reads the queue:
+// it shows a mode mismatch, or a name in use.
 //
-// An exclusive request without Queue (TryLock) creates its entry only if the
-// queue is empty: it never waits in line. Every other request creates its
-// entry if the slot's name is free and the queue has no entry of a mode it
-// cannot share the key with (modeGuard), and reads the entries ahead of it
-// (aheadOp). A shared entry or a permit that is not admitted at once and
-// whose request has no Queue is deleted again by a second transaction. A
-// transaction that creates nothing reads the first entry: it shows a mode
-// mismatch, or the holder.
+// With fast, an exclusive request without Queue creates its entry only if
+// nothing at all is under the queue prefix, as a plain mutex does, so that
+// a TryLock of a held key writes nothing; the entries of a nested key fail
+// it too, and the second attempt goes the general way.
 //
 // retry reports that nothing was created and another attempt may succeed:
-// the session had ended unnoticed, or the slot's name was taken.
-func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ driver.Result, retry bool, _ error) {
+// the session had ended unnoticed, the slot's name was taken, or only
+// entries of nested keys kept a fast TryLock out.
+func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast bool) (_ driver.Result, retry bool, _ error) {
 	s, err := d.session(ctx)
 	if err != nil {
 		return driver.Result{}, false, err
 	}
 	sl := d.claim(s, req.Key, req.Mode, req.Limit)
-	qp := d.queuePrefix(req.Key)
 	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit, req.TTL)
-	first := d.firstOp(req.Key)
-	guarded := req.Queue || req.Mode != driver.Exclusive
-	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
-	then := []clientv3.Op{clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id))}
-	if guarded {
-		// Never overwrite: a Put on an existing key keeps its
-		// CreateRevision, which would hand out an old token.
-		cond = append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
-		then = append(then, d.aheadOp(req.Key, req.Mode, req.Limit, 0, false))
+	// Never overwrite: a Put on an existing key keeps its CreateRevision,
+	// which would hand out an old token.
+	cond := append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
+	fast = fast && req.Mode == driver.Exclusive && !req.Queue
+	if fast {
+		cond = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.queuePrefix(req.Key)), "=", 0).WithPrefix()}
 	}
-	created := func(resp *clientv3.TxnResponse) (record, bool) {
-		if !resp.Succeeded {
-			return record{}, false
-		}
-		rec := record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: true}
-		if guarded {
-			rec.held = admits(rangeKVs(resp.Responses[1]), sl.name, req.Mode)
-		}
-		return rec, true
-	}
+	read := d.aheadOp(req.Key, 0, false)
 	start := time.Now()
 	p := d.renewal(ctx, s, start, req)
 	// The transaction runs to its reply even if ctx ends first: a
@@ -189,7 +180,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 	// after the Release that follows has looked for it. With the outcome
 	// known, the entry is recorded and that Release removes it.
 	tctx, cancel := d.detach(ctx)
-	resp, err := d.cli.Txn(tctx).If(cond...).Then(then...).Else(first).Commit()
+	resp, err := d.cli.Txn(tctx).If(cond...).Then(clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id)), read).Else(read).Commit()
 	cancel()
 	if err != nil {
 		p.stop()
@@ -205,8 +196,10 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		// finds the entry by its owner.
 		return driver.Result{}, false, err
 	}
-	rec, ok := created(resp)
-	if ok {
+	kvs := d.queue(req.Key, resp.Responses[len(resp.Responses)-1])
+	var rec record
+	if resp.Succeeded {
+		rec = record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: admits(kvs, sl.name)}
 		d.table.Put(id, rec, req.TTL)
 	}
 	if _, kerr := p.wait(); kerr != nil {
@@ -217,41 +210,47 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string) (_ d
 		}
 		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	if ok {
-		if rec.held {
-			return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+	if !resp.Succeeded {
+		if kv := clash(kvs, req.Mode, req.Limit); kv != nil {
+			sl.free()
+			return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
 		}
-		kv := elsewhere(rangeKVs(resp.Responses[1]), sl.name, req.Owner)
-		if kv == nil && req.Queue {
-			return driver.Result{}, false, nil // queued
+		if fast {
+			sl.free()
+			kv := elsewhere(kvs, "", req.Owner)
+			switch {
+			case len(kvs) == 0:
+				return driver.Result{}, true, nil
+			case kv == nil:
+				return driver.Result{}, false, nil // held
+			}
+			res, err := d.heldElsewhere(ctx, req, kv)
+			return res, false, err
 		}
-		// Without Queue the entry goes again; and an owner that holds
-		// the key through an entry this driver does not record needs
-		// no place in the queue.
-		d.table.Take(id)
-		if _, err := d.remove(ctx, id, rec); err != nil {
-			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
-		}
-		if kv == nil {
-			return driver.Result{}, false, nil
-		}
-		res, err := d.heldElsewhere(ctx, req, kv)
-		return res, false, err
-	}
-	kv := firstKV(resp.Responses[0])
-	switch {
-	case !compatible(kv, req.Mode, req.Limit):
-		sl.free()
-		return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
-	case guarded:
 		// The name is taken by an entry this driver did not know of
 		// (created by a request whose outcome it never learnt): its
 		// slot stays in use for the rest of the session.
 		return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: entry name %q in use", req.Key, sl.name)
 	}
-	// Nothing was created: the key is held.
-	sl.free()
-	if ownerOf(kv) != req.Owner {
+	if rec.held {
+		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+	}
+	clashing := clash(kvs, req.Mode, req.Limit)
+	kv := elsewhere(kvs, sl.name, req.Owner)
+	if clashing == nil && kv == nil && req.Queue {
+		return driver.Result{}, false, nil // queued
+	}
+	// A permit behind a lock entry, or a request without Queue, goes
+	// again; and an owner that holds the key through an entry this driver
+	// does not record needs no place in the queue.
+	d.table.Take(id)
+	if _, err := d.remove(ctx, id, rec); err != nil {
+		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+	}
+	switch {
+	case clashing != nil:
+		return driver.Result{}, false, mismatch(req.Key, clashing, req.Mode, req.Limit)
+	case kv == nil:
 		return driver.Result{}, false, nil
 	}
 	res, err := d.heldElsewhere(ctx, req, kv)

@@ -55,7 +55,12 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 			if ttl < 0 {
 				continue
 			}
-			v := decode(kv) // a foreign value lists with an empty owner
+			v := decode(kv)
+			if v.Owner == "" {
+				// A foreign entry (concurrency.Mutex, etcdctl lock)
+				// lists with its etcd key as Info.
+				v.Info = string(kv.Key)
+			}
 			if v.TTLms > 0 {
 				// The session may last longer than the hold's lease,
 				// which its holder renews.
@@ -81,23 +86,35 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 	return hs, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: one transaction reads and
-// deletes the holders and every waiter of key, and the holders among them
-// are counted. The holders find their locks lost at their next renewal, and
-// the waiters at their next attempt.
+// ForceRelease implements driver.ForceReleaser: it reads the entries of key's
+// queue (holders and waiters, foreign ones included, but not the entries of
+// nested keys) and deletes them newest first, each if it is still the
+// incarnation read, so that no waiter is admitted on the way; the holders
+// among them are counted. The holders find their locks lost at their next
+// renewal, and the waiters at their next attempt (a foreign client such as
+// concurrency.Mutex is not told).
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := d.check(); err != nil {
 		return 0, err
 	}
-	qp := d.queuePrefix(key)
-	resp, err := d.cli.Txn(ctx).Then(
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpDelete(qp, clientv3.WithPrefix()),
-	).Commit()
+	resp, err := d.get(ctx, d.queuePrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return 0, fmt.Errorf("etcddlock: force release %q: %w", key, err)
 	}
-	return len(holding(rangeKVs(resp.Responses[0]))), nil
+	kvs := d.own(key, resp.Kvs)
+	held, n := len(holding(kvs)), 0
+	for i, kv := range slices.Backward(kvs) {
+		// One transaction each: etcd bounds the operations of one, and
+		// a queue may be longer.
+		r, _, err := d.txn(ctx, isEntry(string(kv.Key), kv.CreateRevision), clientv3.OpDelete(string(kv.Key)))
+		if err != nil {
+			return n, fmt.Errorf("etcddlock: force release %q: %w", key, err)
+		}
+		if r.Succeeded && i < held {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // IsOwner returns a comparison that holds while l still holds its lock:

@@ -13,36 +13,50 @@
 //
 // # Records
 //
-// The wait queue of the dlock key K is the set of etcd keys that start with
-// PREFIX K "\x00" (PREFIX is "/dlock/" unless WithPrefix says otherwise).
-// dlock keys contain no NUL byte, so the NUL ends the key and no two keys
-// share a queue ("a" and "a/b" and "a\x01" are apart). The entries are in
-// CreateRevision order, and whether an entry holds the key depends only on
-// the entries ahead of it (see Modes): the entry with the lowest
-// CreateRevision holds an exclusive lock, and the others wait in
-// CreateRevision order, so the lock is granted in the order owners first
-// asked.
+// The wait queue of the dlock key K is the set of etcd keys PREFIX K "/" E,
+// where E is an entry name without a slash (PREFIX is "/dlock/" unless
+// WithPrefix says otherwise). That is the layout of etcd's own lock,
+// concurrency.Mutex (used by etcdctl lock and by etcd's v3lock service),
+// which names its keys NAME "/" LEASE: the dlock key K under the prefix P is
+// the etcd lock name P+K (dlock key "jobs/x" with the default prefix is
+// `etcdctl lock /dlock/jobs/x`), and both exclude each other (see "Other
+// lock clients"). The entries are in CreateRevision order, and whether an
+// entry holds the key depends only on the entries ahead of it (see Modes):
+// the entry with the lowest CreateRevision holds an exclusive lock, and the
+// others wait in CreateRevision order, so the lock is granted in the order
+// owners first asked. (Earlier versions of the driver named entries PREFIX K
+// NUL ...; they and this one do not see each other's entries: do not run
+// both on one key.)
 //
-// An entry is PREFIX K "\x00" LEASE "." SLOT: LEASE is the ID of the
-// driver's session lease (16 hex digits, see Sessions) and SLOT the lowest
-// number (8 hex digits) that no other owner of this driver uses on K and
-// that lease. A driver usually has one owner of a key at a time, so every
-// acquisition re-creates the same name, slot 0, as etcd's concurrency.Mutex
-// does: etcd keeps each deleted key in its index until the history is
-// compacted, and reads of a queue walk those, so a new name for every
-// acquisition would slow a busy key down until the next compaction.
-// Overlapping owners of one driver (a waiter while a holder releases, two
-// Clients sharing the driver, readers and permits) take slots 1, 2 and so
-// on. A slot is in use until the driver knows its entry is gone. The entry
-// of a semaphore permit is PREFIX K "\x00" "s" LIMIT "." LEASE "." SLOT,
-// LIMIT being the semaphore's limit in 16 hex digits: "s" sorts after the
-// hex digits, so lock entries, permits, and permits of each limit are name
-// ranges of their own.
+// The queue prefix of K also covers the entries of the keys nested in it
+// (those of "a/b" are "a/b/E", under "a/"); their names have a slash after
+// the prefix, so the driver tells them apart and leaves them out: "a" and
+// "a/b" are distinct locks. etcd cannot filter a range that way, so reads of
+// a queue return the entries of nested keys too (see Limits).
+//
+// An exclusive or shared entry is named E = LEASE, the ID of the driver's
+// session lease in hex (see Sessions), exactly as concurrency.Mutex names
+// the lock of a session; for a slot above 0, LEASE "." SLOT in hex. SLOT is
+// the lowest number that no other owner of this driver uses on K and that
+// lease. A driver usually has one owner of a key at a time, so every
+// acquisition re-creates the same name, slot 0, as concurrency.Mutex does:
+// etcd keeps each deleted key in its index until the history is compacted,
+// and reads of a queue walk those, so a new name for every acquisition would
+// slow a busy key down until the next compaction. Overlapping owners of one
+// driver (a waiter while a holder releases, two Clients sharing the driver,
+// readers and permits) take slots 1, 2 and so on. A slot is in use until the
+// driver knows its entry is gone. The entry of a semaphore permit is named
+// NUL "s" LIMIT "." LEASE "." SLOT, LIMIT being the semaphore's limit (LIMIT,
+// LEASE and SLOT in 16, 16 and 8 hex digits): no dlock key contains a NUL
+// byte, so the permits of K, and those of each limit, are name ranges that
+// hold no other entry of K nor of a nested key.
 //
 // The value of an entry is JSON holding the raw owner, the holder's Info and
 // the entry's mode ("shared", or "semaphore" and the limit; nothing for an
 // exclusive entry): it says whose entry it is and what it asks for, and
-// listings show it. Since names are reused, every transaction that checks,
+// listings show it. An entry without such a value is foreign (the value of
+// concurrency.Mutex's is empty) and counts as an exclusive entry. Since
+// names are reused, every transaction that checks,
 // refreshes or deletes an entry compares its CreateRevision (the
 // incarnation: each creation of a key gets the revision of its transaction,
 // and no two incarnations of a name share one), so a late call for an
@@ -129,25 +143,32 @@
 //     preference: while a writer waits (its entry lives), a new reader is
 //     not admitted, and readers already admitted are not affected. A
 //     TryLock (no Queue) of a reader fails if any writer is in the queue.
-//   - Semaphore: admitted if fewer than Limit entries are ahead of it, so
-//     the holders are the first Limit entries and each permit has an entry,
-//     a session lease, a deadline and a token of its own.
+//   - Semaphore: admitted if fewer than Limit entries are ahead of it and
+//     all of them are permits, so the holders are the first Limit entries
+//     and each permit has an entry, a session lease, a deadline and a token
+//     of its own.
 //
-// The transaction that creates an entry reads what decides its admission,
-// in the same atomic step: the first entry for an exclusive request (as a
-// plain mutex does), the first Limit entries for a permit, and every entry
-// ahead for a reader (an etcd range cannot filter on values; a reader's
-// request reads the values of the readers and writers ahead of it). A
-// waiter's later Acquire reads the same up to its own CreateRevision
-// (WithMaxCreateRev); a holder's reads nothing.
+// A foreign entry counts as exclusive: readers and permits wait for it as
+// for a writer.
+//
+// The transaction that creates an entry reads, in the same atomic step, the
+// whole queue with its values (it cannot limit the read to what decides
+// the admission: the first entries of the range may be those of a nested
+// key). A waiter's later Acquire reads the same up to its own CreateRevision
+// (WithMaxCreateRev; an exclusive waiter's without values); a holder's reads
+// nothing.
 //
 // Modes that cannot share a key are kept apart in that transaction too: it
-// creates the entry only if the queue has no entry of another kind
-// (comparisons on the CreateRevision of name ranges: for a lock request, no
-// permit; for a permit, no lock entry and no permit of another limit).
-// Otherwise nothing is written, and the request fails with an error wrapping
-// driver.ErrModeMismatch. An exclusive Acquire by an owner that holds the key
-// Shared (an upgrade) is refused the same way.
+// creates the entry only if the queue has no permit the entry cannot share
+// the key with (comparisons on the CreateRevision of the permits' name
+// ranges: for a lock request, no permit; for a permit, no permit of another
+// limit). Otherwise nothing is written, and the request fails with an error
+// wrapping driver.ErrModeMismatch. A permit whose transaction read a lock
+// entry of this driver's format (exclusive or shared) ahead of it deletes
+// its entry again in a second transaction and fails the same way: one of any
+// two such requests sees the other in its transaction, whichever came
+// first. An exclusive Acquire by an owner that holds the key Shared (an
+// upgrade) is refused the same way.
 //
 // A downgrade (a shared Acquire by the exclusive holder) is one transaction:
 // it checks the entry's incarnation and rewrites its value to shared. A Put
@@ -157,15 +178,16 @@
 //
 // # Acquire, Refresh, Release
 //
-//   - A new owner's Acquire is one transaction. With Request.Queue (package
-//     dlock sets it when Lock waits), and for readers and permits: if the
-//     owner has no entry and the queue has none of another mode, create it
-//     and read the entries that decide its admission (see Modes). An
-//     exclusive request without Queue (TryLock) creates its entry only if
-//     the queue is empty, otherwise reads the first entry; so a TryLock
-//     never waits in line, and an uncontended lock costs one transaction
-//     whether it waits or not. A reader or permit without Queue that is not
-//     admitted at once deletes its entry again in a second transaction.
+//   - A new owner's Acquire is one transaction: if the owner has no entry
+//     and the queue has no permit it cannot share the key with, create it and
+//     read the queue (see Modes). An entry that is not admitted at once is
+//     deleted again by a second transaction when the request has no
+//     Request.Queue (package dlock sets it when Lock waits): a TryLock
+//     never waits in line. An exclusive TryLock creates its entry only if
+//     nothing is under the queue prefix, as a plain mutex does, and
+//     otherwise reads the queue: it writes nothing on a held key (only if
+//     entries of nested keys alone were there does it go the general way).
+//     An uncontended lock costs one transaction whether it waits or not.
 //   - A waiter's later Acquire checks that its entry is the same
 //     incarnation (its CreateRevision) and whether it is admitted now, in
 //     one transaction. An entry that is gone is never created again: the
@@ -245,7 +267,7 @@
 //     deletion or any change of its value (a downgrade), then the next one;
 //   - a permit that waits watches the deletions in its queue (one prefix
 //     watch) and counts those of the entries that were ahead of it, until
-//     fewer than Limit are left.
+//     fewer than Limit are left, none of them a lock entry.
 //
 // Entries ahead of an entry only ever go (new ones go to the back) and never
 // become exclusive, so when that read shows that the watched entry is the
@@ -256,14 +278,16 @@
 // Acquire. Otherwise the queue is read again after a change, and the
 // waiter is signalled when that read finds nothing blocking; the end of a
 // watched writer is signalled at once as well, since a writer leaves the
-// queue after it held the key (unless its owner gave up waiting), so that
+// queue after it held the key (unless its owner gave up waiting, or it was a
+// TryLock's), so that
 // its end nearly always admits the waiter.
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it (who are then all admitted), a reader's release wakes at most
 // the writer right behind it, and a waiter is woken to find itself still
-// blocked only when a writer ahead of it gave up waiting. Waiting permits
-// receive every deletion on their key as a watch event (a semaphore's
+// blocked only when a writer ahead of it gave up waiting (or was a TryLock
+// that found the key held). Waiting permits receive every deletion on their
+// key (and on the keys nested in it) as a watch event (a semaphore's
 // waiters cannot know which release admits which of them without
 // counting), but only those that may be admitted are signalled. A watch starts at the server's current revision and is
 // followed by a read of the watched entry (for a permit, of the entries
@@ -280,15 +304,50 @@
 // the admitted entries of each queue, with the time left on their session
 // lease as etcd sees it, but no more than the lease the hold was acquired
 // with, which each entry's value records: a 3s lock of a 15s session lists
-// with at most 3s) and driver.ForceReleaser (one transaction deletes the
-// holders and all waiters of a key, and counts the holders).
+// with at most 3s; a foreign holder lists with no owner and its etcd key as
+// Info) and driver.ForceReleaser (it deletes the holders and all waiters of
+// a key, foreign ones included, newest first, and counts the holders).
+//
+// # Other lock clients
+//
+// concurrency.Mutex (go.etcd.io/etcd/client/v3/concurrency), `etcdctl lock
+// NAME` and etcd's v3lock service (the Lock API of the server, which runs a
+// concurrency.Mutex on the caller's lease) create the key NAME "/" LEASE
+// with an empty value, hold the lock while no key under NAME "/" has a lower
+// CreateRevision, and wait for the deletion of each such key. On the etcd
+// lock name P+K (P the driver's prefix, K the dlock key) they and the driver
+// exclude each other both ways, in one FIFO queue:
+//
+//   - an exclusive dlock lock is their peer: whichever asked first holds;
+//   - a dlock reader or permit is a key under NAME "/" too, so they wait for
+//     it, and the driver counts their key as an exclusive entry: readers and
+//     permits wait for it (and for them, readers are writers);
+//   - their holder's lease is its session: when their process dies, its
+//     lock goes when the lease expires (etcdctl lock's --ttl, 60s in
+//     concurrency.NewSession unless WithTTL says otherwise), and the next
+//     in the queue, dlock or not, is woken by the deletion;
+//   - the CreateRevision of their key (which their IsOwner compares; a Get
+//     of Mutex.Key reads it) and the driver's fencing token are numbers of
+//     one sequence: a resource fenced with both rejects the older holders
+//     of either;
+//   - dlock's ls lists their holder with its etcd key, and ForceRelease
+//     deletes its key, which they do not notice: their holder goes on as if
+//     it held the lock.
+//
+// Nested names differ: the driver leaves the entries of "a/b" out of the
+// queue of "a", but concurrency.Mutex on "a" counts every key under "a/",
+// so it waits for the holders and waiters of "a/b" (dlock's or its own)
+// too; it never lets two holders of one name in, it only waits longer.
 //
 // # Limits
 //
-//   - A reader's Acquire and its subscription read the entries ahead of it
-//     with their values (etcd cannot filter a range on values), so their
-//     cost grows with the number of readers that hold the key; a waiting
-//     permit receives a watch event for every release on its key.
+//   - Every Acquire that creates an entry and every subscription read the
+//     entries ahead of it with their values (an etcd range cannot filter on
+//     values, nor leave out the entries of nested keys), so their cost grows
+//     with the length of the queue and with the entries of the keys nested
+//     in the key ("a/..." for "a"): keep a key that is held often apart from
+//     the names of many other keys. A waiting permit receives a watch event
+//     for every release on its key and on the keys nested in it.
 //   - A lock of a process that died stays held until its session expires:
 //     up to S after the process's last renewal, whatever the lock's TTL.
 //     Choose S with that in mind.

@@ -223,7 +223,8 @@ func TestKeysAreDistinct(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	c := newLockClient(t, newTestDriver(t, srv.Addr))
 	base := key(t) + "/"
-	keys := []string{base + "a", base + "a/b", base + "a\x01", base + "ab", base + "a b", base + "ключ"}
+	// "a/b" is held first: its entry (under "a/") comes ahead of a's.
+	keys := []string{base + "a/b", base + "a", base + "a\x01", base + "ab", base + "a b", base + "ключ"}
 	var held []*dlock.Lock
 	for _, k := range keys {
 		l, err := c.TryLock(ctx(t), k)
@@ -249,7 +250,7 @@ func TestKeysAreDistinct(t *testing.T) {
 	}
 	for i, l := range held {
 		err := l.Release(ctx(t))
-		if i == 0 {
+		if i == 1 {
 			if !errors.Is(err, dlock.ErrLost) {
 				t.Errorf("Release of the force-released key = %v; want ErrLost", err)
 			}
@@ -258,6 +259,37 @@ func TestKeysAreDistinct(t *testing.T) {
 		}
 	}
 	assertEmpty(t, admin(t), base)
+}
+
+// A TryLock of a held key writes nothing on the key's queue: the first event
+// a watch of the queue sees after it is a marker written afterwards.
+func TestTryLockOfHeldKeyWritesNothing(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := admin(t)
+	c := newLockClient(t, newTestDriver(t, srv.Addr))
+	k := key(t)
+	l, err := c.TryLock(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx(t))
+	other := newLockClient(t, newTestDriver(t, srv.Addr))
+	start, err := cli.Get(ctx(t), DefaultPrefix+k+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryLock(ctx(t), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held key = %v; want ErrNotAcquired", err)
+	}
+	marker := DefaultPrefix + k + "/nested/marker" // an entry of another key
+	if _, err := cli.Put(ctx(t), marker, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Delete(ctx(t), marker)
+	wr := <-cli.Watch(ctx(t), DefaultPrefix+k+"/", clientv3.WithPrefix(), clientv3.WithRev(start.Header.Revision+1))
+	if len(wr.Events) == 0 || string(wr.Events[0].Kv.Key) != marker {
+		t.Errorf("writes on the queue after a TryLock of a held key: %v (%v); want the marker's only", wr.Events, wr.Err())
+	}
 }
 
 // A stale Release of an old incarnation never deletes a newer entry of the
@@ -494,7 +526,7 @@ func TestUnknownOwnerRelease(t *testing.T) {
 // their CreateRevisions.
 func entries(t *testing.T, cli *clientv3.Client, key string) (names []string, revs []int64) {
 	t.Helper()
-	resp, err := cli.Get(ctx(t), DefaultPrefix+key+"\x00", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := cli.Get(ctx(t), DefaultPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatal(err)
 	}

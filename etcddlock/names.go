@@ -1,9 +1,11 @@
 package etcddlock
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,26 +17,35 @@ import (
 	"github.com/dlockhq/dlock/driver"
 )
 
-// queuePrefix returns the prefix of the entries of key's queue. dlock keys
-// contain no NUL byte, so the NUL ends the key: no key's queue overlaps
-// another's.
-func (d *Driver) queuePrefix(key string) string { return d.prefix + key + "\x00" }
+// queuePrefix returns the prefix of the entries of key's queue: the driver's
+// prefix, the key and a slash, as etcd's concurrency.Mutex names the keys of a
+// lock (its name followed by a slash and its session's lease in hex). The
+// entries of a nested key ("a/b" under "a") share the prefix; entries names
+// have no slash, so the driver tells them apart (see own).
+func (d *Driver) queuePrefix(key string) string { return d.prefix + key + "/" }
 
-// entryName returns the etcd key of the entry of key's queue that has slot n
-// of lease: the queue prefix, the lease ID in 16 hex digits, a dot and the
-// slot in 8 hex digits. Only the driver that holds the lease creates names
-// with it.
+// permitTag starts the names of permits after the queue prefix. No dlock key
+// contains a NUL byte, so no nested key's entries fall in the range of
+// permits: a transaction can compare it (see modeGuard).
+const permitTag = "\x00s"
+
+// entryName returns the etcd key of the exclusive or shared entry of key's
+// queue that has slot n of lease: the queue prefix and the lease ID in hex,
+// followed for a slot above 0 by a dot and the slot in hex. Slot 0 is the
+// name concurrency.Mutex gives the lock of a session of that lease. Only the
+// driver that holds the lease creates names with it.
 func (d *Driver) entryName(key string, lease clientv3.LeaseID, n uint32) string {
-	return fmt.Sprintf("%s%016x.%08x", d.queuePrefix(key), uint64(lease), n)
+	if n == 0 {
+		return fmt.Sprintf("%s%x", d.queuePrefix(key), uint64(lease))
+	}
+	return fmt.Sprintf("%s%x.%x", d.queuePrefix(key), uint64(lease), n)
 }
 
 // permitName is entryName for a permit of a semaphore with limit n: the
-// queue prefix, "s", the limit in 16 hex digits, a dot, and then the lease
-// and slot as in entryName. Permits of one limit share the name prefix
-// semPrefix(key, limit), and "s" sorts after every hex digit, so the names of
-// exclusive and shared entries, of permits, and of permits of other limits
-// are ranges of their own: a transaction can check that a queue has none of
-// another kind with one comparison per range (see modeGuard).
+// permits' prefix semPrefix(key, limit) followed by the lease and slot in
+// hex. Permits of one limit share that prefix, and the permits of all limits
+// the prefix queuePrefix(key)+permitTag, which no other entry of key or of a
+// nested key has (see modeGuard).
 func (d *Driver) permitName(key string, limit int, lease clientv3.LeaseID, n uint32) string {
 	return fmt.Sprintf("%s%016x.%08x", d.semPrefix(key, limit), uint64(lease), n)
 }
@@ -42,7 +53,18 @@ func (d *Driver) permitName(key string, limit int, lease clientv3.LeaseID, n uin
 // semPrefix returns the prefix of the names of the permits of key's
 // semaphore with the given limit.
 func (d *Driver) semPrefix(key string, limit int) string {
-	return fmt.Sprintf("%ss%016x.", d.queuePrefix(key), uint64(limit))
+	return fmt.Sprintf("%s%s%016x.", d.queuePrefix(key), permitTag, uint64(limit))
+}
+
+// own keeps, in place, the entries of kvs (read under key's queue prefix)
+// that are entries of key's queue: those with no slash after the prefix. The
+// others are entries of nested keys ("a/b/..." under "a/"), which the
+// driver's key "a" does not wait for.
+func (d *Driver) own(key string, kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	n := len(d.queuePrefix(key))
+	return slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool {
+		return len(kv.Key) <= n || bytes.IndexByte(kv.Key[n:], '/') >= 0
+	})
 }
 
 // holdID identifies the hold of the owner with dlock.OwnerID ownerID on key in
@@ -52,14 +74,12 @@ func holdID(key, ownerID string) string { return key + "\x00" + ownerID }
 
 func reqID(req driver.Request) string { return holdID(req.Key, dlock.OwnerID(req.Owner)) }
 
-// parseEntry returns the dlock key of an entry's etcd key.
+// parseEntry returns the dlock key of an entry's etcd key: what lies between
+// the prefix and the last slash, which must be followed by an entry name.
 func (d *Driver) parseEntry(k string) (key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, d.prefix)
-	if !ok {
-		return "", false
-	}
-	i := strings.LastIndexByte(rest, 0)
-	if i <= 0 {
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i <= 0 || i == len(rest)-1 {
 		return "", false
 	}
 	return rest[:i], true
@@ -155,14 +175,16 @@ func encodeValue(owner, info string, m driver.Mode, limit int, ttl time.Duration
 	return string(b)
 }
 
-// decode returns an entry's value. A foreign value decodes as an exclusive
-// entry of nobody: it keeps readers out rather than letting them in.
+// decode returns an entry's value. A foreign value (concurrency.Mutex's and
+// etcdctl lock's are empty; anything without an owner is foreign) decodes as
+// an exclusive entry of nobody: it keeps readers and permits out rather than
+// letting them in.
 func decode(kv *mvccpb.KeyValue) value {
 	var v value
-	if kv != nil {
-		_ = json.Unmarshal(kv.Value, &v)
+	if kv != nil && json.Unmarshal(kv.Value, &v) == nil && v.Owner != "" {
+		return v
 	}
-	return v
+	return value{}
 }
 
 // mode returns the mode the value records.

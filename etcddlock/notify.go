@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock/driver"
@@ -57,7 +56,8 @@ type blocker struct {
 	create int64
 	mod    int64
 	// ahead holds, for a permit that waits, the names of the entries ahead
-	// of it: it is admitted once fewer than limit are left.
+	// of it, each with whether it is a lock entry: it is admitted once fewer
+	// than limit are left and none of them is a lock entry.
 	ahead map[string]bool
 	limit int
 	// last reports that nothing else keeps the waiter out: the end of the
@@ -88,12 +88,11 @@ func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
 //     until none is ahead;
 //   - a permit that waits watches the deletions in its queue (one watch on
 //     the queue's prefix), counting those of entries ahead of it, until fewer
-//     than its limit are left.
+//     than its limit are left, none of them a lock entry (a foreign one).
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it, a release of a reader wakes at most the writer right behind it,
-// and a waiting permit is signalled only once fewer than its limit are ahead
-// of it. When the read that found the blocker showed that nothing else keeps
+// and a waiting permit is signalled only once it is admitted. When the read that found the blocker showed that nothing else keeps
 // the waiter out (an exclusive waiter's predecessor was first in the queue,
 // a reader had no other writer ahead, a permit counts what is ahead of it),
 // the blocker's end is signalled at once: entries ahead of an entry only
@@ -305,21 +304,26 @@ func (b *blocker) end() watchEnd {
 // entry (its deletion, or a Put, which is a downgrade or comes after a
 // deletion; the watch of an exclusive waiter's predecessor filters out
 // Puts), or for a permit the deletion of an entry ahead that leaves fewer
-// than the limit.
+// than the limit, and no lock entry (a foreign one, say), ahead.
 func (b *blocker) changedBy(ev *clientv3.Event) bool {
 	if b.ahead == nil {
 		return true
 	}
 	k := string(ev.Kv.Key)
-	if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > b.rev && b.ahead[k] {
+	if _, ok := b.ahead[k]; ok && ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > b.rev {
 		delete(b.ahead, k)
+	}
+	for _, lock := range b.ahead {
+		if lock {
+			return false
+		}
 	}
 	return len(b.ahead) < b.limit
 }
 
 // recheck reads the store again and reports whether b has ended (the
 // watched entry is gone, is another incarnation, or was downgraded; for a
-// permit, fewer than its limit are ahead of it), and the revision of the
+// permit, it is admitted), and the revision of the
 // read. The caller treats a read that fails as a possible change: the waiter
 // then asks.
 func (d *Driver) recheck(ctx context.Context, w waiter, b *blocker) (gone bool, rev int64, _ error) {
@@ -345,48 +349,44 @@ func (d *Driver) recheck(ctx context.Context, w waiter, b *blocker) (gone bool, 
 	return w.mode == driver.Shared && resp.Kvs[0].ModRevision != b.mod, resp.Header.Revision, nil
 }
 
-// blocker reads what keeps w waiting (see blocker and Subscribe).
+// blocker reads what keeps w waiting (see blocker and Subscribe): the entries
+// of w's queue ahead of it, with their values, as aheadOp reads them.
 func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
-	if w.rev > 0 {
-		opts = append(opts, clientv3.WithMaxCreateRev(w.rev-1))
+	rev := w.rev - 1
+	if w.rev == 0 {
+		rev = 0
 	}
-	switch w.mode {
-	case driver.Exclusive:
-		// The predecessor, and whether another entry is ahead of it.
-		opts = append(opts, clientv3.WithLimit(2))
-	case driver.Semaphore:
-		opts = append(opts, clientv3.WithKeysOnly())
-	}
-	resp, err := d.cli.Get(ctx, d.queuePrefix(w.key), opts...)
+	resp, err := d.cli.Do(ctx, d.aheadOp(w.key, rev, false))
 	if err != nil {
 		return blocker{}, err
 	}
-	b := blocker{rev: resp.Header.Revision}
-	isExclusive := func(kv *mvccpb.KeyValue) bool { return decode(kv).mode() == driver.Exclusive }
+	kvs := d.own(w.key, resp.Get().Kvs)
+	b := blocker{rev: resp.Get().Header.Revision}
 	switch w.mode {
 	case driver.Semaphore:
-		if len(resp.Kvs) >= w.limit {
-			b.ahead, b.limit = make(map[string]bool, len(resp.Kvs)), w.limit
-			for _, kv := range resp.Kvs {
-				b.ahead[string(kv.Key)] = true
+		if len(kvs) >= w.limit || slices.ContainsFunc(kvs, isLock) {
+			b.ahead, b.limit = make(map[string]bool, len(kvs)), w.limit
+			for _, kv := range kvs {
+				b.ahead[string(kv.Key)] = isLock(kv)
 			}
 			b.last = w.rev > 0
 		}
 	case driver.Shared:
-		// Newest first: the nearest writer ahead, and whether an older one
-		// is there too.
-		if i := slices.IndexFunc(resp.Kvs, isExclusive); i >= 0 {
-			kv := resp.Kvs[i]
-			b.name, b.create, b.mod = string(kv.Key), kv.CreateRevision, kv.ModRevision
-			b.last = w.rev > 0 && !slices.ContainsFunc(resp.Kvs[i+1:], isExclusive)
-			b.writer = true
+		// The nearest writer ahead, and whether an older one is there
+		// too.
+		for i := len(kvs) - 1; i >= 0; i-- {
+			if kv := kvs[i]; isExclusive(kv) {
+				b.name, b.create, b.mod = string(kv.Key), kv.CreateRevision, kv.ModRevision
+				b.last = w.rev > 0 && !slices.ContainsFunc(kvs[:i], isExclusive)
+				b.writer = true
+				break
+			}
 		}
 	default:
-		if len(resp.Kvs) > 0 {
-			kv := resp.Kvs[0]
+		if len(kvs) > 0 {
+			kv := kvs[len(kvs)-1]
 			b.name, b.create = string(kv.Key), kv.CreateRevision
-			b.last = w.rev > 0 && len(resp.Kvs) == 1
+			b.last = w.rev > 0 && len(kvs) == 1
 			b.writer = isExclusive(kv)
 		}
 	}

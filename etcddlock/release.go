@@ -65,7 +65,7 @@ func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
 	var kv *mvccpb.KeyValue
-	for _, h := range holding(resp.Kvs) {
+	for _, h := range holding(d.own(req.Key, resp.Kvs)) {
 		if ownerOf(h) == req.Owner {
 			kv = h
 		}
@@ -142,7 +142,7 @@ func (d *Driver) releaseUnknown(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("etcddlock: release %q: %w", req.Key, err)
 	}
 	var deleted, mine bool
-	for _, kv := range resp.Kvs {
+	for _, kv := range d.own(req.Key, resp.Kvs) {
 		if ownerOf(kv) != req.Owner {
 			continue
 		}

@@ -42,7 +42,7 @@ func TestURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := admin(t).Get(ctx(t), "/app1/"+k+"\x00", clientv3.WithPrefix())
+	resp, err := admin(t).Get(ctx(t), "/app1/"+k+"/", clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Errorf("entry under the URL's prefix: %v, %v", resp, err)
 	}
