@@ -10,8 +10,8 @@
 //	modproxy -repo . -rev HEAD -version v0.1.0 -out /tmp/proxy
 //
 // Module zips are made by golang.org/x/mod/zip from the files git tracks at
-// the revision, so they are what a public proxy would serve for a tag of
-// that revision.
+// the revision (git archive), so they are what a public proxy would serve
+// for a tag of that revision.
 package main
 
 import (
@@ -52,6 +52,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	tree, err := os.MkdirTemp("", "modproxy")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(tree)
+	if err := extract(*repo, *rev, tree); err != nil {
+		log.Fatal(err)
+	}
 	skipped := map[string]bool{}
 	for _, d := range strings.Split(*skip, ",") {
 		skipped[d] = true
@@ -68,7 +76,8 @@ func main() {
 		if skipped[dir] {
 			continue
 		}
-		if err := publish(*repo, *rev, dir, *version, t.UTC(), *out); err != nil {
+		if err := publish(tree, dir, *version, t.UTC(), *out); err != nil {
+			os.RemoveAll(tree)
 			log.Fatalf("%s: %v", dir, err)
 		}
 	}
@@ -90,9 +99,28 @@ func moduleDirs(repo, rev string) ([]string, error) {
 	return dirs, nil
 }
 
-// publish writes the .mod, .info and .zip files of the module in dir.
-func publish(repo, rev, dir, version string, t time.Time, out string) error {
-	gomod, err := git(repo, "show", rev+":"+path.Join(dir, "go.mod"))
+// extract writes the files git tracks at rev into dir.
+func extract(repo, rev, dir string) error {
+	archive := exec.Command("git", "-C", repo, "archive", rev)
+	untar := exec.Command("tar", "-x", "-C", dir)
+	var err error
+	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
+		return err
+	}
+	archive.Stderr, untar.Stderr = os.Stderr, os.Stderr
+	if err := untar.Start(); err != nil {
+		return err
+	}
+	if err := archive.Run(); err != nil {
+		return fmt.Errorf("git archive %s: %w", rev, err)
+	}
+	return untar.Wait()
+}
+
+// publish writes the .mod, .info and .zip files of the module in the
+// directory dir of tree.
+func publish(tree, dir, version string, t time.Time, out string) error {
+	gomod, err := os.ReadFile(filepath.Join(tree, dir, "go.mod"))
 	if err != nil {
 		return err
 	}
@@ -110,11 +138,7 @@ func publish(repo, rev, dir, version string, t time.Time, out string) error {
 		return err
 	}
 	var zip bytes.Buffer
-	sub := dir
-	if sub == "." {
-		sub = ""
-	}
-	if err := modzip.CreateFromVCS(&zip, mv, repo, rev, sub); err != nil {
+	if err := modzip.CreateFromDir(&zip, mv, filepath.Join(tree, dir)); err != nil {
 		return err
 	}
 	info, err := json.Marshal(struct {
