@@ -42,7 +42,7 @@ proxy=$work/proxy
 host_cache=$(go env GOMODCACHE)/cache/download
 export GOCACHE=$(go env GOCACHE)
 upstream=$(go env GOPROXY)
-export GOPATH=$work/gopath GOMODCACHE=$work/gopath/pkg/mod GOWORK=off GOFLAGS=-mod=mod
+export GOPATH=$work/gopath GOMODCACHE=$work/gopath/pkg/mod GOWORK=off GOFLAGS="-mod=mod -trimpath"
 export GOPROXY="file://$proxy,file://$host_cache,$upstream"
 export GONOSUMDB=github.com/dlockhq/dlock
 export GOBIN=$work/bin HOME=$work/home XDG_STATE_HOME=$work/home/state
@@ -83,6 +83,7 @@ import (
 	"fmt"
 
 	"github.com/dlockhq/dlock"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 )
 
 func main() {
