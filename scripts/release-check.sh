@@ -50,8 +50,9 @@ mkdir -p "$HOME"
 
 echo "release-check: go install github.com/dlockhq/dlock/cmd/dlock@$version"
 (cd "$work" && go install "github.com/dlockhq/dlock/cmd/dlock@$version")
-"$GOBIN/dlock" --version | head -1 | grep -F "dlock $version" >/dev/null ||
-	{ echo "release-check: dlock --version does not say $version" >&2; exit 1; }
+out=$("$GOBIN/dlock" --version)
+echo "release-check: dlock --version: ${out%%$'\n'*}"
+[[ $out == "dlock $version "* ]] || { echo "release-check: dlock --version does not say $version" >&2; exit 1; }
 out=$("$GOBIN/dlock" run --key hello -- sh -c 'echo "holding $DLOCK_KEY with token $DLOCK_TOKEN"')
 echo "release-check: dlock run: $out"
 [[ $out == "holding hello with token "[0-9]* ]] || { echo "release-check: unexpected quick start output" >&2; exit 1; }
