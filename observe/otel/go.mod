@@ -20,4 +20,3 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
