@@ -66,7 +66,7 @@ program() {
 	(
 		cd "$dir"
 		go mod init "example.com/$1" >/dev/null 2>&1
-		go get "$2@$version" 2>&1 | grep -v '^go: \(downloading\|finding\)' || true
+		go get "$2@$version" 2>get.log || { cat get.log >&2; exit 1; }
 		go mod tidy
 		[[ $(go list -m -f '{{.Version}}' "$2") == "$version" ]] ||
 			{ echo "release-check: $1 resolved $2 to $(go list -m -f '{{.Version}}' "$2")" >&2; exit 1; }
