@@ -235,6 +235,72 @@ func main() {
 	fmt.Println("ok")
 }'
 
+# Weight: what `go mod tidy` downloads for a program that only uses Redis,
+# on dlock and on bsm/redislock, each into a module cache of its own.
+# weigh NAME MODULE GO-SOURCE: prints "MODULES KIB" of NAME's module cache.
+weigh() {
+	local dir=$work/weight/$1
+	mkdir -p "$dir"
+	printf '%s\n' "$3" >"$dir/main.go"
+	(
+		cd "$dir"
+		export GOMODCACHE=$dir/modcache
+		go mod init "example.com/$1" >/dev/null 2>&1
+		go get "$2" 2>get.log || { cat get.log >&2; exit 1; }
+		go mod tidy 2>>get.log || { cat get.log >&2; exit 1; }
+		go build -o /dev/null . || exit 1
+		echo "$(find modcache/cache/download -name '*.zip' | wc -l) $(du -sk modcache | cut -f1)"
+	)
+}
+read -r dl_mods dl_kib < <(weigh weight-dlock "github.com/dlockhq/dlock@$version" '
+package main
+
+import (
+	"context"
+
+	"github.com/dlockhq/dlock"
+	_ "github.com/dlockhq/dlock/redisdlock"
+)
+
+func main() {
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, "redis://127.0.0.1:6379")
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	l, err := c.Lock(ctx, "k")
+	if err != nil {
+		panic(err)
+	}
+	l.Release(ctx)
+}')
+read -r rl_mods rl_kib < <(weigh weight-redislock github.com/bsm/redislock@v0.9.4 '
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer c.Close()
+	l, err := redislock.New(c).Obtain(ctx, "k", 10*time.Second, nil)
+	if err != nil {
+		panic(err)
+	}
+	l.Release(ctx)
+}')
+ratio=$(awk -v a="$dl_kib" -v b="$rl_kib" 'BEGIN { printf "%.1f", a / b }')
+echo "release-check: a Redis-only program's go mod tidy downloads:"
+printf 'release-check:   %-28s %3d modules %7d KiB\n' "dlock $version" "$dl_mods" "$dl_kib" "bsm/redislock v0.9.4" "$rl_mods" "$rl_kib"
+echo "release-check:   dlock / redislock: ${ratio}x (target: at most 1.5x)"
+
 # Tidy: each module's go.mod and go.sum are what `go mod tidy` makes of them,
 # except for the go.sum lines of the dlock version released with a nested
 # module (not known before the release exists).
