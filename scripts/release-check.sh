@@ -244,12 +244,12 @@ weigh() {
 	printf '%s\n' "$3" >"$dir/main.go"
 	(
 		cd "$dir"
-		export GOMODCACHE=$dir/modcache
+		export GOMODCACHE=$dir.modcache
 		go mod init "example.com/$1" >/dev/null 2>&1
 		go get "$2" 2>get.log || { cat get.log >&2; exit 1; }
 		go mod tidy 2>>get.log || { cat get.log >&2; exit 1; }
 		go build -o /dev/null . || exit 1
-		echo "$(find modcache/cache/download -name '*.zip' | wc -l) $(du -sk modcache | cut -f1)"
+		echo "$(find "$GOMODCACHE/cache/download" -name '*.zip' | wc -l) $(du -sk "$GOMODCACHE" | cut -f1)"
 	)
 }
 read -r dl_mods dl_kib < <(weigh weight-dlock "github.com/dlockhq/dlock@$version" '
