@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlockhq/dlock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
@@ -41,5 +41,3 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/dlockhq/dlock => ../

@@ -9,6 +9,9 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CI="${CI:-}"
+# The library alone, with the versions its go.mod names (not the workspace's,
+# which the adapters and bench may raise): what a consumer's build sees.
+export GOWORK=off
 
 scripts/install-servers.sh
 go mod download

@@ -64,12 +64,20 @@ func (a *app) versionCommand() *cobra.Command {
 	}
 }
 
+// releaseVersion is the version scripts/release-build.sh stamps into the
+// binaries it builds; other builds report the module version Go records
+// (go install github.com/dlockhq/dlock/cmd/dlock@v0.1.0 records v0.1.0).
+var releaseVersion string
+
 // version returns what 'dlock version' and 'dlock --version' print: the
 // module version, the Go version and platform, and the URL schemes built in.
 func version() string {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	v := releaseVersion
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "" {
 		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
 	}
 	return fmt.Sprintf("dlock %s %s %s/%s\nstores: %s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(dlock.Schemes(), ", "))
 }

@@ -2,7 +2,7 @@ module github.com/dlockhq/dlock/job/cronjob
 
 go 1.26.0
 
-require github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlockhq/dlock v0.1.0
 
 require github.com/redis/rueidis v1.0.79 // indirect
 
@@ -21,5 +21,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/dlockhq/dlock => ../..

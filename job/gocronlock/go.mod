@@ -3,7 +3,7 @@ module github.com/dlockhq/dlock/job/gocronlock
 go 1.26.0
 
 require (
-	github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlockhq/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 )
@@ -25,5 +25,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/dlockhq/dlock => ../..

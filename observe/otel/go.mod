@@ -3,7 +3,7 @@ module github.com/dlockhq/dlock/observe/otel
 go 1.26.0
 
 require (
-	github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlockhq/dlock v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -20,5 +20,3 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/dlockhq/dlock => ../..

@@ -2,7 +2,7 @@ module github.com/dlockhq/dlock/observe/prometheus
 
 go 1.26.0
 
-require github.com/dlockhq/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlockhq/dlock v0.1.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -15,5 +15,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/dlockhq/dlock => ../..
