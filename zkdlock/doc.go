@@ -194,8 +194,9 @@
 // "lock-<SEQ>", and kazoo sorts by the sequence number), and both sides
 // exclude each other. Without it, kazoo takes the key while the driver
 // holds it (the driver still waits for kazoo), and the driver cannot tell.
-// kazoo's ReadLock ignores the driver's nodes whatever its patterns: use
-// its Lock or WriteLock against the driver's writers.
+// kazoo's ReadLock given the same patterns takes every node of the driver
+// for a writer's (it waits for the driver's readers too); the driver counts
+// kazoo's ReadLock nodes as readers.
 //
 // # Curator
 //
