@@ -194,9 +194,12 @@
 // "lock-<SEQ>", and kazoo sorts by the sequence number), and both sides
 // exclude each other. Without it, kazoo takes the key while the driver
 // holds it (the driver still waits for kazoo), and the driver cannot tell.
-// kazoo's ReadLock given the same patterns takes every node of the driver
-// for a writer's (it waits for the driver's readers too); the driver counts
-// kazoo's ReadLock nodes as readers.
+// The driver counts kazoo's ReadLock nodes as readers, but kazoo's
+// ReadLock does not exclude the driver's writers: without the patterns it
+// ignores them, and with them it waits for every matching node, even one
+// queued behind it (kazoo 2.8, python-zk/kazoo#649), which deadlocks with
+// a waiting writer of the driver. Use kazoo's Lock or WriteLock with the
+// patterns on the driver's keys.
 //
 // # Curator
 //

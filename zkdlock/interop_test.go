@@ -482,6 +482,7 @@ func TestInterop(t *testing.T) {
 				continue
 			}
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
+				t.Parallel() // mostly waiting for sessions to end
 				d, c := newClient(t, x.l)
 				sp := newSpy(d)
 				k := key(t)
