@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -508,4 +509,37 @@ func TestKazooReadLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	blockedThenFreed(t, c, sp, tc, k, p)
+}
+
+// TestCuratorSemaphoreEndsHold checks that a hold whose key's znode a
+// Curator semaphore comes to (which does not see the driver's node, and so
+// may hold the key too) ends with ErrLost at its next renewal, and that its
+// node goes.
+func TestCuratorSemaphoreEndsHold(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	d := newTestDriver(t, srv.Addr)
+	c := client(t, d)
+	for _, opts := range [][]dlock.LockOption{nil, {dlock.WithLimit(1)}} {
+		k := key(t)
+		l, err := c.Lock(ctx(t), k, append(opts, dlock.WithTTL(time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := foreignNode(t, tc, d.parentPath(k)+"/"+curatorSemLeases, curatorUUID+"lease-")
+		wait(t, l.Context().Done(), "the end of the hold")
+		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) || !strings.Contains(cause.Error(), curatorSemLeases) {
+			t.Errorf("%v: the hold ended with %v; want ErrLost naming the semaphore", opts, cause)
+		}
+		if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
+			t.Errorf("children of the key's znode = %q, %v; want only the semaphore's", children, err)
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

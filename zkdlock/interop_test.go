@@ -578,20 +578,22 @@ func TestInterop(t *testing.T) {
 
 	// What the package documentation states the driver cannot prevent:
 	// a foreign recipe blind to the driver's nodes enters while the
-	// driver holds. (The driver refuses the key from then on, where it
-	// can tell.) A change here means that documentation is out of date.
+	// driver holds. (The driver ends its holds when it sees a Curator
+	// semaphore, and refuses the key from then on where it can tell.) A
+	// change here means that documentation is out of date.
 	t.Run("Limits", func(t *testing.T) {
 		for _, x := range []struct {
 			fs      foreignSide
 			l       Layout
 			m       mode
+			lost    bool // the driver's holds end with ErrLost
 			refused bool // the driver refuses the key afterwards
 		}{
-			{curator("semaphore", 2), CuratorMutex, semaphore(2), true},
-			{curator("semmutex", 0), CuratorMutex, exclusive, true},
-			{curator("write", 0), CuratorMutex, exclusive, true},
-			{kazoo("lock", ""), CuratorMutex, exclusive, false},
-			{kazoo("read", ""), CuratorMutex, exclusive, false},
+			{curator("semaphore", 2), CuratorMutex, semaphore(2), true, true},
+			{curator("semmutex", 0), CuratorMutex, exclusive, true, true},
+			{curator("write", 0), CuratorMutex, exclusive, false, true},
+			{kazoo("lock", ""), CuratorMutex, exclusive, false, false},
+			{kazoo("read", ""), CuratorMutex, exclusive, false, false},
 		} {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
@@ -614,22 +616,33 @@ func TestInterop(t *testing.T) {
 				}
 				p := x.fs.start(t, d.parentPath(k), w, "foreign", 0)
 				p.expect(t, "held")
+				entered := time.Now()
 				overlaps := w.count(t)
 				if overlaps == 0 {
 					t.Errorf("the foreign client entered beside the driver's %d holds and no overlap was seen", held)
 				}
-				outcome := "dlock waits"
+				outcome := "the foreign client enters; "
+				if x.lost {
+					for _, l := range ls {
+						wait(t, l.Context().Done(), "the end of the driver's hold")
+						if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) {
+							t.Errorf("the driver's hold ended with %v; want ErrLost", cause)
+						}
+					}
+					outcome += fmt.Sprintf("dlock's holds end with ErrLost by %v after it says it entered; ", time.Since(entered).Round(time.Millisecond))
+				}
+				outcome += "then dlock waits"
 				_, other := newClient(t, x.l)
 				_, err := other.TryLock(ctx(t), k, x.m.opts...)
 				switch {
 				case x.refused && errors.Is(err, dlock.ErrPermanent):
-					outcome = "dlock refuses (ErrPermanent)"
+					outcome = strings.Replace(outcome, "dlock waits", "dlock refuses (ErrPermanent)", 1)
 				case x.refused || !errors.Is(err, dlock.ErrNotAcquired):
 					t.Errorf("TryLock after the foreign client entered = %v", err)
 				}
 				p.stop(t)
 				table.add(interopRow{pairName(x.fs, x.l, x.m), "dlock holds, foreign asks (documented limit)",
-					fmt.Sprintf("%d: the foreign client enters; then %s", overlaps, outcome), ""})
+					fmt.Sprintf("%d: %s", overlaps, outcome), ""})
 			})
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -210,6 +211,24 @@ const (
 // that does not see the driver's nodes: the driver refuses it (Permanent
 // reports it permanent, like a key of a foreign type on other stores).
 var errForeignRecipe = errors.New("the key's znode is used by a lock recipe that does not see this driver's nodes")
+
+// curatorSemaphore returns an error wrapping errForeignRecipe if the key's
+// znode parent has a child of a Curator semaphore (read with the requests
+// in flight together), and nil otherwise, or if the reads fail.
+func (d *Driver) curatorSemaphore(parent string) error {
+	names := []string{curatorSemLocks, curatorSemLeases}
+	found := make([]string, len(names))
+	var wg sync.WaitGroup
+	for i, c := range names {
+		wg.Go(func() {
+			if ok, _, _ := d.conn.Exists(parent + "/" + c); ok {
+				found[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	return foreignRecipe(found, nil, d.layout)
+}
 
 // foreignRecipe returns an error wrapping errForeignRecipe if the key's
 // children (and q, their queue) show a recipe that would not count the
