@@ -409,6 +409,15 @@ func TestInterop(t *testing.T) {
 	defer tc.Close()
 	table := &interopTable{}
 	defer table.log(t)
+	defer assertNoResidue(t, srv.Addr, "zk:"+t.Name())
+	// newKey returns a key for t whose znode, and whatever the foreign
+	// clients left there (kazoo's persistent lock path, Curator's
+	// containers), is deleted when t ends.
+	newKey := func(t *testing.T, d *Driver) string {
+		k := key(t)
+		t.Cleanup(func() { removeTree(t, tc, d.parentPath(k)) })
+		return k
+	}
 	newClient := func(t *testing.T, l Layout) (*Driver, *dlock.Client) {
 		d := newTestDriver(t, srv.Addr, WithSessionTTL(interopSession), WithCuratorLayout(l), WithParentLinger(0))
 		return d, client(t, d)
@@ -456,7 +465,7 @@ func TestInterop(t *testing.T) {
 		for _, x := range excl {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
-				k := key(t)
+				k := newKey(t, d)
 				w := newWitness(t)
 				p := x.fs.start(t, d.parentPath(k), w, "foreign", n)
 				p.expect(t, "ready")
@@ -485,7 +494,7 @@ func TestInterop(t *testing.T) {
 				t.Parallel() // mostly waiting for sessions to end
 				d, c := newClient(t, x.l)
 				sp := newSpy(d)
-				k := key(t)
+				k := newKey(t, d)
 				parent := d.parentPath(k)
 				w := newWitness(t)
 
@@ -559,7 +568,7 @@ func TestInterop(t *testing.T) {
 		} {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
-				k := key(t)
+				k := newKey(t, d)
 				w := newWitness(t)
 				p := x.fs.start(t, d.parentPath(k), w, "foreign", 0)
 				p.expect(t, "held")
@@ -597,7 +606,7 @@ func TestInterop(t *testing.T) {
 		} {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
-				k := key(t)
+				k := newKey(t, d)
 				w := newWitness(t)
 				held := x.m.limit
 				var ls []*dlock.Lock
@@ -651,7 +660,7 @@ func TestInterop(t *testing.T) {
 	t.Run("Share", func(t *testing.T) {
 		fs := kazoo("read", "")
 		d, c := newClient(t, CuratorMutex)
-		k := key(t)
+		k := newKey(t, d)
 		w := newWitness(t)
 		p := fs.start(t, d.parentPath(k), w, "foreign", 0)
 		p.expect(t, "held")
@@ -668,4 +677,22 @@ func TestInterop(t *testing.T) {
 		p.stop(t)
 		table.add(interopRow{pairName(fs, CuratorMutex, shared), "foreign reader holds, dlock asks", "both read; a dlock writer waits", ""})
 	})
+}
+
+// removeTree deletes the znode p and everything under it.
+func removeTree(t *testing.T, c *zk.Conn, p string) {
+	children, _, err := c.Children(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return
+	}
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for _, ch := range children {
+		removeTree(t, c, p+"/"+ch)
+	}
+	if err := c.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Error(err)
+	}
 }
