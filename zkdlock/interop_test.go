@@ -91,9 +91,9 @@ type proc struct {
 	err    error
 }
 
-// start starts a contender process, killed when t ends if it is still
+// startProc starts a contender process, killed when t ends if it is still
 // running. It prints a few lines only, which lines buffers.
-func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
+func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: cmd, lines: make(chan string, 16)}
 	cmd.Stderr = &p.stderr
@@ -121,14 +121,14 @@ func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
 // curator starts Contender.java with recipe at path.
 func (f *foreignClients) curator(t *testing.T, addr, path, recipe string, n int, w witness, id string, rounds int) *proc {
 	t.Helper()
-	return start(t, "Curator "+recipe, exec.Command(f.java, "-Xmx64m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", f.classpath, "Contender",
+	return startProc(t, "Curator "+recipe, exec.Command(f.java, "-Xmx64m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", f.classpath, "Contender",
 		addr, path, recipe, fmt.Sprint(n), w.dir, w.overlaps, id, fmt.Sprint(rounds), fmt.Sprint(interopHold.Milliseconds())))
 }
 
 // kazoo starts contender.py with recipe at path.
 func (f *foreignClients) kazoo(t *testing.T, addr, path, recipe, extra string, w witness, id string, rounds int) *proc {
 	t.Helper()
-	return start(t, "kazoo "+recipe, exec.Command(f.python, filepath.Join("testdata", "interop", "contender.py"),
+	return startProc(t, "kazoo "+recipe, exec.Command(f.python, filepath.Join("testdata", "interop", "contender.py"),
 		addr, path, recipe, extra, w.dir, w.overlaps, id, fmt.Sprint(rounds), fmt.Sprint(interopHold.Milliseconds())))
 }
 
@@ -245,8 +245,8 @@ func (w witness) forget(t *testing.T, id string) {
 	}
 }
 
-// mode is a driver's lock mode in the interop tests.
-type mode struct {
+// lockMode is a driver's lock mode in the interop tests.
+type lockMode struct {
 	name  string
 	opts  []dlock.LockOption
 	kind  string // the witness kind
@@ -254,17 +254,17 @@ type mode struct {
 }
 
 var (
-	exclusive = mode{"Exclusive", nil, "x", 1}
-	shared    = mode{"Shared", []dlock.LockOption{dlock.Shared()}, "r", 1}
+	exclusiveMode = lockMode{"Exclusive", nil, "x", 1}
+	sharedMode    = lockMode{"Shared", []dlock.LockOption{dlock.Shared()}, "r", 1}
 )
 
-func semaphore(n int) mode {
-	return mode{fmt.Sprintf("Semaphore(%d)", n), []dlock.LockOption{dlock.WithLimit(n)}, "s", n}
+func semaphoreMode(n int) lockMode {
+	return lockMode{fmt.Sprintf("Semaphore(%d)", n), []dlock.LockOption{dlock.WithLimit(n)}, "s", n}
 }
 
-// rounds takes and releases the lock on k rounds times in mode m, each hold
+// takeTurns takes and releases the lock on k rounds times in mode m, each hold
 // a witnessed section of interopHold.
-func rounds(ctx context.Context, c *dlock.Client, k string, m mode, w witness, id string, n int) error {
+func takeTurns(ctx context.Context, c *dlock.Client, k string, m lockMode, w witness, id string, n int) error {
 	for i := range n {
 		l, err := c.Lock(ctx, k, m.opts...)
 		if err != nil {
@@ -360,7 +360,7 @@ func interopHolder(spec string) int {
 }
 
 // startHolder starts the driver's contender process on k.
-func startHolder(t *testing.T, addr, k string, l Layout, m mode, w witness, id string) *proc {
+func startHolder(t *testing.T, addr, k string, l Layout, m lockMode, w witness, id string) *proc {
 	t.Helper()
 	spec, err := json.Marshal(holderSpec{Addr: addr, Key: k, Kind: m.kind, Witness: w.dir, Overlaps: w.overlaps, ID: id, Layout: l, Shared: m.kind == "r"})
 	if err != nil {
@@ -368,7 +368,7 @@ func startHolder(t *testing.T, addr, k string, l Layout, m mode, w witness, id s
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), interopHolderEnv+"="+string(spec))
-	return start(t, "dlock holder", cmd)
+	return startProc(t, "dlock holder", cmd)
 }
 
 // waitContenders waits until the key's znode parent has n contenders.
@@ -442,7 +442,7 @@ func TestInterop(t *testing.T) {
 			return f.kazoo(t, srv.Addr, path, recipe, extra, w, id, rounds)
 		}}
 	}
-	pairName := func(fs foreignSide, l Layout, m mode) string {
+	pairName := func(fs foreignSide, l Layout, m lockMode) string {
 		return fmt.Sprintf("%s / dlock %s, curator=%s", fs.name, m.name, l)
 	}
 
@@ -451,15 +451,15 @@ func TestInterop(t *testing.T) {
 	excl := []struct {
 		fs foreignSide
 		l  Layout
-		m  mode
+		m  lockMode
 	}{
-		{curator("mutex", 0), CuratorMutex, exclusive},
-		{curator("mutex", 0), CuratorMutex, shared},
-		{curator("write", 0), CuratorReadWriteLock, exclusive},
-		{curator("write", 0), CuratorReadWriteLock, shared},
-		{curator("read", 0), CuratorReadWriteLock, exclusive},
-		{kazoo("lock", "lock-"), CuratorMutex, exclusive},
-		{kazoo("write", "lock-"), CuratorMutex, shared},
+		{curator("mutex", 0), CuratorMutex, exclusiveMode},
+		{curator("mutex", 0), CuratorMutex, sharedMode},
+		{curator("write", 0), CuratorReadWriteLock, exclusiveMode},
+		{curator("write", 0), CuratorReadWriteLock, sharedMode},
+		{curator("read", 0), CuratorReadWriteLock, exclusiveMode},
+		{kazoo("lock", "lock-"), CuratorMutex, exclusiveMode},
+		{kazoo("write", "lock-"), CuratorMutex, sharedMode},
 	}
 	t.Run("Exclude", func(t *testing.T) {
 		for _, x := range excl {
@@ -469,7 +469,7 @@ func TestInterop(t *testing.T) {
 				w := newWitness(t)
 				p := x.fs.start(t, d.parentPath(k), w, "foreign", n)
 				p.expect(t, "ready")
-				if err := rounds(ctx(t), c, k, x.m, w, "dlock", n); err != nil {
+				if err := takeTurns(ctx(t), c, k, x.m, w, "dlock", n); err != nil {
 					t.Fatal(err)
 				}
 				p.expect(t, "done")
@@ -557,14 +557,14 @@ func TestInterop(t *testing.T) {
 		for _, x := range []struct {
 			fs foreignSide
 			l  Layout
-			m  mode
+			m  lockMode
 		}{
-			{curator("semaphore", 2), CuratorMutex, semaphore(2)},
-			{curator("semmutex", 0), CuratorMutex, exclusive},
-			{curator("semmutex", 0), CuratorMutex, semaphore(1)},
-			{curator("write", 0), CuratorMutex, exclusive},
-			{curator("read", 0), CuratorMutex, shared},
-			{curator("mutex", 0), CuratorReadWriteLock, exclusive},
+			{curator("semaphore", 2), CuratorMutex, semaphoreMode(2)},
+			{curator("semmutex", 0), CuratorMutex, exclusiveMode},
+			{curator("semmutex", 0), CuratorMutex, semaphoreMode(1)},
+			{curator("write", 0), CuratorMutex, exclusiveMode},
+			{curator("read", 0), CuratorMutex, sharedMode},
+			{curator("mutex", 0), CuratorReadWriteLock, exclusiveMode},
 		} {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
@@ -594,15 +594,15 @@ func TestInterop(t *testing.T) {
 		for _, x := range []struct {
 			fs      foreignSide
 			l       Layout
-			m       mode
+			m       lockMode
 			lost    bool // the driver's holds end with ErrLost
 			refused bool // the driver refuses the key afterwards
 		}{
-			{curator("semaphore", 2), CuratorMutex, semaphore(2), true, true},
-			{curator("semmutex", 0), CuratorMutex, exclusive, true, true},
-			{curator("write", 0), CuratorMutex, exclusive, false, true},
-			{kazoo("lock", ""), CuratorMutex, exclusive, false, false},
-			{kazoo("read", ""), CuratorMutex, exclusive, false, false},
+			{curator("semaphore", 2), CuratorMutex, semaphoreMode(2), true, true},
+			{curator("semmutex", 0), CuratorMutex, exclusiveMode, true, true},
+			{curator("write", 0), CuratorMutex, exclusiveMode, false, true},
+			{kazoo("lock", ""), CuratorMutex, exclusiveMode, false, false},
+			{kazoo("read", ""), CuratorMutex, exclusiveMode, false, false},
 		} {
 			t.Run(strings.ReplaceAll(pairName(x.fs, x.l, x.m), " ", "_"), func(t *testing.T) {
 				d, c := newClient(t, x.l)
@@ -675,7 +675,7 @@ func TestInterop(t *testing.T) {
 			t.Errorf("exclusive TryLock beside kazoo's reader = %v; want ErrNotAcquired", err)
 		}
 		p.stop(t)
-		table.add(interopRow{pairName(fs, CuratorMutex, shared), "foreign reader holds, dlock asks", "both read; a dlock writer waits", ""})
+		table.add(interopRow{pairName(fs, CuratorMutex, sharedMode), "foreign reader holds, dlock asks", "both read; a dlock writer waits", ""})
 	})
 }
 

@@ -9,8 +9,8 @@
 // (InterProcessSemaphoreMutex). With ROUNDS > 0 it takes and releases the
 // lock ROUNDS times, holding it HOLD_MS each, and prints "done"; with
 // ROUNDS 0 it takes the lock once, prints "held" and keeps it until its
-// standard input closes. It prints "ready" once connected. See witness.go
-// of the tests for the witness protocol.
+// standard input closes. It prints "ready" once connected. The witness
+// protocol is the one of type witness in interop_test.go.
 
 import java.io.IOException;
 import java.nio.file.DirectoryStream;
