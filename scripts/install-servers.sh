@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs the database servers the tests start (see internal/testsrv:
 # PostgreSQL, MariaDB, Redis — redis-server also runs the sentinel, with
-# --sentinel —, memcached, etcd and ZooKeeper), if their programs are
-# missing. Idempotent: does nothing when all are present.
+# --sentinel —, memcached, etcd and ZooKeeper), and the foreign lock clients
+# the interop tests run against them (Apache Curator with a JDK to compile
+# its test program, kazoo, etcdctl), if their programs are missing.
+# Idempotent: does nothing when all are present.
 # Debian/Ubuntu only (apt-get). Runs apt through sudo when not root.
 #
 # System services are not started: a policy-rc.d that forbids service starts
 # is put in place for the duration of the install (unless one exists already).
 set -euo pipefail
 
-# program              package          directories searched besides PATH
+# program (or file)    package          directories searched besides PATH
 REQUIRED=(
 	"initdb              postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
 	"postgres            postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
@@ -19,14 +21,25 @@ REQUIRED=(
 	"memcached           memcached        /usr/bin /usr/local/bin /usr/sbin"
 	"etcd                etcd-server      /usr/bin /usr/local/bin"
 	"zkServer.sh         zookeeper        /usr/share/zookeeper/bin"
+	"javac               default-jdk-headless     /usr/lib/jvm/default-java/bin"
+	"curator-recipes.jar libcurator-recipes-java  /usr/share/java"
+	"kazoo/__init__.py   python3-kazoo            /usr/lib/python3/dist-packages"
+	"etcdctl             etcd-client      /usr/bin /usr/local/bin"
 )
 
 # have PROGRAM DIR... : is PROGRAM an executable file in PATH or in one of
-# DIRs (globs, expanded by the caller)? (Not `command -v`: bash reports a
-# non-executable file when it finds no executable one.)
+# DIRs (globs, expanded by the caller)? A jar or a path with a slash (a
+# Python module) need only be a file, in one of DIRs. (Not `command -v`:
+# bash reports a non-executable file when it finds no executable one.)
 have() {
 	local prog=$1 dir path_dirs
 	shift
+	if [[ $prog == *.jar || $prog == */* ]]; then
+		for dir in "$@"; do
+			[[ -f $dir/$prog ]] && return 0
+		done
+		return 1
+	fi
 	IFS=: read -ra path_dirs <<<"${PATH:-}"
 	for dir in "${path_dirs[@]}" "$@"; do
 		[[ -n $dir && -f $dir/$prog && -x $dir/$prog ]] && return 0
@@ -46,7 +59,7 @@ missing_packages() {
 
 mapfile -t missing < <(missing_packages)
 if ((${#missing[@]} == 0)); then
-	echo "install-servers: nothing to install; all database servers present"
+	echo "install-servers: nothing to install; all database servers and clients present"
 	exit 0
 fi
 

@@ -117,23 +117,25 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result
 	}
 	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
 	// Modes: the key's first node says what the key is in use as; a
-	// request that cannot join it leaves (see compatible). An older node of
-	// the owner in another mode is kept, and the request refused.
-	var ref *node
+	// request that cannot join it leaves (see compatible), and so does one
+	// on a key a foreign recipe blind to its node uses. An older node of the
+	// owner in another mode is kept, and the request refused.
+	refused := foreignRecipe(children, q, d.layout)
 	switch {
+	case refused != nil:
 	case q[i].mode != req.Mode || q[i].limit != req.Limit:
-		ref = &q[i]
+		refused = mismatch(req.Key, q[i], req.Mode, req.Limit)
 	case i > 0 && !compatible(q[0], req.Mode, req.Limit):
-		ref = &q[0]
+		refused = mismatch(req.Key, q[0], req.Mode, req.Limit)
 	}
-	if ref != nil {
+	if refused != nil {
 		if keep == created && own {
 			if _, err := d.removeNode(parent, keep, true); err != nil {
 				d.retry(parent, keep, sid)
 				return driver.Result{}, err
 			}
 		}
-		return driver.Result{}, mismatch(req.Key, *ref, req.Mode, req.Limit)
+		return driver.Result{}, refused
 	}
 	s, known := d.sess.timeoutOf(st.EphemeralOwner)
 	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded,
@@ -237,6 +239,10 @@ func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 	if err != nil {
 		return driver.Result{}, err
 	}
+	if err := foreignRecipe(children, q, d.layout); err != nil && !h.held {
+		// A waiter that finds a foreign recipe blind to its node leaves.
+		return driver.Result{}, errors.Join(err, d.leave(req.Owner, h))
+	}
 	if downgrade {
 		if !held {
 			// A waiting writer has nothing to downgrade.
@@ -260,12 +266,17 @@ func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
 		return driver.Result{}, nil
 	}
 	// A single attempt by an owner that queued before: leave the queue.
-	d.holds.Take(req.Owner)
+	return driver.Result{}, d.leave(req.Owner, h)
+}
+
+// leave takes the owner's node h out of the queue.
+func (d *Driver) leave(owner string, h hold) error {
+	d.holds.Take(owner)
 	if _, err := d.removeNode(h.parent, h.path, true); err != nil {
 		d.retry(h.parent, h.path, h.session)
-		return driver.Result{}, err
+		return err
 	}
-	return driver.Result{}, nil
+	return nil
 }
 
 // downgrade turns the write hold h into a read hold: one setData of the

@@ -1,11 +1,13 @@
 package zkdlock
 
 import (
+	"context"
 	"errors"
 	"path"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -379,4 +381,165 @@ func TestCuratorReadWriteLock(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestForeignRecipesRefused locks keys whose znodes are used by recipes that
+// would not see the driver's nodes: Curator's semaphores (children locks
+// and leases), Curator's read-write lock beside the mutex layout and
+// Curator's mutex beside the read-write layout. TryLock and Lock fail with
+// ErrPermanent in every mode, naming what they found, and leave no node.
+func TestForeignRecipesRefused(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	for _, x := range []struct {
+		name, child, base, want string
+		layout                  Layout
+	}{
+		{"SemaphoreLease", curatorSemLeases, curatorUUID + "lease-", `child "leases"`, CuratorMutex},
+		{"SemaphoreLock", curatorSemLocks, curatorUUID + curatorMutexName, `child "locks"`, CuratorReadWriteLock},
+		{"ReadWriteLockWriter", "", curatorUUID + curatorWriteName, "curator=rwlock", CuratorMutex},
+		{"ReadWriteLockReader", "", curatorUUID + curatorReadName, "curator=rwlock", CuratorMutex},
+		{"Mutex", "", curatorUUID + curatorMutexName, "curator=mutex", CuratorReadWriteLock},
+	} {
+		t.Run(x.name, func(t *testing.T) {
+			d := newTestDriver(t, srv.Addr, WithCuratorLayout(x.layout))
+			c := client(t, d)
+			k := key(t)
+			parent := d.parentPath(k)
+			dir := parent
+			if x.child != "" {
+				dir += "/" + x.child
+			}
+			p := foreignNode(t, tc, dir, x.base)
+			for _, opts := range [][]dlock.LockOption{nil, {dlock.Shared()}, {dlock.WithLimit(2)}} {
+				for _, lock := range []func(context.Context, string, ...dlock.LockOption) (*dlock.Lock, error){c.TryLock, c.Lock} {
+					l, err := lock(ctx(t), k, opts...)
+					if !errors.Is(err, dlock.ErrPermanent) || !strings.Contains(err.Error(), x.want) {
+						t.Errorf("%v: lock = %v, %v; want ErrPermanent naming %s", opts, l, err, x.want)
+					}
+					if err == nil {
+						l.Release(ctx(t))
+					}
+				}
+			}
+			if children, _, err := tc.Children(parent); err != nil || len(children) != 1 {
+				t.Errorf("children of the key's znode = %q, %v; want only the foreign one", children, err)
+			}
+			if err := tc.Delete(p, -1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestForeignRecipeEndsWait checks that a waiting Lock that finds, when it
+// looks again, a recipe blind to its node ends with ErrPermanent rather
+// than acquiring beside it, and leaves its node.
+func TestForeignRecipeEndsWait(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	d := newTestDriver(t, srv.Addr)
+	sp := newSpy(d)
+	c := client(t, classifying{sp})
+	k := key(t)
+	p := foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorMutexName) // the Curator mutex holds
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx(t), k)
+		if err == nil {
+			l.Release(ctx(t))
+		}
+		got <- err
+	}()
+	wait(t, sp.waiting, "the Lock waiting")
+	// A Curator read-write lock comes, whose writer sorts the driver's
+	// node behind its own; then the mutex goes.
+	w := foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorWriteName)
+	if err := tc.Delete(p, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, got, "the Lock after the mutex went"); !errors.Is(err, dlock.ErrPermanent) {
+		t.Errorf("Lock = %v; want ErrPermanent", err)
+	}
+	if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
+		t.Errorf("children of the key's znode = %q, %v; want only the writer's", children, err)
+	}
+	if err := tc.Delete(w, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// classifying is a spy that classifies errors as the driver does.
+type classifying struct{ *spy }
+
+func (classifying) Permanent(err error) bool { return permanent(err) }
+
+// TestKazooReadLock checks that kazoo's ReadLock nodes count as readers:
+// the driver's readers share the key with them and its writers wait, and
+// listings name the foreign node.
+func TestKazooReadLock(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	d := newTestDriver(t, srv.Addr)
+	sp := newSpy(d)
+	c := client(t, sp)
+	k := key(t)
+	p := foreignNode(t, tc, d.parentPath(k), "0f8fad5bd9cb469fa16570867728950e"+kazooReadName)
+	r, err := c.TryLock(ctx(t), k, dlock.Shared())
+	if err != nil {
+		t.Fatalf("shared TryLock beside a kazoo reader: %v", err)
+	}
+	hs, err := client(t, d).Holders(ctx(t), k)
+	if err != nil || len(hs) != 2 || hs[0].Info != path.Base(p) || hs[0].Mode != driver.Shared {
+		t.Errorf("Holders = %+v, %v; want the kazoo reader, named by its node, and the driver's", hs, err)
+	}
+	if err := r.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	blockedThenFreed(t, c, sp, tc, k, p)
+}
+
+// TestCuratorSemaphoreEndsHold checks that a hold whose key's znode a
+// Curator semaphore comes to (which does not see the driver's node, and so
+// may hold the key too) ends with ErrLost at its next renewal, and that its
+// node goes.
+func TestCuratorSemaphoreEndsHold(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	d := newTestDriver(t, srv.Addr)
+	c := client(t, d)
+	for _, opts := range [][]dlock.LockOption{nil, {dlock.WithLimit(1)}} {
+		k := key(t)
+		l, err := c.Lock(ctx(t), k, append(opts, dlock.WithTTL(time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := foreignNode(t, tc, d.parentPath(k)+"/"+curatorSemLeases, curatorUUID+"lease-")
+		wait(t, l.Context().Done(), "the end of the hold")
+		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) || !strings.Contains(cause.Error(), curatorSemLeases) {
+			t.Errorf("%v: the hold ended with %v; want ErrLost naming the semaphore", opts, cause)
+		}
+		if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
+			t.Errorf("children of the key's znode = %q, %v; want only the semaphore's", children, err)
+		}
+		if err := tc.Delete(p, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -156,14 +156,55 @@
 // Every other child of the key's znode whose name ends in ten digits (a
 // sequential node) is a contender too, of another client: the driver
 // cannot tell what it is, and never takes it for absent. It is a Shared
-// contender if its name ends in "__READ__<SEQ>" (Curator's reader) and an
-// Exclusive one otherwise (Curator's mutex or writer, the plain recipe's
-// "lock-<SEQ>" or "<GUID>-lock-<SEQ>", anything else), which holds the key
-// when it is the first, and blocks every node behind it until it goes; a
-// waiter behind it watches it as it would a node of the driver, and wakes
-// when it is deleted. List reports it with its name as the owner, and
-// ForceRelease deletes it. Children without a sequence number (such as the
-// "locks" and "leases" of a Curator semaphore) are not contenders.
+// contender if its name ends in "__READ__<SEQ>" (Curator's reader) or
+// "__rlock__<SEQ>" (kazoo's ReadLock) and an Exclusive one otherwise
+// (Curator's mutex or writer, kazoo's Lock and WriteLock, the plain
+// recipe's "lock-<SEQ>" or "<GUID>-lock-<SEQ>", anything else), which
+// holds the key when it is the first, and blocks every node behind it
+// until it goes; a waiter behind it watches it as it would a node of the
+// driver, and wakes when it is deleted. List reports it with its name as
+// the owner and as the Info (what `dlock ls` shows), and ForceRelease
+// deletes it. Children without a sequence number are not contenders.
+//
+// # Foreign clients
+//
+// A recipe that would not see the driver's nodes as contenders would take
+// the key while the driver holds it. Where the driver can tell such a
+// recipe from the key's children, it refuses the key: Acquire (and so
+// TryLock, and a waiting Lock when it next looks at the queue) fails with
+// an error that Permanent reports permanent, so that package dlock's error
+// wraps dlock.ErrPermanent, and leaves no node behind. It refuses
+//
+//   - a key's znode with a child "locks" or "leases": Curator's
+//     InterProcessSemaphoreV2 and InterProcessSemaphoreMutex (a semaphore
+//     of one lease) keep their nodes there, and count only those;
+//   - in the CuratorMutex layout, a node of Curator's
+//     InterProcessReadWriteLock ("__READ__<SEQ>", "__WRIT__<SEQ>");
+//   - in the CuratorReadWriteLock layout, a node of Curator's
+//     InterProcessMutex ("lock-<SEQ>").
+//
+// The refusal protects only the driver's side: Curator's semaphores do not
+// look at the key's other children, so one that comes while the driver
+// holds the key takes it too. The driver's holds then end at their next
+// renewal (a third of the lease), which looks for the semaphore's children:
+// their contexts end with dlock.ErrLost and their nodes go. Curator's
+// read-write lock that comes beside a hold of the CuratorMutex layout (or
+// its mutex beside the other layout) is seen by the next acquisition only.
+// Do not use these recipes on the driver's keys.
+//
+// kazoo's Lock and WriteLock count only the nodes that match their own
+// names ("__lock__", "__rlock__") and the patterns given in
+// extra_lock_patterns: give extra_lock_patterns=("lock-",) for a driver in
+// the CuratorMutex layout (every node of the driver's then ends in
+// "lock-<SEQ>", and kazoo sorts by the sequence number), and both sides
+// exclude each other. Without it, kazoo takes the key while the driver
+// holds it (the driver still waits for kazoo), and the driver cannot tell.
+// The driver counts kazoo's ReadLock nodes as readers, but kazoo's
+// ReadLock does not exclude the driver's writers: without the patterns it
+// ignores them, and with them it waits for every matching node, even one
+// queued behind it (kazoo 2.8, python-zk/kazoo#649), which deadlocks with
+// a waiting writer of the driver. Use kazoo's Lock or WriteLock with the
+// patterns on the driver's keys.
 //
 // # Curator
 //
@@ -197,13 +238,13 @@
 //     layout none to Curator's mutex. The driver itself reads every layout:
 //     drivers of both layouts exclude each other. Curator's mutex and its
 //     read-write lock do not exclude each other either.
-//   - InterProcessSemaphoreV2 is not mapped: it keeps a mutex under P/locks
-//     and the permits as P/leases/lease-<SEQ> nodes, counted while that
-//     mutex is held, with the number of permits known only to its clients,
-//     whereas the driver's semaphore is one queue of permit nodes directly
-//     under the key's znode. A Curator semaphore and the driver's semaphore
-//     at the same path do not see each other; the driver ignores the
-//     "locks" and "leases" children (they are not sequential).
+//   - InterProcessSemaphoreV2 and InterProcessSemaphoreMutex are not
+//     mapped: they keep a mutex under P/locks and the permits as
+//     P/leases/lease-<SEQ> nodes, counted while that mutex is held, with the
+//     number of permits known only to their clients, whereas the driver's
+//     semaphore is one queue of permit nodes directly under the key's
+//     znode. The driver refuses a key with those children (see Foreign
+//     clients); Curator's semaphores do not see the driver's nodes.
 //   - Revocation, Curator's lock data and its reentrancy are Curator's
 //     own: the driver never writes "__REVOKE__" to a node, and a Curator
 //     reader that holds the write lock itself (its non-sequential

@@ -20,7 +20,7 @@ const listParallel = 16
 // List implements driver.Lister: for each key under the driver's prefix
 // that starts with prefix, the nodes of its queue that hold the key (all
 // readers, all permits; waiters are not listed), with the owner and Info
-// from the nodes' data, the mode from the node's name and data (a
+// from the nodes' data (a foreign client's node: its name, as both), the mode from the node's name and data (a
 // downgraded write node is Shared) and the creation zxid as the token.
 // Holder.TTL is the session timeout the server granted this driver: an
 // upper bound of how long the hold outlives its holder, when the holder's

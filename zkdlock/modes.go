@@ -176,8 +176,9 @@ func (d *Driver) holders(parent string, q []node) ([]holder, error) {
 			}
 			hs[i] = holder{node: q[i], czxid: st.Czxid}
 			if q[i].foreign {
-				// Not the driver's data: name the node.
-				hs[i].owner = q[i].name
+				// Not the driver's data: name the node, as owner and
+				// as the info that listings show.
+				hs[i].owner, hs[i].info = q[i].name, q[i].name
 				return
 			}
 			hs[i].owner, hs[i].info, hs[i].downgraded, _ = decodeData(data)

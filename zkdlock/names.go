@@ -2,10 +2,12 @@ package zkdlock
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -30,19 +32,25 @@ import (
 // sem-N-<seq>; those names are still read.
 //
 // Every other child whose name ends in ten digits is a foreign contender
-// (a Curator node, a node of the plain ZooKeeper recipe): a Shared one if
-// the digits follow "__READ__", an Exclusive one otherwise.
+// (a Curator node, a kazoo node, a node of the plain ZooKeeper recipe): a
+// Shared one if the digits follow "__READ__" (Curator's reader) or
+// "__rlock__" (kazoo's ReadLock), an Exclusive one otherwise.
+//
+// Some foreign recipes would not see the driver's nodes as contenders, and
+// so would take the key while the driver holds it; the driver refuses the
+// keys they use (see foreignRecipe).
 
 const (
 	nodePrefix = "_c_" // Curator's prefix of protected nodes
 	ownerIDLen = 32    // hexadecimal digits of dlock.OwnerID
 	seqLen     = 10    // digits of the sequence number ZooKeeper appends
 
-	curatorMutexName = "lock-"    // InterProcessMutex's lock name
-	curatorReadName  = "__READ__" // InterProcessReadWriteLock's read lock name
-	curatorWriteName = "__WRIT__" // InterProcessReadWriteLock's write lock name
-	legacyReadKind   = "read-"    // an earlier version's Shared node
-	semKind          = "sem-"     // a permit node, followed by "<N>-"
+	curatorMutexName = "lock-"     // InterProcessMutex's lock name
+	curatorReadName  = "__READ__"  // InterProcessReadWriteLock's read lock name
+	curatorWriteName = "__WRIT__"  // InterProcessReadWriteLock's write lock name
+	legacyReadKind   = "read-"     // an earlier version's Shared node
+	kazooReadName    = "__rlock__" // kazoo's ReadLock node name
+	semKind          = "sem-"      // a permit node, followed by "<N>-"
 )
 
 // Layout says which of Curator's lock recipes the driver's nodes are named
@@ -182,12 +190,72 @@ func parseNode(name string) (n node, ok bool) {
 		return n, true
 	}
 	// A foreign contender: the rules treat it as an exclusive hold, except
-	// a Curator read node.
+	// a reader's node.
 	n.foreign, n.mode = true, driver.Exclusive
-	if strings.HasSuffix(base, curatorReadName) {
+	if strings.HasSuffix(base, curatorReadName) || strings.HasSuffix(base, kazooReadName) {
 		n.mode = driver.Shared
 	}
 	return n, true
+}
+
+// Curator's InterProcessSemaphoreV2 (and InterProcessSemaphoreMutex, a
+// semaphore of one lease) at a znode keeps its contenders in two children
+// of it: an InterProcessMutex at "locks" and the leases, counted whatever
+// their names, in "leases".
+const (
+	curatorSemLocks  = "locks"
+	curatorSemLeases = "leases"
+)
+
+// errForeignRecipe marks a key whose znode a foreign recipe uses in a way
+// that does not see the driver's nodes: the driver refuses it (Permanent
+// reports it permanent, like a key of a foreign type on other stores).
+var errForeignRecipe = errors.New("the key's znode is used by a lock recipe that does not see this driver's nodes")
+
+// curatorSemaphore returns an error wrapping errForeignRecipe if the key's
+// znode parent has a child of a Curator semaphore (read with the requests
+// in flight together), and nil otherwise, or if the reads fail.
+func (d *Driver) curatorSemaphore(parent string) error {
+	names := []string{curatorSemLocks, curatorSemLeases}
+	found := make([]string, len(names))
+	var wg sync.WaitGroup
+	for i, c := range names {
+		wg.Go(func() {
+			if ok, _, _ := d.conn.Exists(parent + "/" + c); ok {
+				found[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	return foreignRecipe(found, nil, d.layout)
+}
+
+// foreignRecipe returns an error wrapping errForeignRecipe if the key's
+// children (and q, their queue) show a recipe that would not count the
+// driver's nodes of layout l: Curator's semaphores, which keep their nodes
+// in children of their own; Curator's InterProcessReadWriteLock beside the
+// CuratorMutex layout, which sorts the driver's nodes behind its own; and
+// Curator's InterProcessMutex beside the CuratorReadWriteLock layout,
+// likewise. (kazoo's recipes see the driver's nodes only when told to, by
+// extra_lock_patterns: that cannot be told from here.)
+func foreignRecipe(children []string, q []node, l Layout) error {
+	if i := slices.IndexFunc(children, func(c string) bool { return c == curatorSemLocks || c == curatorSemLeases }); i >= 0 {
+		return fmt.Errorf("%w: it has a child %q, as Curator's InterProcessSemaphoreV2 and InterProcessSemaphoreMutex make; use another key, or a Curator mutex or read-write lock", errForeignRecipe, children[i])
+	}
+	for _, n := range q {
+		if !n.foreign {
+			continue
+		}
+		base := n.name[:len(n.name)-seqLen]
+		rw := strings.HasSuffix(base, curatorReadName) || strings.HasSuffix(base, curatorWriteName)
+		switch {
+		case l == CuratorMutex && rw:
+			return fmt.Errorf("%w: node %s is Curator's InterProcessReadWriteLock's; open the store with curator=rwlock (WithCuratorLayout(CuratorReadWriteLock))", errForeignRecipe, n.name)
+		case l == CuratorReadWriteLock && strings.HasSuffix(base, curatorMutexName):
+			return fmt.Errorf("%w: node %s is Curator's InterProcessMutex's; open the store with curator=mutex (the default layout)", errForeignRecipe, n.name)
+		}
+	}
+	return nil
 }
 
 // parseBase parses what precedes the sequence number in the name of a node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -15,7 +16,10 @@ import (
 // Refresh implements driver.Driver: it reads the stat of the owner's node
 // and checks that it is the same node (creation zxid) of the driver's
 // current session, which the request itself proves alive, then moves the
-// lease's local deadline.
+// lease's local deadline. With the stat it looks for a Curator semaphore
+// that came to the key's znode after the hold began (it does not see the
+// driver's nodes, so it may hold the key too): then the hold ends, its node
+// is deleted and Refresh reports the owner no longer holds the key.
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := check(req); err != nil {
 		return err
@@ -35,7 +39,13 @@ func (d *Driver) refresh(req driver.Request) error {
 		d.forget(req.Owner, h)
 		return notHeld("the session of its node ended")
 	}
+	var (
+		foreign error
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() { foreign = d.curatorSemaphore(h.parent) })
 	exists, st, err := d.conn.Exists(h.path)
+	wg.Wait()
 	if err != nil && d.sessionEnded(err, h.session) {
 		d.forget(req.Owner, h)
 		return notHeld("the session of its node ended")
@@ -46,6 +56,9 @@ func (d *Driver) refresh(req driver.Request) error {
 	if !exists || st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
 		d.forget(req.Owner, h)
 		return notHeld("its node is gone")
+	}
+	if foreign != nil {
+		return errors.Join(notHeld("%v", foreign), d.leave(req.Owner, h))
 	}
 	if !d.holds.Touch(req.Owner, req.TTL) {
 		return notHeld("its lease ran out")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,12 @@ import (
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) { testsrv.Main(m, testsrv.ZooKeeper) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(interopHolderEnv); spec != "" {
+		os.Exit(interopHolder(spec))
+	}
+	testsrv.Main(m, testsrv.ZooKeeper)
+}
 
 // newTestDriver returns a driver over addr, closed when t ends.
 func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {

@@ -31,8 +31,8 @@ func (a *app) lsCommand() *cobra.Command {
 		Long: `List the locks held in the store whose keys start with PREFIX (all locks
 without it), one line per holder: key, fencing token, mode (exclusive, shared
 for the readers of a read-write lock, semaphore/N for the permits of a
-semaphore of N), owner (host:pid of the holder) and the time left on the
-lease. With --json, print one JSON object per holder and line, with the
+semaphore of N), owner (host:pid of the holder; the node's name for a
+foreign client's lock on ZooKeeper) and the time left on the lease. With --json, print one JSON object per holder and line, with the
 fields key, token, mode, limit (semaphores only), owner_id, info and
 time_left_ms.
 
