@@ -15,23 +15,35 @@ import (
 	"testing"
 )
 
-// TestREADMECompiles type-checks every Go code block of the README. A block
-// is a fragment of a function that returns an error: it is wrapped in one,
-// after a prelude that imports the packages the README uses and declares
-// what the fragments take for granted (ctx, client, db, lock, and the
-// application's buildReport and run); the names a fragment declares are
-// used once so that showing a result without using it is not an error.
+// docFiles are the Markdown files whose code blocks the tests check.
+func docFiles(t *testing.T) []string {
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"README.md"}, docs...)
+}
+
+// TestREADMECompiles type-checks every Go code block of the README and of
+// docs/. A block is a fragment of a function that returns an error: it is
+// wrapped in one, after a prelude that imports the packages the docs use
+// and declares what the fragments take for granted (ctx, client, db, lock,
+// and the application's buildReport and run); the names a fragment declares
+// are used once so that showing a result without using it is not an error.
 func TestREADMECompiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go vet")
 	}
-	src, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
+	var blocks []block
+	for _, name := range docFiles(t) {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, fencedBlocks(name, src, "go")...)
 	}
-	blocks := goBlocks(src)
 	if len(blocks) == 0 {
-		t.Fatal("the README has no Go code block")
+		t.Fatal("the docs have no Go code block")
 	}
 	dir, err := os.MkdirTemp(".", "_readme") // inside the module, ignored by ./...
 	if err != nil {
@@ -41,7 +53,7 @@ func TestREADMECompiles(t *testing.T) {
 	for i, b := range blocks {
 		code, err := wrapBlock(b.code)
 		if err != nil {
-			t.Errorf("README.md:%d: the block does not parse: %v\n%s", b.line, err, b.code)
+			t.Errorf("%s:%d: the block does not parse: %v\n%s", b.file, b.line, err, b.code)
 			continue
 		}
 		sub := filepath.Join(dir, fmt.Sprintf("b%02d", i))
@@ -58,18 +70,65 @@ func TestREADMECompiles(t *testing.T) {
 	}
 	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
-		t.Errorf("README code blocks do not compile (go vet: %v):\n%s", err, mapLines(out, dir, blocks))
+		t.Errorf("code blocks of the docs do not compile (go vet: %v):\n%s", err, mapLines(out, dir, blocks))
 	}
-	t.Logf("%d Go code blocks of the README compile", len(blocks))
+	t.Logf("%d Go code blocks of the docs compile", len(blocks))
+}
+
+// TestDocsShellExamples runs every shell example of the README and of
+// docs/ that shows its output: a ```sh block followed, with nothing but
+// blank lines between, by a ```text block. The block runs in sh on a new
+// default store (a SQLite file in a temporary $XDG_STATE_HOME), with the
+// dlock CLI built from this tree first on $PATH, and what it prints on
+// standard output must be the text block.
+func TestDocsShellExamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the CLI")
+	}
+	var examples []block
+	for _, name := range docFiles(t) {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples = append(examples, shellExamples(name, src)...)
+	}
+	if len(examples) == 0 {
+		t.Fatal("the docs have no shell example with its output")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/dlock").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/dlock: %v\n%s", err, out)
+	}
+	for _, ex := range examples {
+		t.Run(fmt.Sprintf("%s:%d", ex.file, ex.line), func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", ex.code)
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"XDG_STATE_HOME="+t.TempDir(), "DLOCK_URL=")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("%s:%d: %v\n%s", ex.file, ex.line, err, stderr.Bytes())
+			}
+			if string(out) != ex.output {
+				t.Errorf("%s:%d: the example prints\n%s\nthe docs say\n%s", ex.file, ex.line, out, ex.output)
+			}
+		})
+	}
 }
 
 type block struct {
-	line int // of the first line of code in README.md
-	code string
+	file   string
+	line   int // of the first line of code in file
+	code   string
+	lang   string
+	output string // of a shell example: the text block that follows it
 }
 
-// goBlocks returns the ```go blocks of a Markdown text.
-func goBlocks(md []byte) []block {
+// fencedBlocks returns the fenced code blocks of a Markdown text, of the
+// language lang, or of every language if lang is "".
+func fencedBlocks(file string, md []byte, lang string) []block {
 	var (
 		bs   []block
 		cur  *block
@@ -77,20 +136,45 @@ func goBlocks(md []byte) []block {
 	)
 	sc := bufio.NewScanner(bytes.NewReader(md))
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
+		line := strings.TrimSpace(sc.Text())
 		switch {
-		case cur == nil && strings.TrimSpace(line) == "```go":
-			cur = &block{line: n + 1}
+		case cur == nil && strings.HasPrefix(line, "```"):
+			cur = &block{file: file, line: n + 1, lang: strings.TrimPrefix(line, "```")}
 			body.Reset()
-		case cur != nil && strings.TrimSpace(line) == "```":
+		case cur != nil && line == "```":
 			cur.code = body.String()
-			bs = append(bs, *cur)
+			if lang == "" || cur.lang == lang {
+				bs = append(bs, *cur)
+			}
 			cur = nil
 		case cur != nil:
-			body.WriteString(line + "\n")
+			body.WriteString(sc.Text() + "\n")
 		}
 	}
 	return bs
+}
+
+// shellExamples returns the ```sh blocks of a Markdown text that a ```text
+// block follows, with nothing but blank lines between, with that output.
+func shellExamples(file string, md []byte) []block {
+	lines := strings.Split(string(md), "\n")
+	var exs []block
+	bs := fencedBlocks(file, md, "")
+	for i := 0; i+1 < len(bs); i++ {
+		a, b := bs[i], bs[i+1]
+		if a.lang != "sh" || b.lang != "text" {
+			continue
+		}
+		// a's closing fence is line a.line+len(a's lines) (from 1), b's
+		// opening one line b.line-1: what lies between is at these indexes.
+		between := lines[a.line+strings.Count(a.code, "\n") : b.line-2]
+		if strings.TrimSpace(strings.Join(between, "")) != "" {
+			continue
+		}
+		a.output = b.code
+		exs = append(exs, a)
+	}
+	return exs
 }
 
 // prelude is what every block is compiled with. Its imports are used once
@@ -210,11 +294,11 @@ func dedupImports(imports string) string {
 	return b.String()
 }
 
-// mapLines prefixes go vet's output with the README lines of the blocks.
+// mapLines prefixes go vet's output with the file and line of each block.
 func mapLines(out []byte, dir string, blocks []block) string {
 	s := string(out)
 	for i, b := range blocks {
-		s = strings.ReplaceAll(s, filepath.Join(dir, fmt.Sprintf("b%02d", i))+"/", fmt.Sprintf("[README block at line %d] ", b.line))
+		s = strings.ReplaceAll(s, filepath.Join(dir, fmt.Sprintf("b%02d", i))+"/", fmt.Sprintf("[%s block at line %d] ", b.file, b.line))
 	}
 	return s
 }
