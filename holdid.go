@@ -2,29 +2,16 @@ package dlock
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/holdid"
 )
 
-// A hold ID is holdIDPrefix followed by the unpadded base64url encoding of
-//
-//	uvarint len(key), key, uvarint len(owner), owner,
-//	mode (one byte), uvarint limit, uvarint token, uvarint lease in ns.
-//
-// The prefix names the format's version.
-const holdIDPrefix = "dlh1."
-
-// maxOwnerLen bounds the owner token a hold ID may carry: dlock's own tokens
-// are 26 characters.
-const maxOwnerLen = 256
-
-// holdRef is what a hold ID names: enough to act on the hold from anywhere.
+// holdRef is what a hold ID names (see internal/holdid for the format):
+// enough to act on the hold from anywhere.
 type holdRef struct {
 	key, owner string
 	mode       Mode
@@ -34,16 +21,7 @@ type holdRef struct {
 }
 
 func (h holdRef) encode() string {
-	b := make([]byte, 0, 32+len(h.key)+len(h.owner))
-	b = binary.AppendUvarint(b, uint64(len(h.key)))
-	b = append(b, h.key...)
-	b = binary.AppendUvarint(b, uint64(len(h.owner)))
-	b = append(b, h.owner...)
-	b = append(b, byte(h.mode))
-	b = binary.AppendUvarint(b, uint64(h.limit))
-	b = binary.AppendUvarint(b, h.token)
-	b = binary.AppendUvarint(b, uint64(h.ttl))
-	return holdIDPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return holdid.Ref{Key: h.key, Owner: h.owner, Mode: uint8(h.mode), Limit: uint64(h.limit), Token: h.token, TTL: uint64(h.ttl)}.Encode()
 }
 
 // parseHoldID decodes a hold ID. Its errors are *ArgErrors that never show
@@ -52,78 +30,20 @@ func parseHoldID(id string) (holdRef, error) {
 	bad := func(format string, args ...any) (holdRef, error) {
 		return holdRef{}, argError("hold ID", hidden(len(id)), format, args...)
 	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(id), holdIDPrefix)
-	if !ok {
-		return bad("is not a dlock hold ID: it does not start with %q", holdIDPrefix)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return bad("is not a dlock hold ID: it is not base64url")
-	}
-	var h holdRef
-	r := holdReader{b: b}
-	h.key = r.string(maxHoldKeyLen)
-	h.owner = r.string(maxOwnerLen)
-	h.mode = Mode(r.byte())
-	limit := r.uvarint()
-	h.token = r.uvarint()
-	ttl := r.uvarint()
+	r, err := holdid.Decode(id)
 	switch {
-	case r.bad || len(r.b) > 0:
-		return bad("is damaged: it does not decode")
-	case h.owner == "":
+	case err != nil:
+		return bad("%v", err)
+	case r.Owner == "":
 		return bad("is damaged: it has no owner")
-	case h.mode > driver.Semaphore:
+	case Mode(r.Mode) > driver.Semaphore:
 		return bad("is damaged: it names an unknown mode")
-	case (h.mode == driver.Semaphore) != (limit > 0) || limit > 1<<31-1:
+	case (Mode(r.Mode) == driver.Semaphore) != (r.Limit > 0) || r.Limit > 1<<31-1:
 		return bad("is damaged: its limit does not fit its mode")
-	case ttl == 0 || ttl > 1<<62:
+	case r.TTL == 0 || r.TTL > 1<<62:
 		return bad("is damaged: its lease is out of range")
 	}
-	h.limit, h.ttl = int(limit), time.Duration(ttl)
-	return h, nil
-}
-
-// maxHoldKeyLen bounds the key a hold ID may carry, whatever the backend
-// (whose own limit Resume checks next).
-const maxHoldKeyLen = 1 << 16
-
-// holdReader reads the fields of a decoded hold ID; bad records a short or
-// malformed field.
-type holdReader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *holdReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.bad, r.b = true, nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *holdReader) byte() byte {
-	if len(r.b) == 0 {
-		r.bad = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *holdReader) string(limit int) string {
-	n := r.uvarint()
-	if r.bad || n > uint64(limit) || n > uint64(len(r.b)) {
-		r.bad, r.b = true, nil
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	return holdRef{key: r.Key, owner: r.Owner, mode: Mode(r.Mode), limit: int(r.Limit), token: r.Token, ttl: time.Duration(r.TTL)}, nil
 }
 
 // hidden stands for a secret in an *ArgError: it shows the secret's length
