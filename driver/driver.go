@@ -108,7 +108,9 @@
 // Lister (enumerate holders, for `dlock ls`), ForceReleaser (remove every
 // holder of a key, for operators), MultiAcquirer (take several keys in one
 // atomic step) and Classifier (tell permanent failures from transient
-// ones). Package dlock discovers them by type assertion.
+// ones). A driver that declares Capabilities.PortableHolds must implement
+// HoldReader (read one hold back). Package dlock discovers them by type
+// assertion.
 //
 // # Errors
 //
@@ -306,6 +308,7 @@ type Capabilities struct {
 	// dlock's Lock.Detach and Client.Resume need it. A driver whose holds
 	// live on its own session with the store (etcd leases, ZooKeeper
 	// ephemeral nodes), or in memory of the driver itself, leaves it false.
+	// A driver that declares it implements HoldReader.
 	PortableHolds bool
 }
 
@@ -407,6 +410,20 @@ type Lister interface {
 	// List returns the live holders of keys that start with prefix, sorted
 	// by key and then token. Expired holders are not listed.
 	List(ctx context.Context, prefix string) ([]Holder, error)
+}
+
+// HoldReader is implemented by drivers that can read one hold back from the
+// store. Every driver that declares Capabilities.PortableHolds must
+// implement it: package dlock's Client.Resume takes the token, mode and
+// limit of the hold that a hold ID names from ReadHold, never from the ID.
+type HoldReader interface {
+	// ReadHold returns owner's live hold on key as the store records it:
+	// its Key, Owner, Mode, Limit and Token, and TTL, the time left on its
+	// lease (zero if the store cannot tell; Info may be left empty too).
+	// It changes nothing. If
+	// owner holds nothing live on key (it never did, released it, or its
+	// lease expired) it returns an error wrapping ErrNotOwner.
+	ReadHold(ctx context.Context, key, owner string) (Holder, error)
 }
 
 // ForceReleaser is implemented by drivers that let an operator remove every

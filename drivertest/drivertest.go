@@ -91,6 +91,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ModeMismatch", s.testModeMismatch},
 		{"ReleaseAndClose", s.testReleaseAndClose},
 		{"PortableHolds", s.testPortableHolds},
+		{"ResumeEditedHoldID", s.testResumeEditedHoldID},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},

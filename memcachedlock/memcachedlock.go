@@ -53,6 +53,7 @@ type Driver struct {
 var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // Option configures a Driver.
@@ -404,6 +405,25 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("memcachedlock: refresh %q: %w", req.Key, err)
 	}
 	return nil
+}
+
+// ReadHold implements driver.HoldReader: a get of the lock item. memcached
+// does not tell an item's expiry, so the Holder's TTL is zero.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	var h driver.Holder
+	err := d.run(ctx, func() error {
+		it, err := d.owned(d.lockKey(key), owner)
+		if err != nil {
+			return err
+		}
+		token, _, _ := decodeValue(it.Value)
+		h = driver.Holder{Key: key, Owner: owner, Mode: driver.Exclusive, Token: token}
+		return nil
+	})
+	if err != nil {
+		return driver.Holder{}, fmt.Errorf("memcachedlock: read hold %q: %w", key, err)
+	}
+	return h, nil
 }
 
 // Release implements driver.Driver: gets, an owner check and cas to an

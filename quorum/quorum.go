@@ -55,6 +55,7 @@ var (
 	_ driver.Notifier      = (*Driver)(nil)
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // Option configures a quorum Driver.

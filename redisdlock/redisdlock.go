@@ -163,6 +163,7 @@ var (
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
 	_ driver.MultiAcquirer = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // New returns a driver over client, which must be a *redis.Client
@@ -441,6 +442,19 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	return nil
 }
 
+// ReadHold implements driver.HoldReader: a script in Script mode, one
+// MULTI/EXEC of reads in the others.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	if err := d.check(ctx, nil); err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	h, err := d.proto.readHold(ctx, d.layout(key), key, owner)
+	if err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	return h, nil
+}
+
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
@@ -593,6 +607,9 @@ type protocol interface {
 	acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error)
 	refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error
 	release(ctx context.Context, k layout, req driver.Request) error
+	// readHold returns owner's live hold on key, whose keys are k, and
+	// driver.ErrNotOwner if it has none.
+	readHold(ctx context.Context, k layout, key, owner string) (driver.Holder, error)
 	forceRelease(ctx context.Context, k layout) (int, error)
 	list(ctx context.Context, node *redis.Client, prefix string) ([]driver.Holder, error)
 	count(ctx context.Context, node *redis.Client, prefix string) (int, error)
