@@ -40,7 +40,12 @@
 //     at once, or again to another member when one does not answer, where
 //     the store makes the copies idempotent and the first answer stands: a
 //     hedged request is still one attempt. A copy that lands after the
-//     answer was taken must not undo what the answer promised.)
+//     answer was taken must not undo what the answer promised. And a
+//     Refresh or Release made optimistically, as a WATCH transaction or a
+//     compare-and-swap, runs again when another writer changed the record
+//     between its read and its write, a bounded number of times (at least
+//     32): such a conflict says nothing about who holds the key, and
+//     concurrent refreshes of one hold must all succeed.)
 //   - No lost state. A driver never leaves state behind for an owner after
 //     Release, after the owner's lease expired and the key was taken over, or
 //     after Acquire returned an error. The only state that may outlive a lock

@@ -92,6 +92,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ReleaseAndClose", s.testReleaseAndClose},
 		{"PortableHolds", s.testPortableHolds},
 		{"ResumeEditedHoldID", s.testResumeEditedHoldID},
+		{"ResumeConcurrently", s.testResumeConcurrently},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},

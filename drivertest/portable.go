@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +187,44 @@ func maxTTL(caps driver.Capabilities) time.Duration {
 		return caps.MaxTTL
 	}
 	return dlock.DefaultMaxTTL
+}
+
+// testResumeConcurrently checks that concurrent Resumes of one live hold
+// all succeed: a driver that refreshes optimistically runs its step again
+// when another refresh of the hold got in between.
+func (s *suite) testResumeConcurrently(t *testing.T) {
+	s.needPortable(t)
+	key := prefix(t) + "k"
+	l, err := s.client(t).Lock(ctx(t), key, dlock.WithTTL(longTTL), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.HoldID()
+	c := s.client(t)
+	const n = 20
+	locks := make([]*dlock.Lock, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { locks[i], errs[i] = c.Resume(ctx(t), id, dlock.WithoutRenewal()) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err != nil:
+			t.Errorf("Resume %d of %d at once: %v", i+1, n, err)
+		case locks[i].Token() != l.Token():
+			t.Errorf("Resume %d: token %d; want %d", i+1, locks[i].Token(), l.Token())
+		default:
+			if err := locks[i].Detach(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, key)
 }
 
 // needPortable skips the test on a driver without PortableHolds.

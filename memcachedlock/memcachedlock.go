@@ -347,11 +347,12 @@ func (d *Driver) nextToken(key string) (uint64, error) {
 
 // renew writes it (read with gets, and owned by owner) back with a new
 // expiry through cas, or a tombstone (exp < 0) that is expired at once. If
-// the item changed since it was read, it is read again once: if it is still
-// owner's, the cas is repeated; if not (or it is gone), the error wraps
-// driver.ErrNotOwner.
+// the item changed since it was read (another cas of the same hold, a
+// concurrent refresh), it is read again: if it is still owner's, the cas is
+// repeated, up to casRuns times in all; if not (or it is gone), the error
+// wraps driver.ErrNotOwner.
 func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		it.Expiration = exp
 		if exp < 0 {
 			it.Value = nil
@@ -362,7 +363,7 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
 			return driver.ErrNotOwner
-		case !errors.Is(err, memcache.ErrCASConflict) || attempt > 0:
+		case !errors.Is(err, memcache.ErrCASConflict) || attempt == casRuns:
 			return err
 		}
 		if it, err = d.owned(it.Key, owner); err != nil {
@@ -370,6 +371,11 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 		}
 	}
 }
+
+// casRuns bounds renew: each conflict is another client's cas that
+// succeeded, so only a hold written by more than casRuns clients at once,
+// or again and again, exhausts it.
+const casRuns = 32
 
 // owned reads the lock item lk with gets and returns it if owner holds it;
 // otherwise the error wraps driver.ErrNotOwner.

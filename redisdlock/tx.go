@@ -54,9 +54,11 @@ func rerun(step func() error) error {
 	return err
 }
 
-// conflictRuns bounds rerun: only a key changed again and again between a
+// conflictRuns bounds rerun. Each conflict is another client's EXEC that
+// succeeded, so concurrent refreshes of one hold by up to conflictRuns
+// clients all succeed; only a key changed again and again between a
 // transaction's reads and its EXEC exhausts it.
-const conflictRuns = 5
+const conflictRuns = 32
 
 // lostRace turns errConflict into "not acquired": an acquire that lost a race
 // for a free lock simply did not get it.
