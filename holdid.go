@@ -68,13 +68,14 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // from the store, and refuses an ID whose token, mode or limit was
 // changed), nor take a new hold.
 //
-// It records the lock's lease, which Resume takes by default, and its mode (take it after a Downgrade). The IDs that handles
+// It records the lease that the lock asked for, which Resume takes by
+// default, and its mode (take it after a Downgrade). The IDs that handles
 // of one hold return (the Lock that took it, Locks resumed from it) all
 // name that hold. HoldID still answers after the lock has ended, but then
 // names a hold that Resume refuses.
 func (l *Lock) HoldID() string {
 	req := l.request()
-	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: l.ttl}.encode()
+	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: req.TTL}.encode()
 }
 
 // portable returns nil if the backend's holds can outlive their Client and
@@ -104,8 +105,8 @@ func (c *Client) portable(what string) error {
 // an exclusive hold that the store has as shared: Resume returns a shared
 // Lock.)
 //
-// The lease is the one the ID records (the lease of the Lock that gave it),
-// unless WithTTL gives another one: Resume sets the hold's
+// The lease is the one the ID records (the lease that the Lock that gave it
+// asked for), unless WithTTL gives another one: Resume sets the hold's
 // lease to it from now, which extends or shortens the hold. WithMaxHold
 // counts from the call to Resume. The mode, limit, fairness and owner info
 // of the hold are those it was taken with: Shared or WithLimit that
@@ -169,7 +170,14 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if err != nil {
 		return nil, c.resumeFailure(ctx, h.key, err)
 	}
-	ttl, validUntil := lease(req, driver.Result{}, sent)
+	// A store with a coarse clock grants at least a whole number of its
+	// units less one (memcached), and at least one unit (Redis's legacy
+	// protocol in seconds): the lease may be that much shorter than asked.
+	granted := req.TTL
+	if r := c.caps.TTLResolution; r > 0 {
+		granted = max(req.TTL.Truncate(r)-r, r)
+	}
+	ttl, validUntil := lease(req, driver.Result{TTL: granted}, sent)
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}

@@ -93,6 +93,7 @@ func Run(t *testing.T, cfg Config) {
 		{"PortableHolds", s.testPortableHolds},
 		{"ResumeEditedHoldID", s.testResumeEditedHoldID},
 		{"ResumeConcurrently", s.testResumeConcurrently},
+		{"ResumeShortestLease", s.testResumeShortestLease},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},

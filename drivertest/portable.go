@@ -227,6 +227,35 @@ func (s *suite) testResumeConcurrently(t *testing.T) {
 	s.assertNoResidue(t, key)
 }
 
+// testResumeShortestLease checks that a hold taken with the shortest lease
+// the store offers, and half a second more (a lease that a store counting
+// in seconds rounds down), can be resumed: its hold ID records the lease
+// asked for, not the one granted, and the resumed lock counts on no more
+// than the store grants.
+func (s *suite) testResumeShortestLease(t *testing.T) {
+	s.needPortable(t)
+	key := prefix(t) + "k"
+	ttl := max(s.caps.MinTTL, 300*time.Millisecond) + 500*time.Millisecond
+	l, err := s.client(t).Lock(ctx(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.client(t).Resume(ctx(t), l.HoldID(), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatalf("Resume of a hold with the shortest lease: %v", err)
+	}
+	if r.TTL() > l.TTL() {
+		t.Errorf("resumed lease %v; want at most the lease of %v the store granted", r.TTL(), l.TTL())
+	}
+	if err := l.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	s.assertNoResidue(t, key)
+}
+
 // needPortable skips the test on a driver without PortableHolds.
 func (s *suite) needPortable(t *testing.T) {
 	if !s.caps.PortableHolds {

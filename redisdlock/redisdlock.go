@@ -131,7 +131,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // WithLegacyUnit sets the unit of the timestamps Legacy mode writes and
 // reads: time.Millisecond (the default) or time.Second, whichever the
 // existing services use. With seconds, leases are whole seconds (at least
-// one) and Acquire reports the lease it granted.
+// one), Acquire reports the lease it granted, and Capabilities'
+// TTLResolution is a second.
 func WithLegacyUnit(unit time.Duration) Option {
 	return func(c *config) { c.unit = unit }
 }
@@ -274,6 +275,10 @@ func (d *Driver) configure(opts []Option) error {
 	}
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
+		if cfg.unit == time.Second {
+			// Leases are whole seconds, rounded down (see grant).
+			d.caps.TTLResolution = cfg.unit
+		}
 	}
 	return nil
 }
