@@ -301,9 +301,11 @@ type Capabilities struct {
 	// holds a driver that declares it to it on a hung store.
 	CancelsPromptly bool
 	// TTLResolution is the unit the store measures leases in, when it is
-	// coarse (memcached: whole seconds): a lease may end up to one unit
-	// earlier than asked. Package dlock adds two units where it promises a
-	// minimum hold (Lock.ReleaseAfter). Zero means fine-grained.
+	// coarse (memcached: whole seconds): a lease may end earlier than
+	// asked, though it lasts at least the whole units asked less one, and
+	// at least one unit. Package dlock adds two units where it promises a
+	// minimum hold (Lock.ReleaseAfter), and counts on no more for a lock
+	// that Client.Resume refreshed. Zero means fine-grained.
 	TTLResolution time.Duration
 	// PortableHolds reports that a hold is a record on the store and
 	// nothing more: its key, its owner and its lease. Any driver on the
