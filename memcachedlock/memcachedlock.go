@@ -40,7 +40,8 @@ const (
 
 // Driver is a dlock driver over a gomemcache client. Create it with New, or
 // with dlock.Open and a memcached:// URL. Besides driver.Driver it
-// implements driver.ForceReleaser. All methods are safe for concurrent use.
+// implements driver.ForceReleaser and driver.HoldReader. All methods are
+// safe for concurrent use.
 type Driver struct {
 	mc     *memcache.Client
 	owns   bool

@@ -141,8 +141,9 @@ func WithLegacyUnit(unit time.Duration) Option {
 // Sentinel-managed master (redis.NewFailoverClient) or a Cluster
 // (redis.NewClusterClient). Create it with New, or with dlock.Open and a
 // redis://, rediss://, redis+sentinel:// or redis+cluster:// URL. Besides
-// driver.Driver it implements driver.Notifier, driver.Lister and
-// driver.ForceReleaser. All methods are safe for concurrent use.
+// driver.Driver it implements driver.Notifier, driver.Lister,
+// driver.ForceReleaser and driver.HoldReader. All methods are safe for
+// concurrent use.
 type Driver struct {
 	client  redis.UniversalClient
 	single  *redis.Client        // standalone or Sentinel; nil for Cluster

@@ -99,8 +99,8 @@ func WithFair(fair bool) Option {
 // Driver is a dlock driver over a database/sql database, as returned by New
 // (and by dlock.Open for the sqlite, postgres, postgresql and mysql URL
 // schemes). Besides driver.Driver it implements driver.Lister,
-// driver.ForceReleaser and driver.Notifier, whatever the dialect: on
-// PostgreSQL, Subscribe delivers release notifications (LISTEN/NOTIFY), so
+// driver.ForceReleaser, driver.HoldReader and driver.Notifier, whatever the
+// dialect: on PostgreSQL, Subscribe delivers release notifications (LISTEN/NOTIFY), so
 // that waiters wake as soon as a lock is released; on MySQL and SQLite, and
 // on PostgreSQL over a database/sql driver other than pgx's, it returns
 // driver.ErrUnsupported, and package dlock's waiters poll. All methods are
