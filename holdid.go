@@ -2,29 +2,16 @@ package dlock
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/holdid"
 )
 
-// A hold ID is holdIDPrefix followed by the unpadded base64url encoding of
-//
-//	uvarint len(key), key, uvarint len(owner), owner,
-//	mode (one byte), uvarint limit, uvarint token, uvarint lease in ns.
-//
-// The prefix names the format's version.
-const holdIDPrefix = "dlh1."
-
-// maxOwnerLen bounds the owner token a hold ID may carry: dlock's own tokens
-// are 26 characters.
-const maxOwnerLen = 256
-
-// holdRef is what a hold ID names: enough to act on the hold from anywhere.
+// holdRef is what a hold ID names (see internal/holdid for the format):
+// enough to act on the hold from anywhere.
 type holdRef struct {
 	key, owner string
 	mode       Mode
@@ -34,16 +21,7 @@ type holdRef struct {
 }
 
 func (h holdRef) encode() string {
-	b := make([]byte, 0, 32+len(h.key)+len(h.owner))
-	b = binary.AppendUvarint(b, uint64(len(h.key)))
-	b = append(b, h.key...)
-	b = binary.AppendUvarint(b, uint64(len(h.owner)))
-	b = append(b, h.owner...)
-	b = append(b, byte(h.mode))
-	b = binary.AppendUvarint(b, uint64(h.limit))
-	b = binary.AppendUvarint(b, h.token)
-	b = binary.AppendUvarint(b, uint64(h.ttl))
-	return holdIDPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return holdid.Ref{Key: h.key, Owner: h.owner, Mode: uint8(h.mode), Limit: uint64(h.limit), Token: h.token, TTL: uint64(h.ttl)}.Encode()
 }
 
 // parseHoldID decodes a hold ID. Its errors are *ArgErrors that never show
@@ -52,78 +30,20 @@ func parseHoldID(id string) (holdRef, error) {
 	bad := func(format string, args ...any) (holdRef, error) {
 		return holdRef{}, argError("hold ID", hidden(len(id)), format, args...)
 	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(id), holdIDPrefix)
-	if !ok {
-		return bad("is not a dlock hold ID: it does not start with %q", holdIDPrefix)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return bad("is not a dlock hold ID: it is not base64url")
-	}
-	var h holdRef
-	r := holdReader{b: b}
-	h.key = r.string(maxHoldKeyLen)
-	h.owner = r.string(maxOwnerLen)
-	h.mode = Mode(r.byte())
-	limit := r.uvarint()
-	h.token = r.uvarint()
-	ttl := r.uvarint()
+	r, err := holdid.Decode(id)
 	switch {
-	case r.bad || len(r.b) > 0:
-		return bad("is damaged: it does not decode")
-	case h.owner == "":
+	case err != nil:
+		return bad("%v", err)
+	case r.Owner == "":
 		return bad("is damaged: it has no owner")
-	case h.mode > driver.Semaphore:
+	case Mode(r.Mode) > driver.Semaphore:
 		return bad("is damaged: it names an unknown mode")
-	case (h.mode == driver.Semaphore) != (limit > 0) || limit > 1<<31-1:
+	case (Mode(r.Mode) == driver.Semaphore) != (r.Limit > 0) || r.Limit > 1<<31-1:
 		return bad("is damaged: its limit does not fit its mode")
-	case ttl == 0 || ttl > 1<<62:
+	case r.TTL == 0 || r.TTL > 1<<62:
 		return bad("is damaged: its lease is out of range")
 	}
-	h.limit, h.ttl = int(limit), time.Duration(ttl)
-	return h, nil
-}
-
-// maxHoldKeyLen bounds the key a hold ID may carry, whatever the backend
-// (whose own limit Resume checks next).
-const maxHoldKeyLen = 1 << 16
-
-// holdReader reads the fields of a decoded hold ID; bad records a short or
-// malformed field.
-type holdReader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *holdReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.bad, r.b = true, nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *holdReader) byte() byte {
-	if len(r.b) == 0 {
-		r.bad = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *holdReader) string(limit int) string {
-	n := r.uvarint()
-	if r.bad || n > uint64(limit) || n > uint64(len(r.b)) {
-		r.bad, r.b = true, nil
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	return holdRef{key: r.Key, owner: r.Owner, mode: Mode(r.Mode), limit: int(r.Limit), token: r.Token, ttl: time.Duration(r.TTL)}, nil
 }
 
 // hidden stands for a secret in an *ArgError: it shows the secret's length
@@ -138,20 +58,24 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // encoding ("dlh1." and then about 4/3 of the key's length plus 60
 // characters).
 //
-// A hold ID is a secret, as the owner token in it is: its bearer can extend
-// or release the hold. Hand it only to processes that may do so, keep it
-// out of logs, URLs and error messages, and store it as you would store a
-// password (dlock never shows it, nor the token in it). It is not
-// encrypted: anyone who has it can read the key in it.
+// A hold ID is a secret, as the owner token in it is: its bearer can read
+// the hold (its key, mode, limit and token), refresh it, extend or shorten
+// its lease, and release it. Hand it only to processes that may do so, keep
+// it out of logs, URLs and error messages, and store it as you would store
+// a password (dlock never shows it, nor the token in it). It is not
+// encrypted: anyone who has it can read the key in it. It does not let its
+// bearer choose the hold's fencing token, mode or limit (Resume takes them
+// from the store, and refuses an ID whose token, mode or limit was
+// changed), nor take a new hold.
 //
-// It records the lock's lease, which Resume takes by default, and its mode
-// (take it after a Downgrade). The IDs that handles of one hold return
-// (the Lock that took it, Locks resumed from it) all name that hold. HoldID
-// still answers after the lock has ended, but then names a hold that Resume
-// refuses.
+// It records the lease that the lock asked for, which Resume takes by
+// default, and its mode (take it after a Downgrade). The IDs that handles
+// of one hold return (the Lock that took it, Locks resumed from it) all
+// name that hold. HoldID still answers after the lock has ended, but then
+// names a hold that Resume refuses.
 func (l *Lock) HoldID() string {
 	req := l.request()
-	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: l.ttl}.encode()
+	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: req.TTL}.encode()
 }
 
 // portable returns nil if the backend's holds can outlive their Client and
@@ -167,19 +91,27 @@ func (c *Client) portable(what string) error {
 
 // Resume returns a Lock for the hold that holdID names (see Lock.HoldID),
 // taken by another Client of the same store, in this process or another
-// one, or by this one. It checks with the store that the owner in the ID
-// still holds the key, and renews its lease in the same step (one driver
+// one, or by this one. It reads the hold back from the store by its key
+// and owner, and then renews its lease (a driver ReadHold, then a
 // Refresh); the new Lock then works as the one Lock returned: it has the
 // same key, owner, mode and fencing token, renews itself unless
 // WithoutRenewal is given, and can be refreshed, released, detached, and
 // resumed again elsewhere with its HoldID.
 //
-// The lease is the one the ID records (the lease of the Lock that gave
-// it), unless WithTTL gives another one: Resume sets the hold's lease to it
-// from now, which extends or shortens the hold. WithMaxHold counts from the call to
-// Resume. The mode, limit, fairness and owner info of the hold are those it
-// was taken with: Shared or WithLimit that disagree with the ID's mode make
-// Resume fail with ErrModeMismatch, and WithInfo and Fair are ignored.
+// The fencing token, mode and limit are the store's, never the ID's: an
+// ID whose token, mode or limit differ from those of the hold on the store
+// (an ID that was edited) is refused with an *ArgError named "hold ID",
+// and nothing changes on the store. (An ID taken before a Downgrade names
+// an exclusive hold that the store has as shared: Resume returns a shared
+// Lock.)
+//
+// The lease is the one the ID records (the lease that the Lock that gave it
+// asked for), unless WithTTL gives another one: Resume sets the hold's
+// lease to it from now, which extends or shortens the hold. WithMaxHold
+// counts from the call to Resume. The mode, limit, fairness and owner info
+// of the hold are those it was taken with: Shared or WithLimit that
+// disagree with the hold's mode make Resume fail with ErrModeMismatch, and
+// WithInfo and Fair are ignored.
 //
 // A malformed hold ID is refused with an *ArgError (named "hold ID", not
 // showing the ID) before anything reaches the store. If the store has no
@@ -205,6 +137,10 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if err := c.portable(fmt.Sprintf("resume %q", h.key)); err != nil {
 		return nil, err
 	}
+	reader, ok := c.drv.(driver.HoldReader)
+	if !ok {
+		return nil, fmt.Errorf("dlock: resume %q: %w: the driver (%T) cannot read a hold back", h.key, ErrUnsupported, c.drv)
+	}
 	if err := c.checkKey(h.key); err != nil {
 		return nil, err
 	}
@@ -213,35 +149,39 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if err != nil {
 		return nil, err
 	}
-	if m, n := cfg.mode(); (cfg.shared || cfg.limit != nil) && (m != h.mode || n != h.limit) {
-		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, h.mode, m)
-	}
-	if !c.caps.Modes.Has(h.mode) {
-		return nil, fmt.Errorf("dlock: resume %q: %s locks: %w", h.key, h.mode, ErrUnsupported)
-	}
-	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: h.mode, Limit: h.limit, Info: c.cfg.info}
 	if !c.enter() {
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
 	}
 	defer c.ops.done()
 	sent := time.Now()
-	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
-	switch {
-	case errors.Is(err, driver.ErrNotOwner):
-		return nil, fmt.Errorf("dlock: %w%s: the store has no live hold for this hold ID "+
-			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, keyed(h.key, err), err)
-	case errors.Is(err, driver.ErrUnsupported):
-		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), err)
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), err)
-	case err != nil:
-		return nil, fmt.Errorf("dlock: resume%s: %w", keyed(h.key, err), c.storeFailure(err))
+	held, err, _ := do(c, ctx, func(ctx context.Context) (driver.Holder, error) { return reader.ReadHold(ctx, h.key, h.owner) })
+	if err != nil {
+		return nil, c.resumeFailure(ctx, h.key, err)
 	}
-	ttl, validUntil := lease(req, driver.Result{}, sent)
+	downgraded := h.mode == driver.Exclusive && held.Mode == driver.Shared
+	if (held.Mode != h.mode && !downgraded) || held.Limit != h.limit || held.Token != h.token {
+		return nil, argError("hold ID", hidden(len(holdID)), "does not match the hold on the store: its token, mode or limit was changed")
+	}
+	if m, n := cfg.mode(); (cfg.shared || cfg.limit != nil) && (m != held.Mode || n != held.Limit) {
+		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, held.Mode, m)
+	}
+	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
+	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
+	if err != nil {
+		return nil, c.resumeFailure(ctx, h.key, err)
+	}
+	// A store with a coarse clock grants at least a whole number of its
+	// units less one (memcached), and at least one unit (Redis's legacy
+	// protocol in seconds): the lease may be that much shorter than asked.
+	granted := req.TTL
+	if r := c.caps.TTLResolution; r > 0 {
+		granted = max(req.TTL.Truncate(r)-r, r)
+	}
+	ttl, validUntil := lease(req, driver.Result{TTL: granted}, sent)
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}
-	l := newLock(c, ctx, req, h.token, ttl, cfg, sent, validUntil, func() {})
+	l := newLock(c, ctx, req, held.Token, ttl, cfg, sent, validUntil, func() {})
 	if l == nil {
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
 	}
@@ -249,6 +189,19 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	e.Wait = time.Since(sent)
 	c.observe(e)
 	return l, nil
+}
+
+// resumeFailure is the error of Resume for err, the failure of a store
+// request for the hold of key.
+func (c *Client) resumeFailure(ctx context.Context, key string, err error) error {
+	switch {
+	case errors.Is(err, driver.ErrNotOwner):
+		return fmt.Errorf("dlock: %w%s: the store has no live hold for this hold ID "+
+			"(it was released, its lease ended, or it is another store's): %w", ErrNotHeld, keyed(key, err), err)
+	case errors.Is(err, driver.ErrUnsupported), ctx.Err() != nil:
+		return fmt.Errorf("dlock: resume%s: %w", keyed(key, err), err)
+	}
+	return fmt.Errorf("dlock: resume%s: %w", keyed(key, err), c.storeFailure(err))
 }
 
 // Detach lets go of the lock without releasing it: renewal stops, the

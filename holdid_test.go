@@ -364,3 +364,70 @@ func TestDetachedHoldEndsWithItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A hold ID taken before a Downgrade names a hold the store has as shared:
+// Resume returns a shared lock with the hold's token.
+func TestResumeAfterDowngrade(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, memdlock.New())
+	l, err := c.Lock(ctx, "k", dlock.WithTTL(time.Minute), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.HoldID()
+	if err := l.Downgrade(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Resume(ctx, id, dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatalf("Resume of a hold ID taken before a Downgrade: %v", err)
+	}
+	if r.Mode() != driver.Shared || r.Token() != l.Token() {
+		t.Errorf("resumed %v; want the shared hold of token %d", r, l.Token())
+	}
+	if _, err := c.Resume(ctx, id, dlock.WithoutRenewal(), dlock.Shared()); err != nil {
+		t.Errorf("Resume with Shared of the downgraded hold: %v", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzParseHoldID feeds Resume any string as a hold ID: it never panics,
+// resumes only the one real hold (with its own token), and refuses the rest
+// with an *ArgError or ErrNotHeld that never shows the ID.
+func FuzzParseHoldID(f *testing.F) {
+	ctx := context.Background()
+	c, err := dlock.New(memdlock.New())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { c.Close() })
+	l, err := c.Lock(ctx, "k", dlock.WithTTL(time.Hour), dlock.WithoutRenewal())
+	if err != nil {
+		f.Fatal(err)
+	}
+	id := l.HoldID()
+	for _, s := range []string{id, id + "A", id[:len(id)-1], " " + id + "\n", "", "dlh1.", "dlh1.AAAA", "dlh1.AQA", "dlh2." + id[5:]} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := c.Resume(ctx, s, dlock.WithoutRenewal())
+		if err == nil {
+			if r.Token() != l.Token() || r.Key() != "k" {
+				t.Errorf("resumed %v; want the one hold, token %d", r, l.Token())
+			}
+			if err := r.Detach(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		var ae *dlock.ArgError
+		if !errors.As(err, &ae) && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Resume(%q) = %v; want an *ArgError or ErrNotHeld", s, err)
+		}
+		if len(s) > 12 && strings.Contains(err.Error(), strings.TrimSpace(s)) {
+			t.Errorf("the error %q shows the hold ID", err)
+		}
+	})
+}

@@ -40,7 +40,12 @@
 //     at once, or again to another member when one does not answer, where
 //     the store makes the copies idempotent and the first answer stands: a
 //     hedged request is still one attempt. A copy that lands after the
-//     answer was taken must not undo what the answer promised.)
+//     answer was taken must not undo what the answer promised. And a
+//     Refresh or Release made optimistically, as a WATCH transaction or a
+//     compare-and-swap, runs again when another writer changed the record
+//     between its read and its write, a bounded number of times (at least
+//     32): such a conflict says nothing about who holds the key, and
+//     concurrent refreshes of one hold must all succeed.)
 //   - No lost state. A driver never leaves state behind for an owner after
 //     Release, after the owner's lease expired and the key was taken over, or
 //     after Acquire returned an error. The only state that may outlive a lock
@@ -108,7 +113,9 @@
 // Lister (enumerate holders, for `dlock ls`), ForceReleaser (remove every
 // holder of a key, for operators), MultiAcquirer (take several keys in one
 // atomic step) and Classifier (tell permanent failures from transient
-// ones). Package dlock discovers them by type assertion.
+// ones). A driver that declares Capabilities.PortableHolds must implement
+// HoldReader (read one hold back). Package dlock discovers them by type
+// assertion.
 //
 // # Errors
 //
@@ -294,9 +301,11 @@ type Capabilities struct {
 	// holds a driver that declares it to it on a hung store.
 	CancelsPromptly bool
 	// TTLResolution is the unit the store measures leases in, when it is
-	// coarse (memcached: whole seconds): a lease may end up to one unit
-	// earlier than asked. Package dlock adds two units where it promises a
-	// minimum hold (Lock.ReleaseAfter). Zero means fine-grained.
+	// coarse (memcached: whole seconds): a lease may end earlier than
+	// asked, though it lasts at least the whole units asked less one, and
+	// at least one unit. Package dlock adds two units where it promises a
+	// minimum hold (Lock.ReleaseAfter), and counts on no more for a lock
+	// that Client.Resume refreshed. Zero means fine-grained.
 	TTLResolution time.Duration
 	// PortableHolds reports that a hold is a record on the store and
 	// nothing more: its key, its owner and its lease. Any driver on the
@@ -306,6 +315,7 @@ type Capabilities struct {
 	// dlock's Lock.Detach and Client.Resume need it. A driver whose holds
 	// live on its own session with the store (etcd leases, ZooKeeper
 	// ephemeral nodes), or in memory of the driver itself, leaves it false.
+	// A driver that declares it implements HoldReader.
 	PortableHolds bool
 }
 
@@ -407,6 +417,20 @@ type Lister interface {
 	// List returns the live holders of keys that start with prefix, sorted
 	// by key and then token. Expired holders are not listed.
 	List(ctx context.Context, prefix string) ([]Holder, error)
+}
+
+// HoldReader is implemented by drivers that can read one hold back from the
+// store. Every driver that declares Capabilities.PortableHolds must
+// implement it: package dlock's Client.Resume takes the token, mode and
+// limit of the hold that a hold ID names from ReadHold, never from the ID.
+type HoldReader interface {
+	// ReadHold returns owner's live hold on key as the store records it:
+	// its Key, Owner, Mode, Limit and Token, and TTL, the time left on its
+	// lease (zero if the store cannot tell; Info may be left empty too).
+	// It changes nothing. If
+	// owner holds nothing live on key (it never did, released it, or its
+	// lease expired) it returns an error wrapping ErrNotOwner.
+	ReadHold(ctx context.Context, key, owner string) (Holder, error)
 }
 
 // ForceReleaser is implemented by drivers that let an operator remove every

@@ -95,3 +95,10 @@ func (c *contract) AcquireAll(ctx context.Context, reqs []driver.Request) (drive
 	defer c.enter("AcquireAll", true, reqs...)()
 	return m.AcquireAll(ctx, reqs)
 }
+
+func (c *contract) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	if r, ok := c.Driver.(driver.HoldReader); ok {
+		return r.ReadHold(ctx, key, owner)
+	}
+	return driver.Holder{}, driver.ErrUnsupported
+}

@@ -40,7 +40,8 @@ const (
 
 // Driver is a dlock driver over a gomemcache client. Create it with New, or
 // with dlock.Open and a memcached:// URL. Besides driver.Driver it
-// implements driver.ForceReleaser. All methods are safe for concurrent use.
+// implements driver.ForceReleaser and driver.HoldReader. All methods are
+// safe for concurrent use.
 type Driver struct {
 	mc     *memcache.Client
 	owns   bool
@@ -53,6 +54,7 @@ type Driver struct {
 var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // Option configures a Driver.
@@ -346,11 +348,12 @@ func (d *Driver) nextToken(key string) (uint64, error) {
 
 // renew writes it (read with gets, and owned by owner) back with a new
 // expiry through cas, or a tombstone (exp < 0) that is expired at once. If
-// the item changed since it was read, it is read again once: if it is still
-// owner's, the cas is repeated; if not (or it is gone), the error wraps
-// driver.ErrNotOwner.
+// the item changed since it was read (another cas of the same hold, a
+// concurrent refresh), it is read again: if it is still owner's, the cas is
+// repeated, up to casRuns times in all; if not (or it is gone), the error
+// wraps driver.ErrNotOwner.
 func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		it.Expiration = exp
 		if exp < 0 {
 			it.Value = nil
@@ -361,7 +364,7 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
 			return driver.ErrNotOwner
-		case !errors.Is(err, memcache.ErrCASConflict) || attempt > 0:
+		case !errors.Is(err, memcache.ErrCASConflict) || attempt == casRuns:
 			return err
 		}
 		if it, err = d.owned(it.Key, owner); err != nil {
@@ -369,6 +372,11 @@ func (d *Driver) renew(it *memcache.Item, owner string, exp int32) error {
 		}
 	}
 }
+
+// casRuns bounds renew: each conflict is another client's cas that
+// succeeded, so only a hold written by more than casRuns clients at once,
+// or again and again, exhausts it.
+const casRuns = 32
 
 // owned reads the lock item lk with gets and returns it if owner holds it;
 // otherwise the error wraps driver.ErrNotOwner.
@@ -404,6 +412,25 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("memcachedlock: refresh %q: %w", req.Key, err)
 	}
 	return nil
+}
+
+// ReadHold implements driver.HoldReader: a get of the lock item. memcached
+// does not tell an item's expiry, so the Holder's TTL is zero.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	var h driver.Holder
+	err := d.run(ctx, func() error {
+		it, err := d.owned(d.lockKey(key), owner)
+		if err != nil {
+			return err
+		}
+		token, _, _ := decodeValue(it.Value)
+		h = driver.Holder{Key: key, Owner: owner, Mode: driver.Exclusive, Token: token}
+		return nil
+	})
+	if err != nil {
+		return driver.Holder{}, fmt.Errorf("memcachedlock: read hold %q: %w", key, err)
+	}
+	return h, nil
 }
 
 // Release implements driver.Driver: gets, an owner check and cas to an

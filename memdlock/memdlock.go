@@ -60,6 +60,7 @@ var (
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
 	_ driver.MultiAcquirer = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // New returns a driver over a new, empty in-memory store.
@@ -429,17 +430,39 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 			continue
 		}
 		for _, h := range l.holders {
-			limit := 0
-			if h.mode == driver.Semaphore {
-				limit = l.limit
-			}
-			hs = append(hs, driver.Holder{Key: k, Owner: h.owner, Mode: h.mode, Limit: limit, Token: h.token, Info: h.info, TTL: h.expires.Sub(now)})
+			hs = append(hs, l.describe(k, h, now))
 		}
 	}
 	slices.SortFunc(hs, func(a, b driver.Holder) int {
 		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Token, b.Token))
 	})
 	return hs, nil
+}
+
+// describe returns the driver.Holder of h, a holder of l, the lock of key.
+func (l *lock) describe(key string, h *holder, now time.Time) driver.Holder {
+	limit := 0
+	if h.mode == driver.Semaphore {
+		limit = l.limit
+	}
+	return driver.Holder{Key: key, Owner: h.owner, Mode: h.mode, Limit: limit, Token: h.token, Info: h.info, TTL: h.expires.Sub(now)}
+}
+
+// ReadHold implements driver.HoldReader.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Holder{}, err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if l := s.get(key, now); l != nil {
+		if h := l.holderOf(owner); h != nil {
+			return l.describe(key, h, now), nil
+		}
+	}
+	return driver.Holder{}, fmt.Errorf("memdlock: read hold %q: %w", key, driver.ErrNotOwner)
 }
 
 // ForceRelease implements driver.ForceReleaser.

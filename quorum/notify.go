@@ -252,6 +252,74 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []driver.Holder, er
 	return out, nil
 }
 
+// ReadHold implements driver.HoldReader: it reads owner's hold of key on
+// every node and returns it if a majority of nodes hold it, as List does:
+// with the time until fewer than a majority will hold it and the token
+// Acquire returned (the largest of the nodes', or of their fences). It
+// returns an error wrapping driver.ErrNotOwner if so many nodes do not
+// hold it that no majority does, and the nodes' errors if fewer than a
+// majority answered.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (_ driver.Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	if err := d.enter(ctx, nil); err != nil {
+		return driver.Holder{}, err
+	}
+	defer d.calls.Done()
+	readers := make([]driver.HoldReader, len(d.nodes))
+	for i, n := range d.nodes {
+		r, ok := n.(driver.HoldReader)
+		if !ok {
+			return driver.Holder{}, fmt.Errorf("quorum: node %d (%T) cannot read a hold: %w", i, n, driver.ErrUnsupported)
+		}
+		readers[i] = r
+	}
+	holds := make([]driver.Holder, len(d.nodes))
+	fences := make([]uint64, len(d.nodes))
+	errs := make([]error, len(d.nodes))
+	err = d.all(ctx, func(i int) {
+		if d.fence {
+			f, err := readers[i].ReadHold(ctx, key+fenceSuffix, owner)
+			if err == nil {
+				fences[i] = f.Token
+			}
+		}
+		holds[i], errs[i] = readers[i].ReadHold(ctx, key, owner)
+	})
+	if err != nil {
+		return driver.Holder{}, fmt.Errorf("quorum: read hold %q: %w", key, err)
+	}
+	var (
+		h       driver.Holder
+		ttls    []time.Duration
+		notHeld int
+	)
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if len(ttls) == 0 {
+				h = holds[i]
+			}
+			h.Token, h.Info = max(h.Token, holds[i].Token), cmp.Or(h.Info, holds[i].Info)
+			ttls = append(ttls, holds[i].TTL)
+		case errors.Is(err, driver.ErrNotOwner):
+			notHeld++
+		}
+	}
+	switch {
+	case len(ttls) >= d.quorum:
+		slices.SortFunc(ttls, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+		h.TTL = ttls[d.quorum-1]
+		if tok := slices.Max(fences); tok > 0 {
+			h.Token = tok
+		}
+		return h, nil
+	case notHeld > len(d.nodes)-d.quorum:
+		return driver.Holder{}, fmt.Errorf("quorum: read hold %q: %d of %d nodes do not hold it, %d needed: %w",
+			key, notHeld, len(d.nodes), d.quorum, driver.ErrNotOwner)
+	}
+	return driver.Holder{}, d.needMajority(fmt.Sprintf("read hold %q", key), errs)
+}
+
 // ForceRelease implements driver.ForceReleaser: it removes every hold of key
 // (and its fence) on every node and reports the most holds any node removed. It returns an
 // error wrapping driver.ErrUnsupported if a node cannot do it, and the

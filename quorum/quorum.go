@@ -27,9 +27,9 @@ const (
 )
 
 // Driver is a Redlock-style driver over N independent nodes. Create it with
-// New. It implements driver.Driver, driver.Notifier, driver.Lister and
-// driver.ForceReleaser; the optional methods return driver.ErrUnsupported
-// when the nodes do not implement the interface.
+// New. It implements driver.Driver, driver.Notifier, driver.Lister,
+// driver.ForceReleaser and driver.HoldReader; the optional methods return
+// driver.ErrUnsupported when the nodes do not implement the interface.
 type Driver struct {
 	nodes       []driver.Driver
 	quorum      int
@@ -55,6 +55,7 @@ var (
 	_ driver.Notifier      = (*Driver)(nil)
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // Option configures a quorum Driver.

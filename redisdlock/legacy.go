@@ -294,33 +294,70 @@ func (p legacyProto) list(ctx context.Context, node *redis.Client, prefix string
 		if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 			return err
 		}
-		now := p.now()
 		for _, it := range items {
-			m, err := it.all.Result()
-			if err != nil || m[fieldOwner] == "" {
-				continue
+			if h, ok := p.holder(it.key, it.all, it.get, it.pttl); ok {
+				hs = append(hs, h)
 			}
-			v, err := it.get.Result()
-			if err != nil || v != m[fieldValue] {
-				continue // not (or no longer) this owner's timestamp
-			}
-			exp, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || exp < now {
-				continue
-			}
-			tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
-			if err != nil {
-				continue
-			}
-			ttl := p.left(exp, now)
-			if d := it.pttl.Val(); d > 0 && d < ttl {
-				ttl = d
-			}
-			hs = append(hs, driver.Holder{Key: it.key, Owner: m[fieldOwner], Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl})
 		}
 		return nil
 	})
 	return hs, err
+}
+
+// holder returns the live holder of key that the replies of HGETALL of its
+// side hash, GET and PTTL of its lock key record, and false if there is
+// none (the lock key no longer holds the timestamp the owner wrote, or it
+// has passed).
+func (p legacyProto) holder(key string, all *redis.MapStringStringCmd, get *redis.StringCmd, pttl *redis.DurationCmd) (driver.Holder, bool) {
+	m, err := all.Result()
+	if err != nil || m[fieldOwner] == "" {
+		return driver.Holder{}, false
+	}
+	v, err := get.Result()
+	if err != nil || v != m[fieldValue] {
+		return driver.Holder{}, false // not (or no longer) this owner's timestamp
+	}
+	now := p.now()
+	exp, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || exp < now {
+		return driver.Holder{}, false
+	}
+	tok, err := strconv.ParseUint(m[fieldToken], 10, 64)
+	if err != nil {
+		return driver.Holder{}, false
+	}
+	ttl := p.left(exp, now)
+	if d := pttl.Val(); d > 0 && d < ttl {
+		ttl = d
+	}
+	return driver.Holder{Key: key, Owner: m[fieldOwner], Mode: driver.Exclusive, Token: tok, Info: m[fieldInfo], TTL: ttl}, true
+}
+
+// readHold reads the side hash and the lock key in one MULTI/EXEC on the
+// key's master.
+func (p legacyProto) readHold(ctx context.Context, k layout, key, owner string) (driver.Holder, error) {
+	node, err := p.d.master(ctx, k.lock)
+	if err != nil {
+		return driver.Holder{}, err
+	}
+	var (
+		all  *redis.MapStringStringCmd
+		get  *redis.StringCmd
+		pttl *redis.DurationCmd
+	)
+	_, err = node.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		all = pipe.HGetAll(ctx, k.holder)
+		get = pipe.Get(ctx, k.lock)
+		pttl = pipe.PTTL(ctx, k.lock)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return driver.Holder{}, err
+	}
+	if h, ok := p.holder(key, all, get, pttl); ok && h.Owner == owner {
+		return h, nil
+	}
+	return driver.Holder{}, driver.ErrNotOwner
 }
 
 func (p legacyProto) count(ctx context.Context, node *redis.Client, prefix string) (int, error) {

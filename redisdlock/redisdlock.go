@@ -131,7 +131,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // WithLegacyUnit sets the unit of the timestamps Legacy mode writes and
 // reads: time.Millisecond (the default) or time.Second, whichever the
 // existing services use. With seconds, leases are whole seconds (at least
-// one) and Acquire reports the lease it granted.
+// one), Acquire reports the lease it granted, and Capabilities'
+// TTLResolution is a second.
 func WithLegacyUnit(unit time.Duration) Option {
 	return func(c *config) { c.unit = unit }
 }
@@ -140,8 +141,9 @@ func WithLegacyUnit(unit time.Duration) Option {
 // Sentinel-managed master (redis.NewFailoverClient) or a Cluster
 // (redis.NewClusterClient). Create it with New, or with dlock.Open and a
 // redis://, rediss://, redis+sentinel:// or redis+cluster:// URL. Besides
-// driver.Driver it implements driver.Notifier, driver.Lister and
-// driver.ForceReleaser. All methods are safe for concurrent use.
+// driver.Driver it implements driver.Notifier, driver.Lister,
+// driver.ForceReleaser and driver.HoldReader. All methods are safe for
+// concurrent use.
 type Driver struct {
 	client  redis.UniversalClient
 	single  *redis.Client        // standalone or Sentinel; nil for Cluster
@@ -163,6 +165,7 @@ var (
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
 	_ driver.MultiAcquirer = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // New returns a driver over client, which must be a *redis.Client
@@ -273,6 +276,10 @@ func (d *Driver) configure(opts []Option) error {
 	}
 	if cfg.mode == Legacy {
 		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
+		if cfg.unit == time.Second {
+			// Leases are whole seconds, rounded down (see grant).
+			d.caps.TTLResolution = cfg.unit
+		}
 	}
 	return nil
 }
@@ -441,6 +448,19 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	return nil
 }
 
+// ReadHold implements driver.HoldReader: a script in Script mode, one
+// MULTI/EXEC of reads in the others.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	if err := d.check(ctx, nil); err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	h, err := d.proto.readHold(ctx, d.layout(key), key, owner)
+	if err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	return h, nil
+}
+
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, &req); err != nil {
@@ -593,6 +613,9 @@ type protocol interface {
 	acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error)
 	refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error
 	release(ctx context.Context, k layout, req driver.Request) error
+	// readHold returns owner's live hold on key, whose keys are k, and
+	// driver.ErrNotOwner if it has none.
+	readHold(ctx context.Context, k layout, key, owner string) (driver.Holder, error)
 	forceRelease(ctx context.Context, k layout) (int, error)
 	list(ctx context.Context, node *redis.Client, prefix string) ([]driver.Holder, error)
 	count(ctx context.Context, node *redis.Client, prefix string) (int, error)

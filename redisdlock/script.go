@@ -37,6 +37,8 @@ var (
 	acquireAllSrc string
 	//go:embed scripts/raise.lua
 	raiseSrc string
+	//go:embed scripts/readhold.lua
+	readHoldSrc string
 
 	acquireScript      = newScript(acquireSrc)
 	refreshScript      = newScript(refreshSrc)
@@ -44,6 +46,7 @@ var (
 	forceReleaseScript = newScript(forceReleaseSrc)
 	acquireAllScript   = newScript(acquireAllSrc)
 	raiseScript        = &script{gr: redis.NewScript(raiseSrc), ru: rueidis.NewLuaScript(raiseSrc)}
+	readHoldScript     = &script{gr: redis.NewScript(readHoldSrc), ru: rueidis.NewLuaScript(readHoldSrc)}
 )
 
 // script is a script of Script mode, for either client library.
@@ -322,6 +325,19 @@ func mismatch(req driver.Request, code, limit int64) error {
 
 func (p scriptProto) refresh(ctx context.Context, k layout, req driver.Request, ttl time.Duration) error {
 	return owned(p.d.ev.eval(ctx, refreshScript, []string{k.lock}, []string{req.Owner, msArg(ttl)}, false))
+}
+
+func (p scriptProto) readHold(ctx context.Context, k layout, key, owner string) (driver.Holder, error) {
+	v, err := p.d.ev.eval(ctx, readHoldScript, []string{k.lock}, []string{owner}, false)
+	switch {
+	case err != nil:
+		return driver.Holder{}, err
+	case len(v) == 0:
+		return driver.Holder{}, driver.ErrNotOwner
+	case len(v) != 4:
+		return driver.Holder{}, fmt.Errorf("read-hold script returned %v", v)
+	}
+	return driver.Holder{Key: key, Owner: owner, Token: uint64(v[0]), Mode: driver.Mode(v[1]), Limit: int(v[2]), TTL: time.Duration(v[3]) * time.Millisecond}, nil
 }
 
 func (p scriptProto) release(ctx context.Context, k layout, req driver.Request) error {

@@ -54,9 +54,11 @@ func rerun(step func() error) error {
 	return err
 }
 
-// conflictRuns bounds rerun: only a key changed again and again between a
+// conflictRuns bounds rerun. Each conflict is another client's EXEC that
+// succeeded, so concurrent refreshes of one hold by up to conflictRuns
+// clients all succeed; only a key changed again and again between a
 // transaction's reads and its EXEC exhausts it.
-const conflictRuns = 5
+const conflictRuns = 32
 
 // lostRace turns errConflict into "not acquired": an acquire that lost a race
 // for a free lock simply did not get it.
@@ -273,6 +275,41 @@ func (p txProto) refresh(ctx context.Context, k layout, req driver.Request, ttl 
 			})
 		}, k.lock, k.holders, k.qexp)
 	})
+}
+
+// readHold reads the lock's hash, its lease and owner's in the holders
+// zset, and the server's clock, in one MULTI/EXEC on the key's master.
+func (p txProto) readHold(ctx context.Context, k layout, key, owner string) (driver.Holder, error) {
+	node, err := p.d.master(ctx, k.lock)
+	if err != nil {
+		return driver.Holder{}, err
+	}
+	var (
+		all   *redis.MapStringStringCmd
+		pttl  *redis.DurationCmd
+		ends  *redis.FloatCmd
+		clock *redis.TimeCmd
+	)
+	_, err = node.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		all = pipe.HGetAll(ctx, k.lock)
+		pttl = pipe.PTTL(ctx, k.lock)
+		ends = pipe.ZScore(ctx, k.holders, owner)
+		clock = pipe.Time(ctx)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return driver.Holder{}, err
+	}
+	var members []scored
+	if ends.Err() == nil {
+		members = []scored{{owner, ends.Val()}}
+	}
+	for _, h := range holdersOf(key, all.Val(), pttl.Val(), members, clock.Val()) {
+		if h.Owner == owner {
+			return h, nil
+		}
+	}
+	return driver.Holder{}, driver.ErrNotOwner
 }
 
 func (p txProto) release(ctx context.Context, k layout, req driver.Request) error {

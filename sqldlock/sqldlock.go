@@ -99,8 +99,8 @@ func WithFair(fair bool) Option {
 // Driver is a dlock driver over a database/sql database, as returned by New
 // (and by dlock.Open for the sqlite, postgres, postgresql and mysql URL
 // schemes). Besides driver.Driver it implements driver.Lister,
-// driver.ForceReleaser and driver.Notifier, whatever the dialect: on
-// PostgreSQL, Subscribe delivers release notifications (LISTEN/NOTIFY), so
+// driver.ForceReleaser, driver.HoldReader and driver.Notifier, whatever the
+// dialect: on PostgreSQL, Subscribe delivers release notifications (LISTEN/NOTIFY), so
 // that waiters wake as soon as a lock is released; on MySQL and SQLite, and
 // on PostgreSQL over a database/sql driver other than pgx's, it returns
 // driver.ErrUnsupported, and package dlock's waiters poll. All methods are
@@ -152,6 +152,7 @@ var (
 	_ driver.Lister        = (*Driver)(nil)
 	_ driver.ForceReleaser = (*Driver)(nil)
 	_ driver.Notifier      = (*Driver)(nil)
+	_ driver.HoldReader    = (*Driver)(nil)
 )
 
 // Dialect returns the driver's SQL dialect.
@@ -538,6 +539,24 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 		return nil, fail(ctx, "list", prefix, err)
 	}
 	return hs, nil
+}
+
+// ReadHold implements driver.HoldReader: it lists the live holders of key
+// (a range of the primary key) and returns owner's.
+func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder, error) {
+	if err := d.begin(ctx, nil); err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	hs, err := d.ops.list(ctx, d.db, key)
+	if err != nil {
+		return driver.Holder{}, fail(ctx, "read hold", key, err)
+	}
+	for _, h := range hs {
+		if h.Key == key && h.Owner == owner {
+			return h, nil
+		}
+	}
+	return driver.Holder{}, fail(ctx, "read hold", key, driver.ErrNotOwner)
 }
 
 // ForceRelease implements driver.ForceReleaser: it deletes the row of key,

@@ -24,7 +24,9 @@ const holdIDEnv = "DLOCK_HOLD"
 const holdIDHelp = `'dlock extend' and 'dlock release' take the hold ID from --hold ID; from
 the first line of stdin with --hold -; or, without --hold, from the
 DLOCK_HOLD environment variable. A hold ID is a secret: whoever has it can
-extend or release the hold. Other users of the host can see a command's
+extend or release the hold, though not choose its fencing token, mode or
+limit (they are read from the store; an ID whose token, mode or limit was
+edited is refused as malformed). Other users of the host can see a command's
 arguments (ps), though not its environment or stdin: prefer --hold - or
 DLOCK_HOLD. dlock never prints a hold ID except on the stdout of 'dlock
 hold'.`

@@ -13,6 +13,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/cli"
+	"github.com/dlockhq/dlock/internal/holdid"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
@@ -130,6 +131,35 @@ func TestHoldExtendReleaseInProcess(t *testing.T) {
 		if strings.Contains(s, id[8:40]) {
 			t.Errorf("dlock printed the hold ID: %q", s)
 		}
+	}
+}
+
+// A hold ID whose fencing token was edited is refused as a usage error:
+// dlock extend and dlock release report the store's token or nothing, and
+// leave the hold as it was.
+func TestHoldEditedToken(t *testing.T) {
+	url := memURL(t)
+	c := openClient(t, url)
+	r := runMain(t, "hold", "--url", url, "--key", "phone", "--ttl", "15m", "--wait", "0")
+	id := strings.TrimSpace(r.stdout)
+	ref, err := holdid.Decode(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Token += 1000
+	edited := ref.Encode()
+	for _, args := range [][]string{{"extend", "--ttl", "1h"}, {"release"}} {
+		r = runMain(t, append(args, "--url", url, "--hold", edited)...)
+		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "hold ID") || strings.Contains(r.stdout+r.stderr, "1001") {
+			t.Errorf("%s with an edited token: exit status %d, stdout %q, stderr %q; want %d", args[0], r.code, r.stdout, r.stderr, cli.ExitUsage)
+		}
+	}
+	if left := lease(t, c, "phone"); left > 15*time.Minute {
+		t.Errorf("lease left after refused hold IDs: %v; want at most the 15m it was taken with", left)
+	}
+	r = runMain(t, "release", "--url", url, "--hold", id)
+	if r.code != 0 || !strings.Contains(r.stdout, `released "phone" (token 1)`) {
+		t.Errorf("release with the hold's own ID: exit status %d, stdout %q", r.code, r.stdout)
 	}
 }
 
