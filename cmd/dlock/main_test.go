@@ -636,6 +636,16 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
+// TestCompletion runs the shell completion of the dlock binary, as a shell
+// does, on a line that already has --key: the flags are still offered.
+func TestCompletion(t *testing.T) {
+	e := newEnv(t, defaultStore)
+	r := e.run("__complete", "run", "--key", "k", "--wa")
+	if r.code != 0 || !strings.Contains(r.stdout, "--wait\t") {
+		t.Errorf("dlock __complete run --key k --wa: exit status %d, stdout %q, stderr %q; want --wait offered", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestDurationAboveMaximum runs dlock on the default store with a lease
 // longer than the store accepts (dlock.DefaultMaxTTL): a usage error naming
 // the value and the maximum, and the command does not run.

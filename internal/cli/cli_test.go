@@ -446,6 +446,26 @@ func TestUsageMistakes(t *testing.T) {
 	}
 }
 
+// TestCompletionAfterKey checks that shell completion still completes flags
+// once --key is on the line (cobra parses the flags twice), and that --key
+// given twice is still refused when the command runs.
+func TestCompletionAfterKey(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--key", "k", "--wa"}, "--wait\t"},
+		{[]string{"run", "-k", "k", "--shared", "--li"}, "--limit\t"},
+		{[]string{"hold", "--key", "k", "--tt"}, "--ttl\t"},
+		{[]string{"run", "--key", "a", "--key", "b", "--qu"}, "--quiet\t"},
+	} {
+		r := runMain(t, append([]string{"__complete"}, tt.args...)...)
+		if r.code != 0 || !strings.Contains(r.stdout, tt.want) {
+			t.Errorf("completing %q: exit %d, stdout %q; want %q offered", tt.args, r.code, r.stdout, tt.want)
+		}
+	}
+}
+
 // TestSchemaWithoutSchema checks that dlock schema on a store that keeps no
 // table succeeds with a note.
 func TestSchemaWithoutSchema(t *testing.T) {

@@ -36,6 +36,7 @@ const (
 
 type runOptions struct {
 	key         string
+	keys        keyFlag // every --key given: one is allowed
 	ttl         time.Duration
 	wait        time.Duration
 	waitSet     bool // --wait was given; without it dlock waits forever
@@ -189,7 +190,7 @@ func (a *app) runCommand() *cobra.Command {
 // wait for it (--key, --ttl, --wait, --limit, --shared), for `dlock run`
 // and `dlock hold`; holders names what holds the lock, in --limit's help.
 func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, holders string) {
-	f.VarP((*onceString)(&o.key), "key", "k", "name of the lock (required; given once)")
+	f.VarP(&o.keys, "key", "k", "name of the lock (required; given once)")
 	f.DurationVar(&o.ttl, "ttl", ttl, ttlUsage)
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
@@ -216,9 +217,14 @@ func (o *runOptions) notAcquired(err error) error {
 func (o *runOptions) validateLock(cmd *cobra.Command) error {
 	o.waitSet = cmd.Flags().Changed("wait")
 	o.limitSet = cmd.Flags().Changed("limit")
+	if len(o.keys) > 0 {
+		o.key = o.keys[0]
+	}
 	switch {
-	case !cmd.Flags().Changed("key"):
+	case len(o.keys) == 0:
 		return usagef("--key is required")
+	case len(o.keys) > 1:
+		return usagef("--key given twice (%q, then %q): a command takes one lock", o.keys[0], o.keys[1])
 	case o.key == "":
 		return usagef("invalid --key %q: must not be empty", o.key)
 	case o.ttl <= 0:
@@ -790,17 +796,22 @@ func (a *app) commandChanged(pid int, tty *terminal, key string) {
 	}
 }
 
-// onceString is a string flag that may be given only once: a second --key
-// would silently win over the first.
-type onceString string
+// keyFlag is --key. It keeps every value given, so that a second --key,
+// which would silently win over the first, is refused when the flags are
+// checked: refusing it while they are parsed would break shell completion,
+// which parses the same flags twice.
+type keyFlag []string
 
-func (s *onceString) String() string { return string(*s) }
-func (s *onceString) Type() string   { return "string" }
-
-func (s *onceString) Set(v string) error {
-	if *s != "" {
-		return fmt.Errorf("given twice (%q, then %q): a command takes one lock", string(*s), v)
+func (k *keyFlag) String() string {
+	if len(*k) == 0 {
+		return ""
 	}
-	*s = onceString(v)
+	return (*k)[0]
+}
+
+func (k *keyFlag) Type() string { return "string" }
+
+func (k *keyFlag) Set(v string) error {
+	*k = append(*k, v)
 	return nil
 }
