@@ -520,7 +520,7 @@ func TestLostWhilePaused(t *testing.T) {
 			if code != cli.ExitLost {
 				t.Errorf("first: exit status %d, want %d", code, cli.ExitLost)
 			}
-			if !strings.Contains(stderr, `lock "paused" lost`) {
+			if !strings.Contains(stderr, `lock "paused" was lost`) {
 				t.Errorf("first: stderr %q does not report the loss", stderr)
 			}
 			if got := signalled(t, marker); got != "terminated" {

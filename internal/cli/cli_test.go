@@ -302,7 +302,7 @@ func TestLostInProcess(t *testing.T) {
 	if _, err := os.Stat(marker); err != nil {
 		t.Errorf("the command did not get SIGTERM: %v", err)
 	}
-	if !strings.Contains(stderr.String(), `lock "lost" lost`) {
+	if !strings.Contains(stderr.String(), `lock "lost" was lost`) {
 		t.Errorf("stderr %q does not report the loss", stderr.String())
 	}
 }
