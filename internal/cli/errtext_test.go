@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -110,19 +111,25 @@ func TestMessagesNameKeyOnce(t *testing.T) {
 		}
 	}
 
-	t.Run("held", func(t *testing.T) {
-		url := memURL(t)
-		l, err := openClient(t, url).Lock(ctx, key, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Release(ctx)
-		run(t, "run --wait 0 on a held lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--wait", "0", "--", "true")
-		run(t, "hold --wait 20ms on a held lock", cli.ExitNotAcquired, "hold", "--url", url, "--key", key, "--ttl", "1m", "--wait", "20ms")
-		run(t, "run --limit on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--limit", "3", "--wait", "0", "--", "true")
-		run(t, "run --rate on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--rate", "3/1m", "--wait", "0", "--", "true")
-		run(t, "run --rate waiting on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--rate", "3/1m", "--wait", "20ms", "--", "true")
-	})
+	// On SQLite too: the driver's errors name the key themselves.
+	for _, store := range []struct{ name, url string }{
+		{"mem", memURL(t)},
+		{"sqlite", cli.SQLiteURL(filepath.Join(t.TempDir(), "locks.db"))},
+	} {
+		t.Run("held/"+store.name, func(t *testing.T) {
+			url := store.url
+			l, err := openClient(t, url).Lock(ctx, key, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			run(t, "run --wait 0 on a held lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--wait", "0", "--", "true")
+			run(t, "hold --wait 20ms on a held lock", cli.ExitNotAcquired, "hold", "--url", url, "--key", key, "--ttl", "1m", "--wait", "20ms")
+			run(t, "run --limit on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--limit", "3", "--wait", "0", "--", "true")
+			run(t, "run --rate on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--rate", "3/1m", "--wait", "0", "--", "true")
+			run(t, "run --rate waiting on a lock", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--rate", "3/1m", "--wait", "20ms", "--", "true")
+		})
+	}
 	t.Run("rate", func(t *testing.T) {
 		url := memURL(t)
 		run(t, "run --rate", 0, "run", "--url", url, "--key", key, "--rate", "1/1h", "--", "true")
