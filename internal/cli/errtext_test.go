@@ -145,6 +145,12 @@ func TestMessagesNameKeyOnce(t *testing.T) {
 		run(t, "hold on a failing store", cli.ExitUnavailable, "hold", "--url", url, "--key", key, "--ttl", "1m", "--wait", "0")
 		run(t, "release --force on a failing store", cli.ExitUnavailable, "release", "--url", url, "--force", key)
 		run(t, "release --force on a store without it", cli.ExitUnavailable, "release", "--url", "plain://", "--force", key)
+		// The command ran; releasing its lock fails: a warning.
+		r := runMain(t, "run", "--url", "fail://"+t.Name()+"?fail=release", "--key", key, "--", "true")
+		if r.code != 0 {
+			t.Errorf("run whose release fails: exit status %d, want 0", r.code)
+		}
+		check(t, "run whose release fails", r.stderr)
 	})
 	t.Run("lost", func(t *testing.T) {
 		// Renewals and the release fail: dlock warns, loses the lock
