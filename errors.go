@@ -3,11 +3,10 @@ package dlock
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/errclass"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // Sentinel errors. Every error dlock returns wraps one of them (or a context
@@ -173,44 +172,12 @@ func argError(name string, value any, format string, args ...any) error {
 }
 
 // The errors dlock makes begin with "dlock: " once and name the lock's key
-// once. An error that wraps another error of dlock's drops the inner one's
-// prefix (bare); one that wraps a store's error names the key only if the
-// store's error does not (keyed): drivers name it already.
-
-// bareError is an error of dlock's without its "dlock: " prefix, to be
-// wrapped by another one.
-type bareError struct{ err error }
-
-func (e *bareError) Error() string { return strings.TrimPrefix(e.err.Error(), prefix) }
-func (e *bareError) Unwrap() error { return e.err }
-
-const prefix = "dlock: "
-
-// bare returns err with its message's "dlock: " prefix dropped, for
-// wrapping in another error of dlock's; errors.Is and errors.As see
-// through it.
-func bare(err error) error {
-	if err == nil || !strings.HasPrefix(err.Error(), prefix) {
-		return err
-	}
-	return &bareError{err}
-}
-
-// keyed returns key quoted, after a space, for an error that wraps err,
-// or "" if err's message names the key already.
-func keyed(key string, err error) string {
-	q := strconv.Quote(key)
-	if err != nil && strings.Contains(err.Error(), q) {
-		return ""
-	}
-	return " " + q
-}
-
-// keyedAfter is keyed for an error whose message names the key after a
-// sentinel's text and a colon: it returns `: "KEY"`, or "".
-func keyedAfter(key string, err error) string {
-	if k := keyed(key, err); k != "" {
-		return ":" + k
-	}
-	return ""
-}
+// once (see package errtext): an error that wraps another error of dlock's
+// drops the inner one's prefix (bare); one that wraps a store's error names
+// the key only if the store's error does not (keyed): drivers name it
+// already.
+var (
+	bare       = errtext.Bare
+	keyed      = errtext.Keyed
+	keyedAfter = errtext.KeyedAfter
+)

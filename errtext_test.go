@@ -13,7 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/fill"
+	"github.com/dlockhq/dlock/job"
+	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/memdlock"
+	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/redisdlock"
 )
 
@@ -172,6 +176,54 @@ func TestErrorsNameKeyOnce(t *testing.T) {
 		_ = l.Release(ctx)
 		_, err := c.Lock(wctx, key)
 		check(t, "a wait that meets a permanent failure", err, dlock.ErrPermanent, dlock.ErrUnavailable)
+	})
+	t.Run("recipes", func(t *testing.T) {
+		store := memdlock.New()
+		a, b := newClient(t, store.Share()), newClient(t, store.Share())
+		l := hold(t, a)
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := fill.Once(dctx, b, key, fill.Cache[int]{
+			Load:    func(context.Context) (int, bool, error) { return 0, false, nil },
+			Compute: func(context.Context) (int, error) { return 1, nil },
+			Store:   func(context.Context, int) error { return nil },
+		})
+		check(t, "fill.Once of a held key", err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+		dctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err = leader.Campaign(dctx, b, key, "b")
+		check(t, "leader.Campaign for a held key", err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+		check(t, "job.Run of a held job", job.Run(ctx, b, key, func(context.Context) error { return nil }), job.ErrSkipped, dlock.ErrNotAcquired)
+		lim, err := ratelimit.New(b, key, 2, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = lim.Allow(ctx)
+		check(t, "ratelimit Allow on a lock", err, dlock.ErrModeMismatch)
+		dctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		check(t, "ratelimit Wait on a lock", lim.Wait(dctx), dlock.ErrModeMismatch)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The lock ends under fill and under a leader's term.
+		_, err = fill.Once(ctx, a, key, fill.Cache[int]{
+			Load: func(context.Context) (int, bool, error) { return 0, false, nil },
+			Compute: func(context.Context) (int, error) {
+				_, err := a.ForceRelease(ctx, key)
+				return 1, err
+			},
+			Store: func(context.Context, int) error { return nil },
+		})
+		check(t, "fill.Once losing its lock", err, dlock.ErrLost)
+		term, err := leader.Campaign(ctx, a, key, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.ForceRelease(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Resign of a lost term", term.Resign(ctx), dlock.ErrLost)
 	})
 	t.Run("unreachable redis", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -2,6 +2,8 @@ package drivertest
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -370,21 +372,34 @@ func (s *suite) testModeMismatch(t *testing.T) {
 		try["shared"] = []dlock.LockOption{dlock.Shared()}
 	}
 	for name, opts := range try {
-		if _, err := c.TryLock(ctx(t), key, append(opts, dlock.WithTTL(longTTL))...); !errors.Is(err, dlock.ErrModeMismatch) {
+		_, err := c.TryLock(ctx(t), key, append(opts, dlock.WithTTL(longTTL))...)
+		if !errors.Is(err, dlock.ErrModeMismatch) {
 			t.Errorf("%s on a semaphore with limit 2: %v; want ErrModeMismatch", name, err)
 		}
+		namesOnce(t, name+" on a semaphore with limit 2", err, key)
 	}
 	mustRelease(t, sem)
 	ex, err := s.client(t).Lock(ctx(t), key, dlock.WithTTL(longTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryLock(ctx(t), key, dlock.WithLimit(2), dlock.WithTTL(longTTL)); !errors.Is(err, dlock.ErrModeMismatch) {
+	_, err = c.TryLock(ctx(t), key, dlock.WithLimit(2), dlock.WithTTL(longTTL))
+	if !errors.Is(err, dlock.ErrModeMismatch) {
 		t.Errorf("semaphore on a held mutex: %v; want ErrModeMismatch", err)
 	}
+	namesOnce(t, "semaphore on a held mutex", err, key)
 	if ex.Cause() != nil {
 		t.Errorf("the mutex ended: %v", ex.Cause())
 	}
 	mustRelease(t, ex)
 	s.assertNoResidue(t, key)
+}
+
+// namesOnce checks that err's message names key once, as dlock promises
+// however many layers (dlock, the driver, its store) wrapped it.
+func namesOnce(t *testing.T, what string, err error, key string) {
+	t.Helper()
+	if err != nil && strings.Count(err.Error(), strconv.Quote(key)) != 1 {
+		t.Errorf("%s: %q does not name the key once", what, err)
+	}
 }

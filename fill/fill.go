@@ -29,6 +29,7 @@ import (
 	"fmt"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // Cache is what Once needs of the cache behind it.
@@ -65,7 +66,7 @@ func Once[T any](ctx context.Context, client *dlock.Client, key string, c Cache[
 	}
 	l, err := client.Lock(ctx, key, opts...)
 	if err != nil {
-		return zero, fmt.Errorf("fill %q: %w", key, err)
+		return zero, fmt.Errorf("fill%s: %w", errtext.Keyed(key, err), errtext.Bare(err))
 	}
 	v, err := fillHeld(l.Context(), key, c)
 	if rerr := l.Release(context.WithoutCancel(ctx)); err == nil && (errors.Is(rerr, dlock.ErrNotHeld) || errors.Is(rerr, dlock.ErrLost)) {
@@ -75,7 +76,7 @@ func Once[T any](ctx context.Context, client *dlock.Client, key string, c Cache[
 		if cause == nil {
 			cause = rerr
 		}
-		err = fmt.Errorf("fill %q: the lock ended while filling: %w", key, cause)
+		err = fmt.Errorf("fill%s: the lock ended while filling: %w", errtext.Keyed(key, cause), errtext.Bare(cause))
 	}
 	if err != nil {
 		return zero, err

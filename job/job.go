@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // ErrSkipped is returned by Run and Acquire when their one attempt did not
@@ -161,7 +162,7 @@ func Acquire(ctx context.Context, c *dlock.Client, name string, opts ...Option) 
 		case errors.As(err, &ae) && ae.Name == "max hold":
 			return nil, &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: ae.Reason}
 		case errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil && !errors.Is(err, dlock.ErrClosed):
-			return nil, fmt.Errorf("%w: %w", ErrSkipped, err)
+			return nil, fmt.Errorf("%w: %w", ErrSkipped, errtext.Bare(err))
 		}
 		return nil, err
 	}

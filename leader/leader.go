@@ -51,6 +51,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // Term is one process's leadership of a key, from Campaign until Resign, the
@@ -106,7 +107,7 @@ func Campaign(ctx context.Context, c *dlock.Client, key, value string, opts ...C
 	}
 	l, err := c.Lock(ctx, key, lockOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("leader: campaign for %q: %w", key, err)
+		return nil, fmt.Errorf("leader: campaign%s: %w", errtext.Keyed(key, err), errtext.Bare(err))
 	}
 	t := &Term{lock: l, value: value}
 	// The term's context is not the lock's: a context derived from the
@@ -169,7 +170,7 @@ func (t *Term) Resign(ctx context.Context) error {
 		return nil // resigned already
 	}
 	if err != nil {
-		return fmt.Errorf("leader: resign %q: %w", t.Key(), err)
+		return fmt.Errorf("leader: resign%s: %w", errtext.Keyed(t.Key(), err), errtext.Bare(err))
 	}
 	return nil
 }
@@ -209,7 +210,7 @@ func Current(ctx context.Context, c *dlock.Client, key string) (Leader, error) {
 func read(ctx context.Context, c *dlock.Client, key string) (Leader, time.Duration, error) {
 	hs, err := c.List(ctx, key)
 	if err != nil {
-		return Leader{}, 0, fmt.Errorf("leader: read the leader of %q: %w", key, err)
+		return Leader{}, 0, fmt.Errorf("leader: read the leader of%s: %w", errtext.Keyed(key, err), errtext.Bare(err))
 	}
 	var best *dlock.Holder
 	for i := range hs {

@@ -75,6 +75,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // Limiter admits at most N calls per sliding window on one key of a dlock
@@ -228,7 +229,7 @@ func (l *Limiter) Allow(ctx context.Context) (bool, error) {
 		if errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, dlock.ErrClosed) && ctx.Err() == nil {
 			return false, nil // every slot is taken
 		}
-		return false, fmt.Errorf("ratelimit: %w", err)
+		return false, fmt.Errorf("ratelimit: %w", errtext.Bare(err))
 	}
 	if err := l.keep(ctx, lk, time.Now()); err != nil {
 		return false, err
@@ -259,7 +260,7 @@ func (l *Limiter) Wait(ctx context.Context) error {
 		if err == nil {
 			err = l.keep(ctx, lk, time.Now())
 		} else {
-			err = fmt.Errorf("ratelimit: %w", err)
+			err = fmt.Errorf("ratelimit: %w", errtext.Bare(err))
 		}
 		if !errors.Is(err, dlock.ErrLost) || ctx.Err() != nil {
 			return err
@@ -291,7 +292,7 @@ func (l *Limiter) keep(ctx context.Context, lk *dlock.Lock, granted time.Time) e
 		return nil
 	case !errors.Is(err, dlock.ErrUnsupported):
 		_ = lk.Release(context.WithoutCancel(ctx))
-		return fmt.Errorf("ratelimit: %q: the slot could not be kept, so the call was not admitted: %w", l.key, err)
+		return fmt.Errorf("ratelimit%s: the slot could not be kept, so the call was not admitted: %w", errtext.KeyedAfter(l.key, err), errtext.Bare(err))
 	}
 	left := max(l.window-time.Since(granted), time.Nanosecond) // never 0: that would release
 	err := lk.ReleaseAfter(ctx, left)
@@ -301,7 +302,7 @@ func (l *Limiter) keep(ctx context.Context, lk *dlock.Lock, granted time.Time) e
 	case errors.Is(err, dlock.ErrLost), errors.Is(err, dlock.ErrClosed), errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrInvalidArgument):
 		// Whatever remains of the hold is not this call's slot.
 		_ = lk.Release(context.WithoutCancel(ctx))
-		return fmt.Errorf("ratelimit: %q: the slot could not be kept, so the call was not admitted: %w", l.key, err)
+		return fmt.Errorf("ratelimit%s: the slot could not be kept, so the call was not admitted: %w", errtext.KeyedAfter(l.key, err), errtext.Bare(err))
 	}
 	return nil
 }

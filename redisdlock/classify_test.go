@@ -182,12 +182,14 @@ func testWaitEndsOnWrongType(t *testing.T, client string) {
 	done := lockAsync(waiter, wctx, "k")
 	waitingOn(t, admin, "{"+prefix+"k}*")
 
-	// A foreign client takes the lock's name for a list.
+	// A foreign client takes the lock's name for a list, in one step: a
+	// waiter could take the key between a DEL and an RPUSH.
 	lockKey := "{" + prefix + "k}"
-	if err := admin.Del(ctx, lockKey).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.RPush(ctx, lockKey, "foreign").Err(); err != nil {
+	if _, err := admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, lockKey)
+		p.RPush(ctx, lockKey, "foreign")
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Del(ctx, lockKey)

@@ -325,6 +325,8 @@ func TestModesShareLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Close()
+	admin := newClient(srv.Addr)
+	defer admin.Close()
 	for _, pair := range [][2]*dlock.Client{{script, tx}, {tx, script}} {
 		a, b := pair[0], pair[1]
 		l, err := a.Lock(ctx, "k", dlock.WithTTL(time.Minute))
@@ -342,7 +344,7 @@ func TestModesShareLocks(t *testing.T) {
 			}
 			got <- lb
 		}()
-		time.Sleep(100 * time.Millisecond)
+		waitingOn(t, admin, "{"+prefix+"k}*") // the release must wake it
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

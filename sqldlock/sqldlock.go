@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlockhq/dlock/internal/errtext"
 	"github.com/dlockhq/dlock/internal/sqldialect"
 
 	"github.com/dlockhq/dlock"
@@ -318,18 +319,20 @@ func (d *Driver) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// fail wraps err with the operation and key, and with ctx's error when ctx is
-// done (drivers do not always wrap it themselves).
+// fail wraps err with the operation and key (unless err names the key
+// already), and with ctx's error when ctx is done (drivers do not always
+// wrap it themselves).
 func fail(ctx context.Context, op, key string, err error) error {
+	k := errtext.Keyed(key, err)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqldlock: %s %q: %w: %w", op, key, cerr, err)
+		return fmt.Errorf("sqldlock: %s%s: %w: %w", op, k, cerr, err)
 	}
 	if sqliteBusy(err) {
 		// Another process kept the file's write lock past the busy
 		// timeout; the statement, and its transaction, did nothing.
-		return fmt.Errorf("sqldlock: %s %q: %w: %w", op, key, driver.ErrBusy, err)
+		return fmt.Errorf("sqldlock: %s%s: %w: %w", op, k, driver.ErrBusy, err)
 	}
-	return fmt.Errorf("sqldlock: %s %q: %w", op, key, err)
+	return fmt.Errorf("sqldlock: %s%s: %w", op, k, err)
 }
 
 // ensureSchema creates the schema once per Driver, unless it exists (or

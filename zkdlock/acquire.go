@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // Acquire implements driver.Driver with the ZooKeeper lock recipe: it
@@ -42,7 +43,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	h, left := d.holds.Get(req.Owner)
 	d.parents.end(parent, left && h.parent == parent)
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("zkdlock: acquire %q: %w", req.Key, err)
+		return driver.Result{}, fmt.Errorf("zkdlock: acquire%s: %w", errtext.Keyed(req.Key, err), err)
 	}
 	return res, nil
 }

@@ -520,7 +520,7 @@ func TestLostWhilePaused(t *testing.T) {
 			if code != cli.ExitLost {
 				t.Errorf("first: exit status %d, want %d", code, cli.ExitLost)
 			}
-			if !strings.Contains(stderr, `lock "paused" lost`) {
+			if !strings.Contains(stderr, `lock "paused" was lost`) {
 				t.Errorf("first: stderr %q does not report the loss", stderr)
 			}
 			if got := signalled(t, marker); got != "terminated" {
@@ -633,6 +633,16 @@ func TestBadFlags(t *testing.T) {
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.want) {
 			t.Errorf("dlock %q: exit status %d, stderr %q; want %d and a message with %q", tt.args, r.code, r.stderr, cli.ExitUsage, tt.want)
 		}
+	}
+}
+
+// TestCompletion runs the shell completion of the dlock binary, as a shell
+// does, on a line that already has --key: the flags are still offered.
+func TestCompletion(t *testing.T) {
+	e := newEnv(t, defaultStore)
+	r := e.run("__complete", "run", "--key", "k", "--wa")
+	if r.code != 0 || !strings.Contains(r.stdout, "--wait\t") {
+		t.Errorf("dlock __complete run --key k --wa: exit status %d, stdout %q, stderr %q; want --wait offered", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlockhq/dlock/internal/errtext"
 	"github.com/spf13/cobra"
 )
 
@@ -255,9 +256,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // message returns err's text without the "dlock: " the library's errors
 // start with, since dlock prefixes its messages itself.
-func message(err error) string {
-	return strings.TrimPrefix(err.Error(), "dlock: ")
-}
+func message(err error) string { return errtext.Bare(err).Error() }
 
 // env returns the environment variable name, treating blank values as unset.
 func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }

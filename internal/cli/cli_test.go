@@ -302,7 +302,7 @@ func TestLostInProcess(t *testing.T) {
 	if _, err := os.Stat(marker); err != nil {
 		t.Errorf("the command did not get SIGTERM: %v", err)
 	}
-	if !strings.Contains(stderr.String(), `lock "lost" lost`) {
+	if !strings.Contains(stderr.String(), `lock "lost" was lost`) {
 		t.Errorf("stderr %q does not report the loss", stderr.String())
 	}
 }
@@ -443,6 +443,26 @@ func TestUsageMistakes(t *testing.T) {
 	r = runMain(t, "run", "--url", url, "--key", "a", "-k", "b", "--", "true")
 	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "twice") {
 		t.Errorf("--key twice: exit %d, stderr %q; want a usage error", r.code, r.stderr)
+	}
+}
+
+// TestCompletionAfterKey checks that shell completion still completes flags
+// once --key is on the line (cobra parses the flags twice), and that --key
+// given twice is still refused when the command runs.
+func TestCompletionAfterKey(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--key", "k", "--wa"}, "--wait\t"},
+		{[]string{"run", "-k", "k", "--shared", "--li"}, "--limit\t"},
+		{[]string{"hold", "--key", "k", "--tt"}, "--ttl\t"},
+		{[]string{"run", "--key", "a", "--key", "b", "--qu"}, "--quiet\t"},
+	} {
+		r := runMain(t, append([]string{"__complete"}, tt.args...)...)
+		if r.code != 0 || !strings.Contains(r.stdout, tt.want) {
+			t.Errorf("completing %q: exit %d, stdout %q; want %q offered", tt.args, r.code, r.stdout, tt.want)
+		}
 	}
 }
 

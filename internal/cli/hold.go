@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 // holdIDEnv names the environment variable that gives the hold ID to
@@ -115,7 +116,7 @@ func (a *app) hold(o *runOptions) error {
 	id := l.HoldID()
 	if err := l.Detach(); err != nil {
 		_ = a.release(l, o.ttl)
-		return storeError(fmt.Sprintf("cannot hold lock %q after dlock exits", o.key), err)
+		return storeError(fmt.Sprintf("cannot hold lock%s after dlock exits", errtext.Keyed(o.key, err)), err)
 	}
 	a.log.Debug("holding the lock", "key", o.key, "token", l.Token(), "ttl", o.ttl)
 	fmt.Fprintln(a.stdout, id)

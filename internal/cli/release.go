@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/errtext"
 )
 
 func (a *app) releaseCommand() *cobra.Command {
@@ -69,7 +70,7 @@ longer held (it was released, or its lease ended).`,
 func (a *app) forceRelease(ctx context.Context, c *dlock.Client, key string) error {
 	n, err := c.ForceRelease(ctx, key)
 	if err != nil {
-		return storeError(fmt.Sprintf("cannot release lock %q", key), err)
+		return storeError(fmt.Sprintf("cannot release lock%s", errtext.Keyed(key, err)), err)
 	}
 	holds := "holds"
 	if n == 1 {

@@ -16,6 +16,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/etcddlock"
 	"github.com/dlockhq/dlock/internal/check"
+	"github.com/dlockhq/dlock/internal/errtext"
 	"github.com/dlockhq/dlock/ratelimit"
 	"github.com/dlockhq/dlock/zkdlock"
 	"github.com/spf13/cobra"
@@ -36,6 +37,7 @@ const (
 
 type runOptions struct {
 	key         string
+	keys        keyFlag // every --key given: one is allowed
 	ttl         time.Duration
 	wait        time.Duration
 	waitSet     bool // --wait was given; without it dlock waits forever
@@ -189,7 +191,7 @@ func (a *app) runCommand() *cobra.Command {
 // wait for it (--key, --ttl, --wait, --limit, --shared), for `dlock run`
 // and `dlock hold`; holders names what holds the lock, in --limit's help.
 func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, holders string) {
-	f.VarP((*onceString)(&o.key), "key", "k", "name of the lock (required; given once)")
+	f.VarP(&o.keys, "key", "k", "name of the lock (required; given once)")
 	f.DurationVar(&o.ttl, "ttl", ttl, ttlUsage)
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
@@ -216,9 +218,14 @@ func (o *runOptions) notAcquired(err error) error {
 func (o *runOptions) validateLock(cmd *cobra.Command) error {
 	o.waitSet = cmd.Flags().Changed("wait")
 	o.limitSet = cmd.Flags().Changed("limit")
+	if len(o.keys) > 0 {
+		o.key = o.keys[0]
+	}
 	switch {
-	case !cmd.Flags().Changed("key"):
+	case len(o.keys) == 0:
 		return usagef("--key is required")
+	case len(o.keys) > 1:
+		return usagef("--key given twice (%q, then %q): a command takes one lock", o.keys[0], o.keys[1])
 	case o.key == "":
 		return usagef("invalid --key %q: must not be empty", o.key)
 	case o.ttl <= 0:
@@ -392,16 +399,16 @@ func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
 	case interrupted(ctx) != nil:
 		return err // run reports it
 	case errors.Is(err, dlock.ErrModeMismatch):
-		return exitf(ExitNotAcquired, "rate limit %q is in use in another mode or with another N%s: %v; command not run", o.key, holderOf(c, o.key), message(err))
+		return exitf(ExitNotAcquired, "rate limit%s is in use in another mode or with another N%s: %v; command not run", errtext.Keyed(o.key, err), holderOf(c, o.key), message(err))
 	case errors.Is(err, dlock.ErrUnavailable):
-		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
+		return exitf(ExitUnavailable, "cannot take a slot of rate limit%s: %v; command not run", errtext.Keyed(o.key, err), message(err))
 	case errors.Is(err, dlock.ErrLost):
 		// The slot ended before it could be kept: not admitted.
-		return exitf(ExitNotAcquired, "rate limit %q of %s: %v; command not run", o.key, o.rate, message(err))
+		return exitf(ExitNotAcquired, "rate limit%s of %s: %v; command not run", errtext.Keyed(o.key, err), o.rate, message(err))
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitf(ExitNotAcquired, "rate limit %q of %s: no slot freed after waiting %v; command not run", o.key, o.rate, o.wait)
 	default:
-		return exitf(ExitUnavailable, "cannot take a slot of rate limit %q: %v; command not run", o.key, message(err))
+		return exitf(ExitUnavailable, "cannot take a slot of rate limit%s: %v; command not run", errtext.Keyed(o.key, err), message(err))
 	}
 }
 
@@ -489,17 +496,17 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return nil, o.flagError(err)
 	case errors.Is(err, dlock.ErrModeMismatch):
-		return nil, exitf(ExitNotAcquired, "lock %q is in use in another mode%s: %v; %s", o.key, holderOf(c, o.key), message(err), o.notDone)
+		return nil, exitf(ExitNotAcquired, "lock%s is in use in another mode%s: %v; %s", errtext.Keyed(o.key, err), holderOf(c, o.key), message(err), o.notDone)
 	case errors.Is(err, dlock.ErrUnavailable):
 		// The store failed, on the last attempt of a wait too: the lock
 		// may well be free.
-		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v; %s", o.key, message(err), o.notDone)
+		return nil, exitf(ExitUnavailable, "cannot acquire lock%s: %v; %s", errtext.Keyed(o.key, err), message(err), o.notDone)
 	case errors.Is(err, dlock.ErrNotAcquired) && o.waitSet && o.wait == 0:
 		return nil, exitf(ExitNotAcquired, "lock %q is held%s; %s (--wait 0)", o.key, holderOf(c, o.key), o.notDone)
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return nil, exitf(ExitNotAcquired, "lock %q is still held%s after waiting %v; %s", o.key, holderOf(c, o.key), o.wait, o.notDone)
 	default:
-		return nil, exitf(ExitUnavailable, "cannot acquire lock %q: %v", o.key, message(err))
+		return nil, exitf(ExitUnavailable, "cannot acquire lock%s: %v; %s", errtext.Keyed(o.key, err), message(err), o.notDone)
 	}
 }
 
@@ -572,7 +579,7 @@ func (a *app) waitingNotice(c *dlock.Client, key string) (stop func()) {
 // trying until then.
 func (a *app) warnRenewal(e dlock.Event) {
 	if e.Kind == dlock.EventRenewFailed {
-		a.logf("warning: renewing lock %q failed (%v); retrying while its lease lasts", e.Key, message(e.Err))
+		a.logf("warning: renewing lock%s failed (%v); retrying while its lease lasts", errtext.Keyed(e.Key, e.Err), message(e.Err))
 	}
 }
 
@@ -583,7 +590,7 @@ func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
 	defer cancel()
 	err := l.Release(ctx)
 	if err != nil && !errors.Is(err, dlock.ErrLost) {
-		a.logf("warning: cannot release lock %q (%v); the store frees it when its lease ends", l.Key(), message(err))
+		a.logf("warning: cannot release lock%s (%v); the store frees it when its lease ends", errtext.Keyed(l.Key(), err), message(err))
 	}
 	return err
 }
@@ -663,7 +670,8 @@ wait:
 			if errors.Is(l.Cause(), dlock.ErrMaxHold) {
 				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
 			} else {
-				a.logf("lock %q lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", o.key, message(context.Cause(l.Context())), o.killAfter)
+				cause := context.Cause(l.Context())
+				a.logf("lock%s lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", errtext.Keyed(o.key, cause), message(cause), o.killAfter)
 			}
 			if err := a.signalCommand(pid, sigTerm); err != nil {
 				a.logf("cannot send SIGTERM to the command: %v", err)
@@ -726,9 +734,9 @@ wait:
 	switch {
 	case err == nil:
 	case errors.Is(err, dlock.ErrLost):
-		return exitf(ExitLost, "lock %q was lost before the command finished (%v); its status was %d", o.key, message(err), status)
+		return exitf(ExitLost, "lock%s was lost before the command finished (%v); its status was %d", errtext.Keyed(o.key, err), message(err), status)
 	default:
-		a.logf("warning: cannot release lock %q (%v); the store frees it when its lease ends", o.key, message(err))
+		a.logf("warning: cannot release lock%s (%v); the store frees it when its lease ends", errtext.Keyed(o.key, err), message(err))
 	}
 	if status == 0 {
 		return nil
@@ -790,17 +798,22 @@ func (a *app) commandChanged(pid int, tty *terminal, key string) {
 	}
 }
 
-// onceString is a string flag that may be given only once: a second --key
-// would silently win over the first.
-type onceString string
+// keyFlag is --key. It keeps every value given, so that a second --key,
+// which would silently win over the first, is refused when the flags are
+// checked: refusing it while they are parsed would break shell completion,
+// which parses the same flags twice.
+type keyFlag []string
 
-func (s *onceString) String() string { return string(*s) }
-func (s *onceString) Type() string   { return "string" }
-
-func (s *onceString) Set(v string) error {
-	if *s != "" {
-		return fmt.Errorf("given twice (%q, then %q): a command takes one lock", string(*s), v)
+func (k *keyFlag) String() string {
+	if len(*k) == 0 {
+		return ""
 	}
-	*s = onceString(v)
+	return (*k)[0]
+}
+
+func (k *keyFlag) Type() string { return "string" }
+
+func (k *keyFlag) Set(v string) error {
+	*k = append(*k, v)
 	return nil
 }
