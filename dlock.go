@@ -296,6 +296,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 // Capabilities reports what the backend does natively.
 func (c *Client) Capabilities() Capabilities { return c.caps }
 
+// MaxReleaseAfter returns the longest hold Lock.ReleaseAfter accepts on this
+// Client's backend: its longest lease (Capabilities.MaxTTL) less the two
+// units of its lease clock (Capabilities.TTLResolution) that ReleaseAfter
+// adds, so that the hold lasts at least as long as asked. Check a hold
+// against it before the work it follows, as package job does for AtLeast.
+func (c *Client) MaxReleaseAfter() time.Duration {
+	return c.caps.MaxTTL - 2*c.caps.TTLResolution
+}
+
 // Driver returns the backend driver, for backend-specific operations.
 func (c *Client) Driver() driver.Driver { return c.drv }
 

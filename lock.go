@@ -666,11 +666,12 @@ func (l *Lock) stopRenewal() {
 // not positive, it releases at once; a d below the backend's minimum TTL is
 // raised to it, and on a store with a coarse lease clock
 // (Capabilities.TTLResolution) two units are added, so the hold lasts at
-// least d either way; a d above the maximum is an *ArgError. A lock taken
-// WithMaxHold is not held past its max hold: d is shortened to the time
-// left until then (and the lock released at once if none is left). On a
-// re-entered lock, every call but the last only takes one acquisition back,
-// as Release does.
+// least d either way. A d above Client.MaxReleaseAfter is an *ArgError, and
+// the lock is released at once all the same, rather than left renewing. A
+// lock taken WithMaxHold is not held past its max hold: d is shortened to
+// the time left until then (and the lock released at once if none is left).
+// On a re-entered lock, every call but the last only takes one acquisition
+// back, as Release does.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -681,10 +682,12 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return l.Release(ctx)
 	}
-	// A coarse store may end a lease up to one unit early: ask for two
-	// more so that the hold lasts at least d.
-	if d > l.c.caps.MaxTTL {
-		return argError("d", d, "is above this backend's maximum lease of %v", l.c.caps.MaxTTL)
+	if most := l.c.MaxReleaseAfter(); d > most {
+		err := argError("d", d, "is above this backend's longest hold of %v", most)
+		if rerr := l.finish(ctx, "release", 0); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
 	}
 	if l.maxHold > 0 {
 		// Not past the max hold.
@@ -692,9 +695,8 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 			return l.Release(ctx)
 		}
 	}
+	// A coarse store may end a lease up to one unit early: ask for two
+	// more so that the hold lasts at least d.
 	d = max(d+2*l.c.caps.TTLResolution, l.c.caps.MinTTL)
-	if err := l.c.checkTTL(d); err != nil {
-		return err
-	}
 	return l.finish(ctx, "release after "+d.String(), d)
 }
