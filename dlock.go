@@ -112,6 +112,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -593,10 +594,19 @@ func (c *Client) forget(l *Lock) {
 	c.mu.Unlock()
 }
 
+// observe reports e to the observer. A panic in the observer is logged, not
+// passed on: raised in the middle of an acquisition, a renewal or a release,
+// it would leave a lock held, or end the process from a timer's goroutine.
 func (c *Client) observe(e Event) {
-	if c.cfg.observer != nil {
-		c.cfg.observer.Observe(e)
+	if c.cfg.observer == nil {
+		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.cfg.logger.Error("dlock: observer panicked", "event", e.Kind, "key", e.Key, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	c.cfg.observer.Observe(e)
 }
 
 // newOwner returns a fresh owner token: 26 base32 characters of crypto/rand

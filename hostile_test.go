@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -35,6 +37,38 @@ func TestHostileInput(t *testing.T) {
 					panic("boom")
 				})
 			})
+			bounds.NothingHeld(t, admin, k)
+		}
+
+		// An observer that panics at each kind of event in turn: the
+		// panic is logged, and the lock's life goes on.
+		for _, kind := range []dlock.EventKind{dlock.EventAcquiring, dlock.EventAcquired, dlock.EventNotAcquired, dlock.EventRenewed, dlock.EventReleased} {
+			k, seen := key(), make(chan struct{})
+			var once sync.Once
+			o, err := dlock.Open(ctx, url, dlock.WithObserver(dlock.ObserverFunc(func(e dlock.Event) {
+				if e.Kind == kind {
+					once.Do(func() { close(seen) })
+					panic(fmt.Sprintf("observer at %v", kind))
+				}
+			})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := o.Lock(ctx, k, dlock.WithTTL(max(caps.MinTTL, 100*time.Millisecond)))
+			if err != nil {
+				t.Fatalf("observer panicking at %v: Lock = %v", kind, err)
+			}
+			if _, err := o.TryLock(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("observer panicking at %v: TryLock of a held key = %v; want ErrNotAcquired", kind, err)
+			}
+			if kind == dlock.EventRenewed {
+				<-seen
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("observer panicking at %v: Release = %v", kind, err)
+			}
+			<-seen
+			o.Close()
 			bounds.NothingHeld(t, admin, k)
 		}
 
