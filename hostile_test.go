@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/internal/dlocktest/bounds"
+	"github.com/dlockhq/dlock/memdlock"
 )
 
 // TestHostileInput: Do's function panics and calls runtime.Goexit, and every
@@ -151,4 +154,45 @@ func TestHostileInput(t *testing.T) {
 			bounds.NothingHeld(t, admin, k)
 		}
 	})
+}
+
+// attempts counts the Acquire calls its driver gets, and signals the n-th.
+type attempts struct {
+	*memdlock.Driver
+	n     atomic.Int32
+	nth   int32
+	reach chan struct{}
+}
+
+func (a *attempts) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	res, err := a.Driver.Acquire(ctx, req)
+	if a.n.Add(1) == a.nth {
+		close(a.reach)
+	}
+	return res, err
+}
+
+// TestBackoffAtMaxInt64: a waiter with WithBackoff(math.MaxInt64,
+// math.MaxInt64) finds the lock held attempt after attempt (its holder
+// renews it): the backoff must not wrap around when it grows, and the
+// waiter gets the lock once it is released.
+func TestBackoffAtMaxInt64(t *testing.T) {
+	ctx := dlocktest.Ctx(t)
+	store := memdlock.New()
+	holder := newClient(t, store.Share())
+	w := &attempts{Driver: store.Share(), nth: 3, reach: make(chan struct{})}
+	waiter := newClient(t, w)
+	l, err := holder.Lock(ctx, "k", dlock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-w.reach // the backoff has grown twice
+		l.Release(ctx)
+	}()
+	l2, err := waiter.Lock(ctx, "k", dlock.WithBackoff(math.MaxInt64, math.MaxInt64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Release(ctx)
 }
