@@ -125,7 +125,21 @@ func TestHostileInput(t *testing.T) {
 			tryLock(fmt.Sprintf("WithLimit(%d)", n), n == caps.MaxLimit, "limit", dlock.WithLimit(n))
 		}
 
-		// ReleaseAfter: a d it refuses releases the lock all the same.
+		// Release and ReleaseAfter release the lock all the same when they
+		// refuse their arguments: a nil ctx, or a d too long.
+		for _, release := range []func(l *dlock.Lock) error{
+			func(l *dlock.Lock) error { return l.Release(nil) },                   //nolint:staticcheck // a nil ctx on purpose
+			func(l *dlock.Lock) error { return l.ReleaseAfter(nil, 0) },           //nolint:staticcheck // a nil ctx on purpose
+			func(l *dlock.Lock) error { return l.ReleaseAfter(nil, caps.MinTTL) }, //nolint:staticcheck // a nil ctx on purpose
+		} {
+			k := key()
+			l, err := c.TryLock(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bounds.WantArg(t, release(l), "ctx")
+			bounds.NothingHeld(t, admin, k)
+		}
 		most := c.MaxReleaseAfter()
 		for _, d := range bounds.Durations(most) {
 			k := key()
