@@ -399,10 +399,13 @@ type backoff struct {
 }
 
 func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
+	switch {
+	case b.cur == 0:
 		b.cur = b.min
-	} else if b.cur *= 2; b.cur > b.max {
+	case b.cur > b.max/2: // doubled, it would pass max (or wrap around)
 		b.cur = b.max
+	default:
+		b.cur *= 2
 	}
 	half := b.cur / 2
 	return half + rand.N(b.cur-half+1)

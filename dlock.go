@@ -112,6 +112,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,6 +296,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 
 // Capabilities reports what the backend does natively.
 func (c *Client) Capabilities() Capabilities { return c.caps }
+
+// MaxReleaseAfter returns the longest hold Lock.ReleaseAfter accepts on this
+// Client's backend: its longest lease (Capabilities.MaxTTL) less the two
+// units of its lease clock (Capabilities.TTLResolution) that ReleaseAfter
+// adds, so that the hold lasts at least as long as asked. Check a hold
+// against it before the work it follows, as package job does for AtLeast.
+func (c *Client) MaxReleaseAfter() time.Duration {
+	return c.caps.MaxTTL - 2*c.caps.TTLResolution
+}
 
 // Driver returns the backend driver, for backend-specific operations.
 func (c *Client) Driver() driver.Driver { return c.drv }
@@ -584,10 +594,19 @@ func (c *Client) forget(l *Lock) {
 	c.mu.Unlock()
 }
 
+// observe reports e to the observer. A panic in the observer is logged, not
+// passed on: raised in the middle of an acquisition, a renewal or a release,
+// it would leave a lock held, or end the process from a timer's goroutine.
 func (c *Client) observe(e Event) {
-	if c.cfg.observer != nil {
-		c.cfg.observer.Observe(e)
+	if c.cfg.observer == nil {
+		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.cfg.logger.Error("dlock: observer panicked", "event", e.Kind, "key", e.Key, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	c.cfg.observer.Observe(e)
 }
 
 // newOwner returns a fresh owner token: 26 base32 characters of crypto/rand

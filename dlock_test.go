@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/memdlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts memcached, for its lease clock of whole seconds (see
+// hostile_test.go), and fails the run if goroutines are left over.
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Memcached) }
 
 // faulty wraps a real in-process store and lets a test break single
 // operations, as a flaky network would.

@@ -344,15 +344,29 @@ func (l *Lock) refresh(ctx context.Context) error {
 // Release, ReleaseAfter, Client.Close) wait for it and then return ErrNotHeld
 // (or the reason the lock ended). On any other error (the store could not be
 // reached) the lock's context is cancelled all the same and the store frees
-// the lock when its lease ends.
+// the lock when its lease ends. A nil ctx is an *ArgError, and the lock is
+// released all the same, on a context of its own.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
-		return argError("ctx", nil, "must not be nil")
+		return l.releaseRefused(ctx, argError("ctx", nil, "must not be nil"))
 	}
 	if l.leaveNested() {
 		return nil
 	}
 	return l.finish(ctx, "release", 0)
+}
+
+// releaseRefused releases l when a call that ends its hold (Release,
+// ReleaseAfter) was given a bad argument err, so that no renewing lock is
+// left behind, and returns err, with the release's own error if it failed.
+func (l *Lock) releaseRefused(ctx context.Context, err error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if rerr := l.Release(ctx); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // ReleaseTimeout bounds the request that releases a lock (Lock.Release,
@@ -666,14 +680,18 @@ func (l *Lock) stopRenewal() {
 // not positive, it releases at once; a d below the backend's minimum TTL is
 // raised to it, and on a store with a coarse lease clock
 // (Capabilities.TTLResolution) two units are added, so the hold lasts at
-// least d either way; a d above the maximum is an *ArgError. A lock taken
-// WithMaxHold is not held past its max hold: d is shortened to the time
-// left until then (and the lock released at once if none is left). On a
-// re-entered lock, every call but the last only takes one acquisition back,
-// as Release does.
+// least d either way. A d above Client.MaxReleaseAfter and a nil ctx are an
+// *ArgError, and the lock is released at once all the same, rather than left
+// renewing. A lock taken WithMaxHold is not held past its max hold: d is
+// shortened to the time left until then (and the lock released at once if
+// none is left). On a re-entered lock, every call but the last only takes
+// one acquisition back, as Release does.
 func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
-	if ctx == nil {
-		return argError("ctx", nil, "must not be nil")
+	switch most := l.c.MaxReleaseAfter(); {
+	case ctx == nil:
+		return l.releaseRefused(ctx, argError("ctx", nil, "must not be nil"))
+	case d > most:
+		return l.releaseRefused(ctx, argError("d", d, "is above this backend's longest hold of %v", most))
 	}
 	if l.leaveNested() {
 		return nil // an inner acquisition of a re-entered lock
@@ -681,20 +699,14 @@ func (l *Lock) ReleaseAfter(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return l.Release(ctx)
 	}
-	// A coarse store may end a lease up to one unit early: ask for two
-	// more so that the hold lasts at least d.
-	if d > l.c.caps.MaxTTL {
-		return argError("d", d, "is above this backend's maximum lease of %v", l.c.caps.MaxTTL)
-	}
 	if l.maxHold > 0 {
 		// Not past the max hold.
 		if d = min(d, time.Until(l.acquiredAt.Add(l.maxHold))); d <= 0 {
 			return l.Release(ctx)
 		}
 	}
+	// A coarse store may end a lease up to one unit early: ask for two
+	// more so that the hold lasts at least d.
 	d = max(d+2*l.c.caps.TTLResolution, l.c.caps.MinTTL)
-	if err := l.c.checkTTL(d); err != nil {
-		return err
-	}
 	return l.finish(ctx, "release after "+d.String(), d)
 }

@@ -223,7 +223,9 @@ type Event struct {
 // release, refresh, close): some events are reported while the Client is
 // inside such a call. EventLost and EventReleased are delivered after the
 // lock's context was cancelled: the signal to stop work never waits for an
-// observer.
+// observer. A panic in Observe is recovered and logged (WithLogger, at
+// level Error with its stack), so that it cannot leave a lock held or stop
+// its renewal.
 type Observer interface {
 	Observe(Event)
 }

@@ -806,8 +806,14 @@ func (s *suite) testBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v; want an *ArgError naming %q", tc.name, tc.err, tc.arg)
 		}
 	}
-	if err := l.Release(ctx(t)); err != nil {
-		t.Fatalf("Release after rejected calls: %v", err)
+	// A release that refuses its arguments releases all the same.
+	if err := l.Release(ctx(t)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release after rejected releases = %v; want ErrNotHeld (they released it)", err)
+	}
+	if l, err := c.TryLock(ctx(t), p+"held"); err != nil {
+		t.Fatalf("TryLock after rejected releases = %v; want the lock free", err)
+	} else if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
 	}
 
 	// A key of exactly the declared limit works.

@@ -1,10 +1,14 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/dlockhq/dlock"
 )
@@ -56,14 +60,32 @@ func checkToken(token uint64, signed bool) error {
 	return nil
 }
 
-// checkResource rejects an empty resource name and one longer than
-// maxResourceLen bytes.
+// checkResource rejects an empty resource name, one longer than
+// maxResourceLen bytes, and one that is not valid UTF-8 or contains a NUL
+// byte, which PostgreSQL's text cannot hold (the rules of dlock's keys, so
+// that a lock's key is always a valid resource name on every dialect).
 func checkResource(resource string) error {
 	switch {
 	case resource == "":
 		return &dlock.ArgError{Name: "resource", Value: resource, Reason: "must not be empty"}
 	case len(resource) > maxResourceLen:
 		return &dlock.ArgError{Name: "resource", Value: resource, Reason: "is longer than " + strconv.Itoa(maxResourceLen) + " bytes"}
+	case !utf8.ValidString(resource):
+		return &dlock.ArgError{Name: "resource", Value: resource, Reason: "is not valid UTF-8"}
+	case strings.IndexByte(resource, 0) >= 0:
+		return &dlock.ArgError{Name: "resource", Value: resource, Reason: "contains a NUL byte"}
+	}
+	return nil
+}
+
+// checkUse rejects a nil context and a nil client or database handle
+// (named name), on which the client library would panic.
+func checkUse(ctx context.Context, name string, client any) error {
+	switch v := reflect.ValueOf(client); {
+	case ctx == nil:
+		return &dlock.ArgError{Name: "ctx", Value: nil, Reason: "must not be nil"}
+	case client == nil, v.Kind() == reflect.Pointer && v.IsNil():
+		return &dlock.ArgError{Name: name, Value: nil, Reason: "must not be nil"}
 	}
 	return nil
 }

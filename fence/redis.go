@@ -18,7 +18,8 @@ type Redis struct {
 	c redis.UniversalClient
 }
 
-// NewRedis returns the guards of values in the Redis that c talks to.
+// NewRedis returns the guards of values in the Redis that c talks to. A nil
+// c is reported by their methods, as a *dlock.ArgError named "client".
 func NewRedis(c redis.UniversalClient) *Redis { return &Redis{c: c} }
 
 // setScript writes ARGV[1] and the token ARGV[2] to the hash KEYS[1] unless
@@ -57,12 +58,16 @@ return 1`)
 // tokens pass: one holder may write twice), in one atomic step on the
 // server. If it holds a higher one, nothing is changed and the error is a
 // *StaleTokenError. Every token from 1 to math.MaxUint64 is accepted; the
-// token 0 and a negative ttl are a *dlock.ArgError.
+// token 0, a negative ttl, a nil ctx and a Redis made with a nil client
+// are a *dlock.ArgError.
 //
 // A positive ttl makes the key expire that long after the write; 0 keeps it
 // for good. The key's expiry forgets its token too, after which any token
 // passes: give a ttl far longer than a holder can be late, or none.
 func (r *Redis) Set(ctx context.Context, key, value string, token uint64, ttl time.Duration) error {
+	if err := checkUse(ctx, "client", r.c); err != nil {
+		return err
+	}
 	if err := checkToken(token, false); err != nil {
 		return err
 	}
@@ -94,6 +99,9 @@ func (r *Redis) Set(ctx context.Context, key, value string, token uint64, ttl ti
 // that does not exist (never set, or expired) is an error wrapping
 // redis.Nil.
 func (r *Redis) Get(ctx context.Context, key string) (value string, token uint64, err error) {
+	if err := checkUse(ctx, "client", r.c); err != nil {
+		return "", 0, err
+	}
 	vs, err := r.c.HMGet(ctx, key, "value", "token").Result()
 	if err != nil {
 		return "", 0, fmt.Errorf("fence: getting %q: %w", key, err)

@@ -106,6 +106,9 @@ func (s *SQL) Table() string { return s.name }
 // idempotent; on PostgreSQL, two first calls at the same moment may still
 // fail on each other, so call it once, at deployment or start-up.
 func (s *SQL) CreateTable(ctx context.Context, db Querier) error {
+	if err := checkUse(ctx, "db", db); err != nil {
+		return err
+	}
 	var q string
 	switch s.d {
 	case Postgres:
@@ -142,9 +145,13 @@ func (s *SQL) CreateTable(ctx context.Context, db Querier) error {
 // usual levels need no retry.
 //
 // Tokens are stored in a signed 64-bit column: a token above math.MaxInt64
-// is refused with a *dlock.ArgError, as are the token 0 and an empty
-// resource name or one longer than 255 bytes.
+// is refused with a *dlock.ArgError, as are the token 0 and a resource name
+// that is empty, longer than 255 bytes, not valid UTF-8 or contains a NUL
+// byte (the rules of dlock's keys), a nil ctx and a nil q.
 func (s *SQL) Check(ctx context.Context, q Querier, resource string, token uint64) error {
+	if err := checkUse(ctx, "q", q); err != nil {
+		return err
+	}
 	if err := checkResource(resource); err != nil {
 		return err
 	}
@@ -191,8 +198,14 @@ func (s *SQL) Check(ctx context.Context, q Querier, resource string, token uint6
 }
 
 // Highest returns the highest token accepted for resource, or 0 if none
-// was.
+// was. A bad resource name, ctx or q is refused as by Check.
 func (s *SQL) Highest(ctx context.Context, q Querier, resource string) (uint64, error) {
+	if err := checkUse(ctx, "q", q); err != nil {
+		return 0, err
+	}
+	if err := checkResource(resource); err != nil {
+		return 0, err
+	}
 	var seen int64
 	err := q.QueryRowContext(ctx, s.highest, resource).Scan(&seen)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -232,14 +245,17 @@ type Update struct {
 // higher token (equal tokens pass: one holder may write twice). If it holds
 // one, nothing is changed and the error is a *StaleTokenError with the
 // row's token as Seen; if no row matches, the error wraps sql.ErrNoRows.
-// Bad names or values, the token 0 and a token above math.MaxInt64 are a
-// *dlock.ArgError, and nothing is sent.
+// Bad names or values, the token 0, a token above math.MaxInt64, a nil ctx
+// and a nil q are a *dlock.ArgError, and nothing is sent.
 //
 // In a transaction, the row stays locked until it ends, so the outcome
 // holds until the commit, and a read earlier in the transaction does not
 // mislead it: the token is compared as the row is, not as the transaction's
 // snapshot saw it.
 func (s *SQL) Update(ctx context.Context, q Querier, u Update, token uint64) error {
+	if err := checkUse(ctx, "q", q); err != nil {
+		return err
+	}
 	stmt, err := s.buildUpdate(u, token)
 	if err != nil {
 		return err

@@ -16,9 +16,9 @@
 //     returns it without computing;
 //  4. otherwise compute, store, release.
 //
-// The computation runs under the lock's context, which ends if the lock is
-// lost (its lease could not be renewed), so a filler cut off from the lock
-// store stops rather than racing the next one. If computing or storing
+// The computation runs under a context that ends if the lock is lost (its
+// lease could not be renewed), so a filler cut off from the lock store stops
+// rather than racing the next one. If computing or storing
 // fails, Once returns the error and releases the lock; the next waiter then
 // tries to fill the entry itself.
 package fill
@@ -54,9 +54,17 @@ type Cache[T any] struct {
 // step that failed), an error wrapping dlock.ErrNotAcquired when the wait
 // for the lock ends, and an error wrapping dlock.ErrLost when the lock is
 // lost while computing or storing; a value it computed then is not returned.
+// A nil ctx, client or function of c is a *dlock.ArgError, before c.Load is
+// called. The lock is released however the functions end, panics included
+// (the panic goes on once it is released), as dlock.Client.Do does.
 func Once[T any](ctx context.Context, client *dlock.Client, key string, c Cache[T], opts ...dlock.LockOption) (T, error) {
 	var zero T
-	if c.Load == nil || c.Compute == nil || c.Store == nil {
+	switch {
+	case ctx == nil:
+		return zero, &dlock.ArgError{Name: "ctx", Value: nil, Reason: "must not be nil"}
+	case client == nil:
+		return zero, &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
+	case c.Load == nil || c.Compute == nil || c.Store == nil:
 		return zero, &dlock.ArgError{Name: "cache", Value: fmt.Sprintf("Load %v, Compute %v, Store %v", c.Load != nil, c.Compute != nil, c.Store != nil), Reason: "needs all three functions"}
 	}
 	if v, ok, err := c.Load(ctx); err != nil {
@@ -64,27 +72,29 @@ func Once[T any](ctx context.Context, client *dlock.Client, key string, c Cache[
 	} else if ok {
 		return v, nil
 	}
-	l, err := client.Lock(ctx, key, opts...)
-	if err != nil {
+	var v T
+	ran, stored := false, false
+	err := client.Do(ctx, key, func(ctx context.Context, _ *dlock.Lock) (err error) {
+		ran = true
+		v, err = fillHeld(ctx, key, c)
+		stored = err == nil
+		return err
+	}, opts...)
+	switch {
+	case !ran:
 		return zero, fmt.Errorf("fill%s: %w", errtext.Keyed(key, err), errtext.Bare(err))
-	}
-	v, err := fillHeld(l.Context(), key, c)
-	if rerr := l.Release(context.WithoutCancel(ctx)); err == nil && (errors.Is(rerr, dlock.ErrNotHeld) || errors.Is(rerr, dlock.ErrLost)) {
+	case stored && errors.Is(err, dlock.ErrLost):
 		// The lock ended before the value was stored: another filler
 		// may have taken over meanwhile.
-		cause := l.Cause()
-		if cause == nil {
-			cause = rerr
-		}
-		err = fmt.Errorf("fill%s: the lock ended while filling: %w", errtext.Keyed(key, cause), errtext.Bare(cause))
-	}
-	if err != nil {
+		return zero, fmt.Errorf("fill%s: the lock ended while filling: %w", errtext.Keyed(key, err), errtext.Bare(err))
+	case !stored:
 		return zero, err
 	}
-	return v, nil
+	return v, nil // a release that failed leaves the lock to its lease
 }
 
-// fillHeld runs steps 3 and 4 under the lock, whose context is ctx.
+// fillHeld runs steps 3 and 4 under the lock; ctx ends when the lock is
+// lost or Once's context ends.
 func fillHeld[T any](ctx context.Context, key string, c Cache[T]) (T, error) {
 	var zero T
 	if v, ok, err := c.Load(ctx); err != nil {

@@ -57,8 +57,8 @@ type config struct {
 // AtLeast keeps the job's lock until at least d after Run started its
 // attempt to take it, however the job ends (it returns, fails or panics):
 // the hold is handed to the lock's lease (dlock.Lock.ReleaseAfter), and
-// other instances firing within d skip. d must not be negative nor longer
-// than AtMost.
+// other instances firing within d skip. d must not be negative, nor longer
+// than AtMost or the store's longest hold (dlock.Client.MaxReleaseAfter).
 func AtLeast(d time.Duration) Option {
 	return func(c *config) { c.atLeast = d }
 }
@@ -148,6 +148,9 @@ func Acquire(ctx context.Context, c *dlock.Client, name string, opts ...Option) 
 		return nil, &dlock.ArgError{Name: "at most", Value: *cfg.atMost, Reason: "must be positive"}
 	case cfg.atMost != nil && cfg.atLeast > *cfg.atMost:
 		return nil, &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: fmt.Sprintf("is longer than at most %v", *cfg.atMost)}
+	case cfg.atLeast > c.MaxReleaseAfter():
+		// Refused now, not when the job is done (dlock.Lock.ReleaseAfter).
+		return nil, &dlock.ArgError{Name: "at least", Value: cfg.atLeast, Reason: fmt.Sprintf("is above this store's longest hold of %v", c.MaxReleaseAfter())}
 	}
 	if cfg.atMost != nil {
 		// dlock checks it (as "max hold"); it is reported as AtMost's.

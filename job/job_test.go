@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(child(spec))
 	}
-	testsrv.Main(m, testsrv.Redis, testsrv.Etcd)
+	testsrv.Main(m, testsrv.Redis, testsrv.Etcd, testsrv.Memcached)
 }
 
 var stores = []dlocktest.Store{

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if runChild() {
 		return
 	}
-	testsrv.Main(m, testsrv.Redis, testsrv.Postgres, testsrv.Etcd, testsrv.ZooKeeper)
+	testsrv.Main(m, testsrv.Redis, testsrv.Postgres, testsrv.Etcd, testsrv.ZooKeeper, testsrv.Memcached)
 }
 
 // A backend names a store that several Clients (standing for several

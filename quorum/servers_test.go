@@ -155,6 +155,13 @@ func testRedlockURL(t *testing.T, client string) {
 	} {
 		dlocktest.RejectURL(t, bad, "", "")
 	}
+	// Refused before anything is dialled: a usage error whether the
+	// servers answer or not (nothing listens on ports 1 to 3).
+	for _, mode := range []string{"tx", "legacy"} {
+		for _, hosts := range []string{strings.Join(srv.Addrs[:3], ","), "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"} {
+			dlocktest.RejectURL(t, "redlock://"+hosts+"?client=rueidis&mode="+mode, "url", "mode="+mode)
+		}
+	}
 }
 
 // A majority of servers is enough to open, and to lock, over either

@@ -67,7 +67,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	var opts []Option
 	var nodeOpts []redisdlock.Option
-	useRueidis := false
+	useRueidis, mode := false, "script"
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
@@ -82,6 +82,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		case "prefix":
 			nodeOpts = append(nodeOpts, redisdlock.WithPrefix(v))
 		case "mode":
+			mode = v
 			switch v {
 			case "script":
 				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Script))
@@ -116,6 +117,11 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			continue
 		}
 		q.Del(k)
+	}
+	if useRueidis && mode != "script" {
+		// Refused before any node is dialled: a usage error, whether the
+		// nodes answer or not.
+		return nil, urlutil.Error(u, "mode=%s needs client=go-redis: a rueidis client runs script mode", mode)
 	}
 	nodes := make([]driver.Driver, 0, len(hosts))
 	closeAll := func() {

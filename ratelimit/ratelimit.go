@@ -117,8 +117,8 @@ func WithInfo(info string) Option {
 // naming the bad value, if client is nil ("client"), key is not a valid
 // dlock key ("key"), n is below 1 or above the store's largest semaphore
 // ("n"), or window is not a lease the store can time ("window": at least the
-// store's minimum lease, and at most its maximum less two units of its
-// TTLResolution); and an error wrapping dlock.ErrUnsupported if n is above 1
+// store's minimum lease, and at most dlock.Client.MaxReleaseAfter: its
+// maximum less two units of its TTLResolution); and an error wrapping dlock.ErrUnsupported if n is above 1
 // and the store has no semaphores.
 func New(client *dlock.Client, key string, n int, window time.Duration, opts ...Option) (*Limiter, error) {
 	if client == nil {
@@ -136,7 +136,7 @@ func New(client *dlock.Client, key string, n int, window time.Duration, opts ...
 	case n > 1 && !caps.Modes.Has(driver.Semaphore):
 		return nil, fmt.Errorf("ratelimit: %d calls per window on %q need semaphores: %w", n, key, dlock.ErrUnsupported)
 	}
-	if err := checkWindow(window, caps); err != nil {
+	if err := checkWindow(window, client); err != nil {
 		return nil, err
 	}
 	var cfg config
@@ -178,20 +178,19 @@ func checkKey(key string, caps dlock.Capabilities) error {
 	return nil
 }
 
-func checkWindow(window time.Duration, caps dlock.Capabilities) error {
-	minTTL, maxTTL := caps.MinTTL, caps.MaxTTL
-	if maxTTL == 0 {
-		maxTTL = dlock.DefaultMaxTTL
-	}
-	switch lease := leaseFor(window, caps); {
+func checkWindow(window time.Duration, client *dlock.Client) error {
+	minTTL := client.Capabilities().MinTTL
+	switch {
 	case window <= 0:
 		return &dlock.ArgError{Name: "window", Value: window, Reason: "must be positive"}
 	case window < minTTL:
 		return &dlock.ArgError{Name: "window", Value: window, Reason: fmt.Sprintf("is below this store's shortest lease of %v", minTTL)}
 	case window <= dlock.DriftMargin(window):
 		return &dlock.ArgError{Name: "window", Value: window, Reason: fmt.Sprintf("leaves no validity after dlock's drift margin of %v", dlock.DriftMargin(window))}
-	case lease > maxTTL:
-		return &dlock.ArgError{Name: "window", Value: window, Reason: fmt.Sprintf("is above this store's longest window of %v", maxTTL-2*caps.TTLResolution)}
+	case window > client.MaxReleaseAfter():
+		// The lease is window and two units more (leaseFor), as in
+		// dlock.Lock.ReleaseAfter; compared so, it cannot wrap around.
+		return &dlock.ArgError{Name: "window", Value: window, Reason: fmt.Sprintf("is above this store's longest window of %v", client.MaxReleaseAfter())}
 	}
 	return nil
 }

@@ -40,27 +40,39 @@ import (
 //
 // Clients opened from a URL with client=rueidis get all three.
 func NewRueidis(client rueidis.Client, opts ...Option) (*Driver, error) {
-	return newRueidisDriver(client, false, opts)
-}
-
-func newRueidisDriver(client rueidis.Client, owns bool, opts []Option) (*Driver, error) {
 	if client == nil {
 		return nil, &dlock.ArgError{Name: "client", Value: nil, Reason: "must not be nil"}
 	}
-	d := &Driver{ru: client, owns: owns}
+	d, err := newRueidisDriver(opts)
+	if err != nil {
+		return nil, err
+	}
+	d.useRueidis(client)
+	return d, nil
+}
+
+// newRueidisDriver checks opts and returns a driver without its client,
+// so that bad options are refused before a client dials the server.
+func newRueidisDriver(opts []Option) (*Driver, error) {
+	d := &Driver{}
 	if err := d.configure(opts); err != nil {
 		return nil, err
 	}
 	switch {
 	case d.cfg.mode != Script:
-		return nil, &dlock.ArgError{Name: "mode", Value: d.cfg.mode.String(), Reason: "needs a go-redis client (New); a rueidis client runs Script mode"}
+		return nil, &dlock.ArgError{Name: "mode", Value: d.cfg.mode.String(), Reason: "needs a go-redis client (New, or client=go-redis in a URL); a rueidis client runs Script mode"}
 	case d.cfg.replicas > 0:
-		return nil, &dlock.ArgError{Name: "replicas", Value: d.cfg.replicas, Reason: "WithReplicaAck needs a go-redis client (New)"}
+		return nil, &dlock.ArgError{Name: "replicas", Value: d.cfg.replicas, Reason: "waiting for replicas (WithReplicaAck, wait_replicas in a URL) needs a go-redis client"}
 	}
 	d.caps.CancelsPromptly = true
+	return d, nil
+}
+
+// useRueidis gives d, from newRueidisDriver, its client.
+func (d *Driver) useRueidis(client rueidis.Client) {
+	d.ru = client
 	d.n = newNotifier(dialRueidis(client))
 	d.ev = rueidisEval{client}
-	return d, nil
 }
 
 // Rueidis returns the rueidis client of a driver made by NewRueidis (or

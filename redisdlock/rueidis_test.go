@@ -52,25 +52,30 @@ func TestRueidisArgs(t *testing.T) {
 		t.Errorf("PING after the refusals: %v", err)
 	}
 
-	for _, tc := range []struct{ params, want []string }{
-		{[]string{"client", "hiredis"}, []string{`client="hiredis"`, "rueidis"}},
-		{[]string{"client", "rueidis", "mode", "tx"}, []string{"mode", "go-redis"}},
-		{[]string{"client", "rueidis", "wait_replicas", "1"}, []string{"WithReplicaAck"}},
-	} {
-		raw := withParams(srv.URL, tc.params...)
-		d, err := dlock.Open(context.Background(), raw)
-		if err == nil {
-			d.Close()
-			t.Errorf("Open(%s) succeeded", raw)
-			continue
-		}
-		var ae *dlock.ArgError
-		if !errors.As(err, &ae) {
-			t.Errorf("Open(%s) = %v; want an ArgError", raw, err)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("Open(%s) = %v; want it to name %s", raw, err, w)
+	// The options are refused before anything is dialled: a usage error
+	// whether the server answers or not (port 1 is closed).
+	for _, base := range []string{srv.URL, "redis://127.0.0.1:1", "redis+sentinel://127.0.0.1:1/mymaster", "redis+cluster://127.0.0.1:1"} {
+		for _, tc := range []struct{ params, want []string }{
+			{[]string{"client", "hiredis"}, []string{`client="hiredis"`, "rueidis"}},
+			{[]string{"client", "rueidis", "mode", "tx"}, []string{"mode", "go-redis"}},
+			{[]string{"client", "rueidis", "mode", "legacy"}, []string{"mode", "go-redis"}},
+			{[]string{"client", "rueidis", "wait_replicas", "1"}, []string{"WithReplicaAck"}},
+		} {
+			raw := withParams(base, tc.params...)
+			d, err := dlock.Open(context.Background(), raw)
+			if err == nil {
+				d.Close()
+				t.Errorf("Open(%s) succeeded", raw)
+				continue
+			}
+			var ae *dlock.ArgError
+			if !errors.As(err, &ae) {
+				t.Errorf("Open(%s) = %v; want an ArgError", raw, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Open(%s) = %v; want it to name %s", raw, err, w)
+				}
 			}
 		}
 	}

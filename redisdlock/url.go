@@ -119,8 +119,13 @@ func takeClient(u *url.URL, q url.Values) (bool, error) {
 }
 
 // openRueidis opens a driver over a rueidis client made with opt (see
-// internal/rueidisopt), after checking that the server answers.
+// internal/rueidisopt): it checks opts, dials, and checks that the server
+// answers.
 func openRueidis(ctx context.Context, opt rueidis.ClientOption, opts []Option) (driver.Driver, error) {
+	d, err := newRueidisDriver(opts) // a usage error whether the server answers or not
+	if err != nil {
+		return nil, err
+	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		if c != nil {
@@ -128,11 +133,8 @@ func openRueidis(ctx context.Context, opt rueidis.ClientOption, opts []Option) (
 		}
 		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
 	}
-	d, err := newRueidisDriver(c, true, opts)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
+	d.owns = true
+	d.useRueidis(c)
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))

@@ -331,9 +331,9 @@ func (a *app) run(o *runOptions, args []string) error {
 	defer a.close(c)
 	// The hold becomes a lease two resolution units longer (see
 	// Lock.ReleaseAfter): refuse it now rather than after the command ran.
-	if caps := c.Capabilities(); caps.MaxTTL > 0 && o.holdAtLeast+2*caps.TTLResolution > caps.MaxTTL {
+	if o.holdAtLeast > c.MaxReleaseAfter() {
 		stopWatch()
-		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, caps.MaxTTL-2*caps.TTLResolution)
+		return usagef("invalid --hold-at-least %v: above this store's longest lease of %v", o.holdAtLeast, c.MaxReleaseAfter())
 	}
 
 	var l *dlock.Lock // nil with --rate: nothing is held while COMMAND runs
