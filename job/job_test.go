@@ -264,7 +264,8 @@ func TestBadArguments(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"ctx", func() error { return job.Run(nil, c, "k", fn) }}, //nolint:staticcheck // a nil ctx is the point
+		//lint:ignore SA1012 a nil ctx is the point
+		{"ctx", func() error { return job.Run(nil, c, "k", fn) }},
 		{"client", func() error { return job.Run(ctx, nil, "k", fn) }},
 		{"fn", func() error { return job.Run(ctx, c, "k", nil) }},
 		{"key", func() error { return job.Run(ctx, c, "", fn) }},

@@ -391,6 +391,7 @@ func (f fleet) tryLock(ctx context.Context, key string) (int64, bool, error) {
 	if cur >= now {
 		return 0, false, nil // held
 	}
+	//lint:ignore SA1019 the legacy fleets this stands for use GETSET
 	old, err := f.c.GetSet(ctx, key, stamp).Int64()
 	if errors.Is(err, redis.Nil) || err == nil && old == cur {
 		return stamp, true, nil

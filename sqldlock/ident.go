@@ -1,7 +1,6 @@
 package sqldlock
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/dlockhq/dlock/internal/sqldialect"
@@ -48,8 +47,4 @@ func prefixEnd(prefix string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func errorf(format string, args ...any) error {
-	return fmt.Errorf("sqldlock: "+format, args...)
 }

@@ -586,33 +586,6 @@ func pgContention(err error) bool {
 	return false
 }
 
-// scanHolders reads rows of (key, owner, token, info, time left in units).
-func scanHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error) {
-	defer rows.Close()
-	var hs []driver.Holder
-	for rows.Next() {
-		var (
-			h    driver.Holder
-			tok  int64
-			left int64
-		)
-		if err := rows.Scan(&h.Key, &h.Owner, &tok, &h.Info, &left); err != nil {
-			return nil, err
-		}
-		h.Mode = driver.Exclusive
-		h.Token = uint64(tok)
-		h.TTL = time.Duration(left) * unit
-		hs = append(hs, h)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	// Keys are compared bytewise by the database; make sure of the order
-	// whatever the collation of a table created by hand.
-	sortHolders(hs)
-	return hs, nil
-}
-
 func sortHolders(hs []driver.Holder) {
 	slices.SortStableFunc(hs, func(a, b driver.Holder) int {
 		if c := strings.Compare(a.Key, b.Key); c != 0 {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,7 +31,6 @@ type ttyProc struct {
 	output chan []byte   // what dlock and its command write on the terminal
 	closed chan struct{} // closed when the terminal's output has ended
 	out    bytes.Buffer  // output read so far
-	seen   int           // how much of out expectRE has matched
 }
 
 func (e *env) startTTY(args ...string) *ttyProc {
@@ -233,32 +231,5 @@ func TestSignalReachesStoppedCommand(t *testing.T) {
 	}
 	if r := e.run("run", "--key", "stopped", "--wait", "0", "--", "true"); r.code != 0 {
 		t.Errorf("the lock was not released: exit status %d", r.code)
-	}
-}
-
-func (p *ttyProc) send(s string) {
-	p.t.Helper()
-	if _, err := p.ptm.Write([]byte(s)); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// expectRE reads the terminal's output until what came after the last match
-// matches re.
-func (p *ttyProc) expectRE(re string) {
-	p.t.Helper()
-	r := regexp.MustCompile(re)
-	timeout := time.After(stuckTimeout)
-	for {
-		if loc := r.FindStringIndex(p.out.String()[p.seen:]); loc != nil {
-			p.seen += loc[1]
-			return
-		}
-		select {
-		case b := <-p.output:
-			p.out.Write(b)
-		case <-timeout:
-			p.t.Fatalf("no %s on the terminal after %v; output: %q", re, stuckTimeout, p.out.String())
-		}
 	}
 }

@@ -280,17 +280,21 @@ func parseRate(s string) (int, time.Duration, error) {
 		return 0, 0, errors.New("want N/DURATION, as in 3/1m")
 	}
 	if num == "" || strings.Trim(num, "0123456789") != "" {
+		//lint:ignore ST1005 N and DURATION name the parts of --rate N/DURATION
 		return 0, 0, fmt.Errorf("N %q is not a number", num)
 	}
 	n, err := strconv.Atoi(num)
 	if err != nil {
+		//lint:ignore ST1005 N and DURATION name the parts of --rate N/DURATION
 		return 0, 0, fmt.Errorf("N %q is out of range", num)
 	}
 	if n < 1 {
+		//lint:ignore ST1005 N and DURATION name the parts of --rate N/DURATION
 		return 0, 0, fmt.Errorf("N %d must be at least 1", n)
 	}
 	window, err := time.ParseDuration(dur)
 	if err != nil {
+		//lint:ignore ST1005 N and DURATION name the parts of --rate N/DURATION
 		return 0, 0, fmt.Errorf("DURATION %q is not a duration with a unit, as in 30s or 1m", dur)
 	}
 	if window <= 0 {
