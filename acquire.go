@@ -152,7 +152,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		}
 		attempted = true
 		sent := time.Now()
-		res, err, inflight := do(c, ctx, func(ctx context.Context) (driver.Result, error) { return c.drv.Acquire(ctx, req) })
+		res, inflight, err := do(c, ctx, func(ctx context.Context) (driver.Result, error) { return c.drv.Acquire(ctx, req) })
 		if inflight != nil {
 			// The attempt is still on the wire: whatever it makes of
 			// the store is cleared once it completes.
@@ -257,7 +257,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 		}
 		if subscribe {
 			subscribe = false
-			s, err, inflight := do(c, ctx, func(ctx context.Context) (driver.Subscription, error) { return c.notifier.Subscribe(ctx, req) })
+			s, inflight, err := do(c, ctx, func(ctx context.Context) (driver.Subscription, error) { return c.notifier.Subscribe(ctx, req) })
 			if inflight != nil {
 				inflight.after(c, func(s driver.Subscription, err error) {
 					if err == nil {

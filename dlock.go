@@ -382,7 +382,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 	if !ok {
 		return nil, fmt.Errorf("dlock: listing holders: %w", ErrUnsupported)
 	}
-	hs, err, _ := do(c, ctx, func(ctx context.Context) ([]Holder, error) { return l.List(ctx, prefix) })
+	hs, _, err := do(c, ctx, func(ctx context.Context) ([]Holder, error) { return l.List(ctx, prefix) })
 	for i := range hs {
 		hs[i].Owner = OwnerID(hs[i].Owner)
 	}
@@ -415,7 +415,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("dlock: forced release of %q: %w", key, ErrUnsupported)
 	}
-	n, err, _ := do(c, ctx, func(ctx context.Context) (int, error) { return f.ForceRelease(ctx, key) })
+	n, _, err := do(c, ctx, func(ctx context.Context) (int, error) { return f.ForceRelease(ctx, key) })
 	return n, err
 }
 

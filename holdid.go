@@ -154,7 +154,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	}
 	defer c.ops.done()
 	sent := time.Now()
-	held, err, _ := do(c, ctx, func(ctx context.Context) (driver.Holder, error) { return reader.ReadHold(ctx, h.key, h.owner) })
+	held, _, err := do(c, ctx, func(ctx context.Context) (driver.Holder, error) { return reader.ReadHold(ctx, h.key, h.owner) })
 	if err != nil {
 		return nil, c.resumeFailure(ctx, h.key, err)
 	}
@@ -166,7 +166,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, held.Mode, m)
 	}
 	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
-	_, err, _ = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
+	_, _, err = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
 	if err != nil {
 		return nil, c.resumeFailure(ctx, h.key, err)
 	}

@@ -89,17 +89,17 @@ func (c *Client) work(f func()) {
 // happens after it (see after). A ctx that cannot end, or a driver that
 // returns promptly on its own (Capabilities.CancelsPromptly), runs fn on the
 // caller's goroutine.
-func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, error, *call[T]) {
+func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, *call[T], error) {
 	if ctx.Done() == nil || c.caps.CancelsPromptly {
 		v, err := fn(ctx)
-		return v, err, nil
+		return v, nil, err
 	}
 	cl := start(c, ctx, fn)
 	v, err, ok := cl.wait(ctx)
 	if !ok {
-		return v, err, cl
+		return v, cl, err
 	}
-	return v, err, nil
+	return v, nil, err
 }
 
 // wait returns the call's result, or ctx's error and false if ctx ends

@@ -172,7 +172,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		return err
 	}
 	l.calls.Lock()
-	res, err, inflight := do(l.c, ctx, func(ctx context.Context) (driver.Result, error) { return l.c.drv.Acquire(ctx, req) })
+	res, inflight, err := do(l.c, ctx, func(ctx context.Context) (driver.Result, error) { return l.c.drv.Acquire(ctx, req) })
 	if inflight == nil {
 		l.calls.Unlock()
 	} else {
@@ -280,7 +280,7 @@ func (l *Lock) refresh(ctx context.Context) error {
 	sent := time.Now()
 	req := l.request()
 	l.calls.RLock()
-	_, err, _ := do(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Refresh(ctx, req) })
+	_, _, err := do(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Refresh(ctx, req) })
 	l.calls.RUnlock()
 	switch {
 	case err == nil:

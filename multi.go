@@ -164,7 +164,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	bctx, unbind := c.bind(ctx)
 	defer unbind()
 	begin := time.Now()
-	res, err, inflight := do(c, bctx, func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, reqs) })
+	res, inflight, err := do(c, bctx, func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, reqs) })
 	if inflight != nil {
 		// Still on the wire: clear what it takes once it lands.
 		inflight.after(c, func(driver.MultiResult, error) {
