@@ -128,9 +128,9 @@ func TestHostileInput(t *testing.T) {
 		// Release and ReleaseAfter release the lock all the same when they
 		// refuse their arguments: a nil ctx, or a d too long.
 		for _, release := range []func(l *dlock.Lock) error{
-			func(l *dlock.Lock) error { return l.Release(nil) },                   //nolint:staticcheck // a nil ctx on purpose
-			func(l *dlock.Lock) error { return l.ReleaseAfter(nil, 0) },           //nolint:staticcheck // a nil ctx on purpose
-			func(l *dlock.Lock) error { return l.ReleaseAfter(nil, caps.MinTTL) }, //nolint:staticcheck // a nil ctx on purpose
+			func(l *dlock.Lock) error { return l.Release(bounds.NilContext) },
+			func(l *dlock.Lock) error { return l.ReleaseAfter(bounds.NilContext, 0) },
+			func(l *dlock.Lock) error { return l.ReleaseAfter(bounds.NilContext, caps.MinTTL) },
 		} {
 			k := key()
 			l, err := c.TryLock(ctx, k)

@@ -21,17 +21,17 @@ func TestHostileInputSQL(t *testing.T) {
 		ctx := testCtx(t)
 		f := newFence(t, s, "")
 		var nilDB *sql.DB
-		bounds.WantArg(t, f.CreateTable(nil, s.db), "ctx") //nolint:staticcheck // a nil ctx on purpose
+		bounds.WantArg(t, f.CreateTable(bounds.NilContext, s.db), "ctx")
 		bounds.WantArg(t, f.CreateTable(ctx, nil), "db")
-		bounds.WantArg(t, f.Check(nil, s.db, "r", 1), "ctx") //nolint:staticcheck // a nil ctx on purpose
+		bounds.WantArg(t, f.Check(bounds.NilContext, s.db, "r", 1), "ctx")
 		bounds.WantArg(t, f.Check(ctx, nil, "r", 1), "q")
 		bounds.WantArg(t, f.Check(ctx, nilDB, "r", 1), "q")
-		_, err := f.Highest(nil, s.db, "r") //nolint:staticcheck // a nil ctx on purpose
+		_, err := f.Highest(bounds.NilContext, s.db, "r")
 		bounds.WantArg(t, err, "ctx")
 		_, err = f.Highest(ctx, nil, "r")
 		bounds.WantArg(t, err, "q")
 		u := fence.Update{Table: "t", Set: map[string]any{"v": 1}, Where: map[string]any{"id": 1}}
-		bounds.WantArg(t, f.Update(nil, s.db, u, 1), "ctx") //nolint:staticcheck // a nil ctx on purpose
+		bounds.WantArg(t, f.Update(bounds.NilContext, s.db, u, 1), "ctx")
 		bounds.WantArg(t, f.Update(ctx, nil, u, 1), "q")
 
 		for _, r := range []string{"a\x00b", "\xff", "caf\xe9"} {
@@ -65,8 +65,8 @@ func TestHostileInputRedis(t *testing.T) {
 		bounds.WantArg(t, err, "client")
 	}
 	f := fence.NewRedis(c)
-	bounds.WantArg(t, f.Set(nil, p+"k", "v", 1, 0), "ctx") //nolint:staticcheck // a nil ctx on purpose
-	_, _, err := f.Get(nil, p+"k")                         //nolint:staticcheck // a nil ctx on purpose
+	bounds.WantArg(t, f.Set(bounds.NilContext, p+"k", "v", 1, 0), "ctx")
+	_, _, err := f.Get(bounds.NilContext, p+"k")
 	bounds.WantArg(t, err, "ctx")
 	bounds.WantArg(t, f.Set(ctx, p+"k", "v", 1, -1), "ttl")
 	if n, err := c.Exists(ctx, p+"k").Result(); err != nil || n != 0 {

@@ -67,7 +67,7 @@ func TestHostileInput(t *testing.T) {
 		}
 
 		cc, loads := cache("", 0, nil)
-		_, err := fill.Once(nil, c, key(), cc) //nolint:staticcheck // a nil ctx on purpose
+		_, err := fill.Once(bounds.NilContext, c, key(), cc)
 		bounds.WantArg(t, err, "ctx")
 		_, err = fill.Once(ctx, nil, key(), cc)
 		bounds.WantArg(t, err, "client")

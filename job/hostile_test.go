@@ -36,7 +36,7 @@ func TestHostileInput(t *testing.T) {
 			})
 			bounds.NothingHeld(t, admin, k)
 		}
-		bounds.WantArg(t, job.Run(nil, c, key(), func(context.Context) error { return nil }), "ctx") //nolint:staticcheck // a nil ctx on purpose
+		bounds.WantArg(t, job.Run(bounds.NilContext, c, key(), func(context.Context) error { return nil }), "ctx")
 		bounds.WantArg(t, job.Run(ctx, nil, key(), func(context.Context) error { return nil }), "client")
 		bounds.WantArg(t, job.Run(ctx, c, key(), nil), "fn")
 

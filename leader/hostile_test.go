@@ -24,7 +24,7 @@ func TestHostileInput(t *testing.T) {
 		n := 0
 		key := func() string { n++; return fmt.Sprintf("lead%d", n) }
 
-		_, err := leader.Campaign(nil, c, key(), "v") //nolint:staticcheck // a nil ctx on purpose
+		_, err := leader.Campaign(bounds.NilContext, c, key(), "v")
 		bounds.WantArg(t, err, "ctx")
 		_, err = leader.Campaign(ctx, nil, key(), "v")
 		bounds.WantArg(t, err, "client")

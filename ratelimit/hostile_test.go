@@ -65,9 +65,9 @@ func TestHostileInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = l.Allow(nil) //nolint:staticcheck // a nil ctx on purpose
+		_, err = l.Allow(bounds.NilContext)
 		bounds.WantArg(t, err, "ctx")
-		bounds.WantArg(t, l.Wait(nil), "ctx") //nolint:staticcheck // a nil ctx on purpose
+		bounds.WantArg(t, l.Wait(bounds.NilContext), "ctx")
 		_, err = ratelimit.New(nil, key(), 1, time.Minute)
 		bounds.WantArg(t, err, "client")
 	})

