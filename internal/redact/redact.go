@@ -102,12 +102,16 @@ func pairs(raw string) string {
 // as much as can be without risk: the part after the last '@' (the host and
 // path, not the userinfo), with its query masked, or nothing at all.
 func String(raw string) string {
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme != "" || u.User != nil || u.Host != "") {
+		return URL(u)
+	}
 	if !strings.Contains(raw, "://") && strings.Contains(raw, "=") {
 		// Not a URL but a key=value connection string, as PostgreSQL
 		// and MySQL drivers take ("host=db password=s3cret").
 		return pairs(raw)
 	}
-	if u, err := url.Parse(raw); err == nil {
+	if err == nil {
 		return URL(u)
 	}
 	rest, masked := raw, false
