@@ -186,12 +186,12 @@ func (cs *contenders) longestGap(start, end time.Time) time.Duration {
 }
 
 // TestContendedFailover runs four contender processes on one key over
-// five Redis servers, and stops two of the servers (SIGSTOP, then, every
-// other fault, SIGKILL and a restart with nothing) for six seconds, a few
-// times: the three live servers must hand the lock on, rather than split
-// their votes among the contenders, so that the longest time without an
-// acquisition stays under two leases. Run the ten faults with
-// -contention.runs=10.
+// five Redis servers, and stops two of the servers for six seconds, by
+// SIGSTOP and SIGCONT, then by SIGKILL and a restart with nothing, in turn
+// (twice by default; -contention.runs=10 for ten faults): the three live
+// servers must hand the lock on, rather than split their votes among the
+// contenders, so that the longest time without an acquisition stays under
+// two leases.
 func TestContendedFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: no database servers")
