@@ -143,6 +143,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 	bo := backoff{min: cfg.minBackoff, max: cfg.maxBackoff}
 	reached := false   // the store has answered an attempt
 	attempted := false // an attempt was made: a queue entry may exist
+	requeued := false  // queued again as a new owner, not answered since
 	for {
 		if ctx.Err() != nil {
 			if attempted {
@@ -174,9 +175,20 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			}
 			if req.Queue && reached && errors.Is(err, driver.ErrNotOwner) {
 				// The waiter's place in the queue ended with its session
-				// or lease: it must not carry on as if it had waited.
+				// or lease (a failover, a connection reset): it queues
+				// again, at the back, as a new owner with a subscription
+				// of its own, rather than carry on as if it had waited;
+				// at once, unless the new place too ended unanswered.
 				c.cleanup(ctx, req)
-				return nil, fmt.Errorf("dlock: %w%s: %w: the place in the queue ended while waiting: %w", ErrNotAcquired, keyedAfter(req.Key, err), ErrLost, err)
+				req.Owner = newOwner()
+				if sub != nil {
+					sub.Close()
+					sub, subscribe = nil, true
+				}
+				if !requeued {
+					requeued = true
+					continue
+				}
 			}
 			if errors.Is(err, driver.ErrBusy) {
 				// The store answered, and changed nothing: the key
@@ -212,7 +224,7 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 			}
 			continue
 		}
-		reached, failure = true, nil
+		reached, failure, requeued = true, nil, false
 		if res.Acquired {
 			ttl, validUntil := lease(req, res, sent)
 			usableUntil := validUntil

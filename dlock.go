@@ -30,8 +30,9 @@
 //
 //   - ErrNotAcquired: Lock, TryLock or Do did not get the lock (it is held,
 //     or the wait ended), with the reason where there is one (a context
-//     error, ErrUnavailable, ErrClosed, ErrLost for a waiter whose place in
-//     the queue ended);
+//     error, ErrUnavailable, ErrClosed); a waiter whose place in the queue
+//     ended with its session or lease (a failover) queues again at the
+//     back;
 //   - ErrNotHeld: Release, Refresh or ReleaseAfter of a lock that is not
 //     held (released already, expired, detached), and Resume of a hold ID
 //     whose hold the store no longer has;

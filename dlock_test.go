@@ -447,15 +447,16 @@ func TestReleaseAfterCoarseClock(t *testing.T) {
 }
 
 // queueing declares FIFO over an in-process store and records the requests
-// it sees; from the attempt numbered vanishAt on, a queued Acquire reports
-// that the owner's place in the queue has gone.
+// it sees; the vanishFor attempts from the one numbered vanishAt on report,
+// if queued, that the owner's place in the queue has gone.
 type queueing struct {
 	*memdlock.Driver
-	vanishAt int // from this attempt on, the queue entry is gone
-	blipAt   int // this attempt fails without reaching the store
-	mu       sync.Mutex
-	reqs     []driver.Request
-	releases int
+	vanishAt  int // from this attempt on, the queue entry is gone
+	vanishFor int // for this many attempts
+	blipAt    int // this attempt fails without reaching the store
+	mu        sync.Mutex
+	reqs      []driver.Request
+	releases  int
 }
 
 func (q *queueing) Release(ctx context.Context, req driver.Request) error {
@@ -476,7 +477,7 @@ func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Resu
 	q.reqs = append(q.reqs, req)
 	n := len(q.reqs)
 	q.mu.Unlock()
-	if req.Queue && q.vanishAt > 0 && n >= q.vanishAt {
+	if req.Queue && q.vanishAt > 0 && n >= q.vanishAt && n < q.vanishAt+q.vanishFor {
 		return driver.Result{}, fmt.Errorf("queue entry of %q: %w", req.Key, driver.ErrNotOwner)
 	}
 	if n == q.blipAt {
@@ -485,28 +486,53 @@ func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Resu
 	return q.Driver.Acquire(ctx, req)
 }
 
-func TestQueuedWaitEndsWhenPlaceIsLost(t *testing.T) {
+// TestQueuedWaitRequeuesWhenPlaceIsLost checks that a queued waiter whose
+// place in the queue ends (its session or lease ran out) keeps waiting: it
+// clears what is left of the old place and queues again, at once, as a new
+// owner, and after a backoff if that place too ends unanswered.
+func TestQueuedWaitRequeuesWhenPlaceIsLost(t *testing.T) {
 	store := memdlock.New()
 	holder := newClient(t, store.Share())
 	l, err := holder.Lock(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release(t.Context())
-
-	q := &queueing{Driver: store.Share(), vanishAt: 2}
-	waiter := newClient(t, q)
-	_, err = waiter.Lock(t.Context(), "k")
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, dlock.ErrLost) {
-		t.Fatalf("Lock after the queue entry vanished: %v; want ErrNotAcquired and ErrLost", err)
+	q := &queueing{Driver: store.Share(), vanishAt: 2, vanishFor: 2}
+	waiter := newClient(t, q, dlock.WithLogger(slog.New(slog.DiscardHandler)))
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(t.Context(), "k", dlock.WithBackoff(time.Millisecond, time.Millisecond))
+		if err == nil {
+			err = wl.Release(t.Context())
+		}
+		got <- err
+	}()
+	for {
+		q.mu.Lock()
+		n := len(q.reqs)
+		q.mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		runtime.Gosched()
 	}
-	if _, err := waiter.TryLock(t.Context(), "k"); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrLost) {
-		t.Errorf("TryLock: %v; want ErrNotAcquired only", err)
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v; want the lock", err)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.reqs) != 3 || !q.reqs[0].Queue || !q.reqs[1].Queue || q.reqs[2].Queue {
-		t.Errorf("requests %+v; want two queued attempts of Lock, then TryLock unqueued", q.reqs)
+	owners := map[string]bool{}
+	for _, r := range q.reqs {
+		owners[r.Owner] = true
+		if !r.Queue {
+			t.Errorf("request %+v; want every attempt of Lock queued", r)
+		}
+	}
+	if len(owners) != 3 || q.reqs[0].Owner == q.reqs[2].Owner || q.reqs[2].Owner == q.reqs[3].Owner || q.reqs[3].Owner != q.reqs[4].Owner {
+		t.Errorf("owners of the attempts: %v; want a new owner after each lost place", q.reqs)
 	}
 }
 

@@ -235,7 +235,8 @@ type Request struct {
 	// Once an owner is queued, its place must not be silently lost: if the
 	// entry has vanished (its lease or session ended) a further Acquire
 	// returns an error wrapping ErrNotOwner instead of queueing the owner
-	// again at the back, and package dlock ends the wait with ErrLost.
+	// again at the back, and package dlock, while the wait goes on, queues
+	// the waiter again at the back as a new owner.
 	Queue bool
 	// Info is free-form text about the holder (host, process) shown by
 	// Lister. It may be empty.

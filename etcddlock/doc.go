@@ -94,8 +94,8 @@
 //   - Otherwise the session ends (as it does when a request finds the lease
 //     gone): every hold and queue entry of it is lost. Refresh and Release
 //     report driver.ErrNotOwner, and so does a waiter's next Acquire (its
-//     place in the queue is gone; package dlock ends the wait with
-//     dlock.ErrLost). The next acquisition grants a new lease. The old one
+//     place in the queue is gone; package dlock queues the waiter again
+//     at the back). The next acquisition grants a new lease. The old one
 //     is revoked, in case it is still alive on the server, but only once
 //     its latest proven renewal has run out: the driver reported holds on
 //     it valid until then, and revoking earlier would free their keys for

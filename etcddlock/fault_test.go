@@ -56,8 +56,9 @@ func TestCutOffHolder(t *testing.T) {
 	}
 }
 
-// A waiter whose session ends while it waits gets ErrLost from Lock, never
-// the lock: its place in the queue is gone.
+// A waiter whose session ends while it waits loses its place in the queue
+// but not its wait: it queues again, at the back, in a new session, and gets
+// the lock once the holder releases it.
 func TestWaiterSessionEnds(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	cli := admin(t)
@@ -79,30 +80,20 @@ func TestWaiterSessionEnds(t *testing.T) {
 	if _, err := cli.Revoke(ctx(t), lease); err != nil {
 		t.Fatal(err)
 	}
-	r := <-got
-	if r.err == nil {
-		r.l.Release(context.Background())
-		t.Fatal("the waiter got the lock after its session ended")
-	}
-	if !errors.Is(r.err, dlock.ErrLost) || !errors.Is(r.err, dlock.ErrNotAcquired) {
-		t.Errorf("waiter's Lock = %v; want ErrLost and ErrNotAcquired", r.err)
-	}
 	if err := l.Refresh(ctx(t)); err != nil {
 		t.Errorf("holder's Refresh: %v", err)
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Errorf("holder's Release: %v", err)
 	}
-	assertEmpty(t, cli, k)
-
-	// The driver starts a new session for the next lock.
-	l, err = w.Lock(ctx(t), k)
-	if err != nil {
-		t.Fatalf("Lock after the session ended: %v", err)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter's Lock = %v; want the lock", r.err)
 	}
-	if err := l.Release(ctx(t)); err != nil {
+	if err := r.l.Release(ctx(t)); err != nil {
 		t.Error(err)
 	}
+	assertEmpty(t, cli, k)
 }
 
 // A holder whose session lease is revoked from outside finds out at its next

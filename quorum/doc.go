@@ -5,8 +5,16 @@
 // independent Redis servers, see the redlock:// URL below, but any dlock
 // drivers will do) and succeeds when a majority, N/2+1, of them agree:
 //
-//   - Acquire asks every node for the same hold (same key, same owner). The
-//     lock is acquired if at least N/2+1 nodes granted it. Otherwise the
+//   - Acquire asks every node for the same hold (same key, same owner): the
+//     key's lead first, then, if the lead granted it, the others in
+//     parallel. The lead is the first node that answers in an order that
+//     every client of the same nodes derives from the key and the nodes'
+//     addresses (the nodes last known to hang last): contenders meet there,
+//     and the one it grants the hold to finds the others free, where
+//     contenders asking every node at once could split the votes of a bare
+//     majority of live nodes for as long as a fault lasts. A refusal by the
+//     lead ends the attempt. The lead costs one round trip more. The lock
+//     is acquired if at least N/2+1 nodes granted it. Otherwise the
 //     partial hold is released on every node that granted it before Acquire
 //     reports "not acquired", so that a loser of a split vote does not block
 //     the next attempt, and on the nodes whose answer was lost or is still
@@ -21,8 +29,7 @@
 //     majority held the lock.
 //
 // The driver never retries and never sleeps: package dlock retries a failed
-// acquisition after a randomised (jittered) backoff, which is what keeps
-// competing clients from splitting the vote again and again, and it renews
+// acquisition after a randomised (jittered) backoff, and it renews
 // leases in the background. Nodes that implement driver.Notifier (Redis,
 // memdlock) wake waiters: a quorum subscription listens to every node and
 // fires on a release seen by any of them.

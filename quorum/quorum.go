@@ -341,19 +341,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 		return driver.Result{}, err
 	}
 	defer d.calls.Done()
-	timeout := nodeTimeout(req.TTL)
-	slots := d.registerAll(req, opAcquire)
-	answers := d.fanout(ctx, acquireGrace, false, d.acquired, func(ctx context.Context, i int) answer {
-		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
-		switch {
-		case err != nil:
-			return answer{vote: failed, err: err}
-		case res.Acquired:
-			return answer{vote: yes, res: res}
-		default:
-			return answer{vote: no, res: res}
-		}
-	})
+	answers := d.acquireRound(ctx, req)
 	yesN, noN, _ := count(answers)
 	if yesN >= d.quorum {
 		var res driver.Result
@@ -444,7 +432,7 @@ func (d *Driver) rollback(ctx context.Context, req driver.Request, answers []ans
 		switch {
 		case a.vote == yes:
 			granted = append(granted, i)
-		case a.vote == no, errors.Is(a.err, errBusy):
+		case a.vote == no, errors.Is(a.err, errBusy), errors.Is(a.err, errNotAsked):
 			// Refused, or not asked.
 		case errors.Is(a.err, errNoAnswer), errors.Is(a.err, context.DeadlineExceeded):
 			// The node has not answered, or is hung: it may grant the

@@ -219,7 +219,8 @@
 // next Acquire with Request.Queue fails with an error wrapping
 // driver.ErrNotOwner instead of queueing it again at the back (on a fair
 // driver, even if the key has become free meanwhile), and package dlock
-// ends its wait with dlock.ErrLost and releases it, which deletes the row.
+// releases it, which deletes the row, and queues the waiter again at the
+// back as a new owner.
 // The record of an owner that never comes back goes a minute after its
 // lease ended (when its key is next used, or by the cleanup); ForceRelease
 // deletes it with the key's other rows.

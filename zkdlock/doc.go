@@ -92,10 +92,10 @@
 //     another contender in.
 //   - When the session expires (the client learns so when it reconnects),
 //     every hold and queue entry of it is lost: Refresh and Release report
-//     driver.ErrNotOwner, and so does the owner's next queued Acquire, which
-//     ends the wait with dlock.ErrLost rather than queueing again at the
-//     back. The client sets up a new session by itself, and new
-//     acquisitions use it.
+//     driver.ErrNotOwner, and so does the owner's next queued Acquire,
+//     rather than queueing it again at the back (package dlock then queues
+//     the waiter again as a new owner). The client sets up a new session by
+//     itself, and new acquisitions use it.
 //
 // Closing the driver's connection (Conn().Close()) ends its session too:
 // Refresh and Release then report driver.ErrNotOwner, rather than the

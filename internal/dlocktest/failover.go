@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testsrv"
 )
 
@@ -189,4 +191,97 @@ func LeaderFailover(t *testing.T, srv *testsrv.Server, key string) {
 			})
 		})
 	}
+}
+
+// attempts forwards to a driver, counts the Acquires in flight and signals
+// on started as each starts, closes queued once one has been answered, and
+// counts those that fail.
+type attempts struct {
+	driver.Driver
+	started  chan struct{}
+	queued   chan struct{}
+	once     sync.Once
+	inflight atomic.Int32
+	failed   atomic.Int32
+}
+
+func (a *attempts) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	a.inflight.Add(1)
+	select {
+	case a.started <- struct{}{}:
+	default:
+	}
+	res, err := a.Driver.Acquire(ctx, req)
+	a.inflight.Add(-1)
+	if err != nil {
+		a.failed.Add(1)
+	} else {
+		a.once.Do(func() { close(a.queued) })
+	}
+	return res, err
+}
+
+func (a *attempts) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	return a.Driver.(driver.Notifier).Subscribe(ctx, req)
+}
+
+// WaitThroughResets has a Client over waiter (a Notifier whose connections
+// go through p) wait for key while holder holds it, and resets the waiter's
+// connections ten times, each while an attempt of the waiter is held up in
+// p: the waiter's Lock must not end while its context is live, and returns
+// the lock once holder has released it. It logs how many attempts failed.
+func WaitThroughResets(t *testing.T, holder *dlock.Client, waiter driver.Driver, p *testsrv.Proxy, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attempts{Driver: waiter, started: make(chan struct{}, 1), queued: make(chan struct{})}
+	w, err := dlock.New(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	got := make(chan error, 1)
+	go func() {
+		// Frequent attempts, so that the resets catch them in flight.
+		lw, err := w.Lock(ctx, key, dlock.WithTTL(3*time.Second), dlock.WithBackoff(time.Millisecond, 20*time.Millisecond))
+		if err == nil {
+			err = lw.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-a.queued: // the store has answered the waiter: it waits
+	case <-ctx.Done():
+		t.Fatal("the waiter's first attempt got no answer for a minute")
+	}
+	for range 10 {
+		p.Block()
+		for a.inflight.Load() == 0 {
+			select {
+			case <-a.started:
+			case err := <-got:
+				t.Fatalf("waiter's Lock = %v while the key is held; want it to wait", err)
+			case <-ctx.Done():
+				t.Fatal("no attempt of the waiter for a minute")
+			}
+		}
+		p.Reset()
+		p.Unblock()
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Errorf("waiter's Lock = %v; want the lock", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter did not get the lock within a minute")
+	}
+	t.Logf("%d of the waiter's attempts failed", a.failed.Load())
 }

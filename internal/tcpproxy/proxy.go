@@ -14,7 +14,8 @@ import (
 // delay every chunk of bytes, as a network with a round trip of twice the
 // delay does, and it can cut connections off: Block stops every byte in both
 // directions without closing anything, as a network partition does, so that
-// clients see silence rather than a reset.
+// clients see silence rather than a reset; Reset closes the connections
+// with a reset.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -67,6 +68,20 @@ func (p *Proxy) Unblock() {
 	if p.blocked != nil {
 		close(p.blocked)
 		p.blocked = nil
+	}
+}
+
+// Reset closes every current connection with a TCP reset, as a server that
+// drops its clients (a failover, a restart) does. New connections are
+// accepted and forwarded as before.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST
+		}
+		c.Close()
 	}
 }
 

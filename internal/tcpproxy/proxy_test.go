@@ -129,3 +129,38 @@ func TestSetDelay(t *testing.T) {
 		t.Errorf("round trip %v after SetDelay(%v), want at least %v", rtt, delay, 2*delay)
 	}
 }
+
+func TestProxyReset(t *testing.T) {
+	p, err := Start(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 3)
+	if _, err := c.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("echo through the proxy: %v", err)
+	}
+	p.Reset()
+	if _, err := c.Read(buf); err == nil {
+		t.Fatal("connection still open after Reset")
+	}
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c2, buf); err != nil || string(buf) != "two" {
+		t.Fatalf("echo on a new connection after Reset: %q, %v", buf, err)
+	}
+}

@@ -1,0 +1,142 @@
+package quorum
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/dlockhq/dlock/driver"
+)
+
+// The lead of a key.
+//
+// Contenders that ask every node at once split the vote: with a bare
+// majority of the nodes up, every node that grants the hold to one of them
+// leaves it out of a majority, and they can go on rolling back and trying
+// again for as long as the fault lasts. So an acquisition first asks the
+// key's lead alone, the first node in the key's order that answers, and
+// only if the lead grants the hold asks the other nodes, at once. The lead
+// grants the hold to one contender at a time; the others stop at its
+// refusal and leave the other nodes free for that one. The key's order is
+// the same for every client of the same nodes: the nodes ranked by a hash
+// of the key and the node's address (rendezvous hashing), the nodes known
+// to be stalled last, so that a hung lead is passed over at once. It costs
+// an acquisition one round trip more than asking every node at once.
+
+// errNotAsked is the answer of a node that an acquisition did not ask: its
+// outcome was decided without it.
+var errNotAsked = errors.New("not asked: the outcome was decided without it")
+
+// acquireRound asks the nodes for req's hold, the key's lead first (see The
+// lead of a key), and returns their answers, indexed like d.nodes. A
+// refusal by the lead stands for the nodes not asked.
+func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer {
+	timeout := nodeTimeout(req.TTL)
+	slots := make([]*slot, len(d.nodes))
+	ask := func(ctx context.Context, i int) answer {
+		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
+		switch {
+		case err != nil:
+			return answer{vote: failed, err: err}
+		case res.Acquired:
+			return answer{vote: yes, res: res}
+		default:
+			return answer{vote: no, res: res}
+		}
+	}
+	answers := make([]answer, len(d.nodes))
+	asked := make([]bool, len(d.nodes))
+	failedN := 0
+	for _, i := range d.order(req.Key) {
+		slots[i] = d.register(req, i, opAcquire)
+		a := d.one(ctx, i, ask)
+		answers[i], asked[i] = a, true
+		if a.vote == yes {
+			break
+		}
+		if a.vote == failed {
+			failedN++
+		}
+		if a.vote == no || ctx.Err() != nil || failedN > len(d.nodes)-d.quorum {
+			// Refused, or no majority left to ask.
+			for j, ok := range asked {
+				switch {
+				case ok:
+				case a.vote == no:
+					answers[j] = a
+				default:
+					answers[j] = answer{vote: failed, err: errNotAsked}
+				}
+			}
+			return answers
+		}
+	}
+	for i := range d.nodes {
+		if !asked[i] {
+			slots[i] = d.register(req, i, opAcquire)
+		}
+	}
+	return d.fanout(ctx, acquireGrace, false, d.acquired, func(ctx context.Context, i int) answer {
+		if asked[i] {
+			return answers[i]
+		}
+		return ask(ctx, i)
+	})
+}
+
+// one calls call(ctx, i) on a worker and returns its answer, or a failure
+// with ctx's cause once ctx ends (the call then ends in the background).
+func (d *Driver) one(ctx context.Context, i int, call func(ctx context.Context, i int) answer) answer {
+	reply := make(chan answer, 1) // the call never blocks
+	d.spawn(func() {
+		a := call(ctx, i)
+		d.note(ctx, i, a.err)
+		reply <- a
+	})
+	select {
+	case a := <-reply:
+		return a
+	case <-ctx.Done():
+		return answer{vote: failed, err: fmt.Errorf("%w", context.Cause(ctx))}
+	}
+}
+
+// order returns the indexes of the nodes in key's order: the nodes not
+// known to be stalled, then those that are, each ranked by a hash of key
+// and the node's address (its index, for a node that is not a
+// fmt.Stringer).
+func (d *Driver) order(key string) []int {
+	type node struct {
+		i       int
+		stalled bool
+		rank    uint64
+	}
+	nodes := make([]node, len(d.nodes))
+	for i, n := range d.nodes {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		if s, ok := n.(fmt.Stringer); ok {
+			fmt.Fprintf(h, "\x00%s", s)
+		} else {
+			fmt.Fprintf(h, "\x00%d", i)
+		}
+		nodes[i] = node{i, d.stalled[i].Load(), h.Sum64()}
+	}
+	slices.SortFunc(nodes, func(a, b node) int {
+		if a.stalled != b.stalled {
+			if a.stalled {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.rank, b.rank)
+	})
+	order := make([]int, len(nodes))
+	for k, n := range nodes {
+		order[k] = n.i
+	}
+	return order
+}
