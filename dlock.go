@@ -121,6 +121,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errclass"
 	"github.com/dlockhq/dlock/internal/redact"
 )
 
@@ -218,13 +219,16 @@ type OpenFunc func(ctx context.Context, u *url.URL) (driver.Driver, error)
 
 var registry struct {
 	sync.RWMutex
-	m map[string]OpenFunc
+	m        map[string]OpenFunc
+	classify map[string]driver.Classifier
 }
 
 // Register makes a backend available to Open under a URL scheme. Backend
-// packages call it from init. It panics if open is nil or the scheme is
-// already registered, as database/sql.Register does.
-func Register(scheme string, open OpenFunc) {
+// packages call it from init. classify, if given, tells which of open's
+// errors are permanent, as the driver's own driver.Classifier does for its
+// methods' (Open marks them ErrPermanent). It panics if open is nil or the
+// scheme is already registered, as database/sql.Register does.
+func Register(scheme string, open OpenFunc, classify ...driver.Classifier) {
 	registry.Lock()
 	defer registry.Unlock()
 	if open == nil {
@@ -237,6 +241,12 @@ func Register(scheme string, open OpenFunc) {
 		registry.m = map[string]OpenFunc{}
 	}
 	registry.m[scheme] = open
+	if len(classify) > 0 {
+		if registry.classify == nil {
+			registry.classify = map[string]driver.Classifier{}
+		}
+		registry.classify[scheme] = classify[0]
+	}
 }
 
 // Schemes returns the registered URL schemes, sorted.
@@ -253,7 +263,10 @@ func Schemes() []string {
 
 // Open returns a Client for the backend named by rawURL's scheme, which must
 // have been registered (import the backend package, e.g.
-// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`).
+// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`). A URL that the
+// backend refuses is an *ArgError; a store that cannot be used is
+// ErrUnavailable, and ErrPermanent too where asking again cannot mend it
+// (refused credentials, an untrusted certificate).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
@@ -272,7 +285,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, argError("url", redact.String(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
 	}
 	registry.RLock()
-	open := registry.m[u.Scheme]
+	open, classify := registry.m[u.Scheme], registry.classify[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
 		return nil, argError("url", redact.URL(u), "unknown scheme %q (known schemes: %s)", u.Scheme, strings.Join(Schemes(), ", "))
@@ -280,9 +293,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	d, err := open(ctx, u)
 	if err != nil {
 		var ae *ArgError
-		if errors.As(err, &ae) && ae.Name == "url" {
+		switch {
+		case errors.As(err, &ae) && ae.Name == "url":
 			// It names the URL, and says dlock, already.
 			return nil, err
+		case errors.As(err, &ae):
+		case errclass.By(classify, err):
+			err = &permanentError{err: err, acquire: true}
+		default:
+			err = &unavailableError{err}
 		}
 		return nil, fmt.Errorf("dlock: open %s: %w", redact.URL(u), err)
 	}

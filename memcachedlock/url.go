@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	dlock.Register("memcached", open)
+	dlock.Register("memcached", open, (*Driver)(nil)) // Permanent looks at the error alone
 }
 
 // Defaults of clients opened from a URL.
@@ -74,7 +74,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		mc.Close()
 		return nil, err
 	}
-	if err := d.run(ctx, mc.Ping); err != nil {
+	conn := urlutil.Connect{Endpoints: hosts, Timeout: max(mc.Timeout, urlutil.DefaultConnectTimeout), TimeoutParam: "timeout",
+		TLSHint: "memcached URLs do not support TLS"}
+	if err := conn.Do(ctx, func(ctx context.Context) error { return d.run(ctx, mc.Ping) }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("memcachedlock: connecting: %w", err)
 	}

@@ -19,7 +19,10 @@ import (
 // sqldlock/postgres, sqldlock/mysql), which parse the rest of the URL with
 // their database/sql driver; package sqldlock takes its own parameters
 // (table, fair) and makes the driver.
-func init() { dialect.OpenURL = openDialectURL }
+func init() {
+	dialect.OpenURL = openDialectURL
+	dialect.Classifier = (*Driver)(nil) // its Permanent looks at the error alone
+}
 
 // The dlock parameters every scheme accepts.
 const (

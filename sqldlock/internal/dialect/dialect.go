@@ -80,6 +80,10 @@ type ListenConn interface {
 // all import sqldlock).
 var OpenURL func(ctx context.Context, s *Support, u *url.URL) (driver.Driver, error)
 
+// Classifier classifies the errors of OpenURL. Package sqldlock sets it
+// too, before any dialect registers.
+var Classifier driver.Classifier
+
 var registry struct {
 	sync.RWMutex
 	m map[sqldialect.Dialect]*Support
@@ -104,7 +108,7 @@ func Register(s *Support) {
 	for _, scheme := range s.Schemes {
 		dlock.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return OpenURL(ctx, s, u)
-		})
+		}, Classifier)
 	}
 }
 
