@@ -295,3 +295,35 @@ func TestOpenClassifies(t *testing.T) {
 func dlocktestEdit(t *testing.T, raw string, kv ...string) string {
 	return dlocktest.EditURL(t, raw, "", "", kv...)
 }
+
+// TestURLTypos checks that the URL typos a person makes get a usage error
+// (status 64) with a hint at the URL meant, and no password.
+func TestURLTypos(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"redis:/127.0.0.1:6379", "did you mean redis://127.0.0.1:6379?"},
+		{"zk:/127.0.0.1:2181", "did you mean zk://127.0.0.1:2181?"},
+		{"redis:/:s3cret@127.0.0.1:6379", "did you mean redis://:xxxxx@127.0.0.1:6379?"},
+		{"127.0.0.1:6379", "write, say, redis://127.0.0.1:6379"},
+		{"localhost:6379", "write, say, redis://localhost:6379"},
+		{"http://127.0.0.1:2379", "did you mean etcd://127.0.0.1:2379?"},
+		{"etcds://127.0.0.1:2379", "did you mean etcd://127.0.0.1:2379?cacert="},
+		{"https://127.0.0.1:2379", "did you mean etcd://127.0.0.1:2379?cacert="},
+		{"zookeeper://127.0.0.1:2181", "did you mean zk://127.0.0.1:2181?"},
+		{"redis://127.0.0.1:99999", `bad port "99999"`},
+		{"redis://127.0.0.1:0", `bad port "0"`},
+		{"redlock://127.0.0.1:6379,127.0.0.1:70000", `bad port "70000"`},
+		{"etcd://:s3cret@127.0.0.1:123456", `bad port "123456"`},
+	} {
+		t.Run(c.url, func(t *testing.T) {
+			_, err := dlock.Open(context.Background(), c.url)
+			var ae *dlock.ArgError
+			if !errors.As(err, &ae) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("Open: %v; want an *ArgError saying %q, without the password", err, c.want)
+			}
+			r := runMain(t, "run", "--url", c.url, "--key", "k", "--", "true")
+			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("dlock run: exit status %d, stderr %q; want %d and %q", r.code, r.stderr, cli.ExitUsage, c.want)
+			}
+		})
+	}
+}
