@@ -287,6 +287,12 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return openRueidis(ctx, u, rueidisopt.Sentinel(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
+	if !q.Has("dialer_retries") {
+		// Each of go-redis's dial attempts asks the Sentinels, which
+		// may each take a read timeout: one attempt keeps Open within
+		// the connect timeout, and dlock retries what fails.
+		o.DialerRetries = 1
+	}
 	return finishOpen(ctx, connectOf(u, hosts, o.TLSConfig, o.DialTimeout), redis.NewFailoverClient(o), opts)
 }
 
