@@ -193,9 +193,9 @@ func TestOpenNeverHangs(t *testing.T) {
 	}
 }
 
-// TestOpenTLSMismatchRealRedis opens real Redis servers with the wrong
-// scheme: rediss:// on a plain server and redis:// on a TLS-only one.
-func TestOpenTLSMismatchRealRedis(t *testing.T) {
+// TestOpenTLSMismatchRealServers opens real Redis and etcd servers with
+// the wrong TLS setting: TLS on a plain server, none on a TLS-only one.
+func TestOpenTLSMismatchRealServers(t *testing.T) {
 	ctx := context.Background()
 	certs, err := testcert.New(t.TempDir())
 	if err != nil {
@@ -211,6 +211,16 @@ func TestOpenTLSMismatchRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer secure.Stop()
+	etcd, err := testsrv.StartEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Stop()
+	etcdTLS, err := testsrv.StartEtcdTLS(ctx, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcdTLS.Stop()
 	for _, c := range []struct {
 		url  string
 		want error
@@ -219,6 +229,8 @@ func TestOpenTLSMismatchRealRedis(t *testing.T) {
 		{"rediss://" + plain.Addr + "?client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"redis://" + secure.Addr, urlutil.ErrTLSAnswer},
 		{"redis://" + secure.Addr + "?client=rueidis", urlutil.ErrTLSAnswer},
+		{"etcd://" + etcd.Addr + "?cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		{"etcd://" + etcdTLS.Addr, urlutil.ErrTLSAnswer},
 	} {
 		if err := openResult(t, c.url); !errors.Is(err, c.want) || !errors.Is(err, dlock.ErrUnavailable) {
 			t.Errorf("Open(%s): %v; want %v and ErrUnavailable", c.url, err, c.want)
