@@ -89,6 +89,9 @@ func openDialectURL(ctx context.Context, s *dialect.Support, u *url.URL) (driver
 	}
 	if err := ping(ctx, db, d, o.BusyTimeout); err != nil {
 		drv.Close()
+		if o.Explain != nil {
+			err = o.Explain(err)
+		}
 		return nil, fmt.Errorf("sqldlock: connecting to %s: %w", d, err)
 	}
 	return drv, nil

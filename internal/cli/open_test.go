@@ -276,20 +276,20 @@ func TestOpenClassifies(t *testing.T) {
 	}
 	defer pg.Stop()
 	redisURL := "rediss://:%s@" + rs.Addr + "?cacert=%s%s"
-	for _, c := range []struct{ name, url string }{
-		{"WRONGPASS", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, "")},
-		{"WRONGPASS/rueidis", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, "&client=rueidis")},
-		{"NOAUTH", "rediss://" + rs.Addr + "?cacert=" + certs.CA},
-		{"unknown CA", fmt.Sprintf(redisURL, password, other.CA, "")},
-		{"certificate of another host", fmt.Sprintf(redisURL, password, certs.CA, "&servername=other.example")},
-		{"redlock WRONGPASS", fmt.Sprintf("redlocks://:%s@"+rs.Addr+"?cacert=%s", "wrong-Pa55", certs.CA)},
-		{"postgres without TLS", dlocktestEdit(t, pg.URL, "sslmode", "disable", "sslrootcert", "")},
-		{"postgres unknown CA", dlocktestEdit(t, pg.URL, "sslrootcert", other.CA)},
+	for _, c := range []struct{ name, url, hint string }{
+		{"WRONGPASS", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, ""), ""},
+		{"WRONGPASS/rueidis", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, "&client=rueidis"), ""},
+		{"NOAUTH", "rediss://" + rs.Addr + "?cacert=" + certs.CA, ""},
+		{"unknown CA", fmt.Sprintf(redisURL, password, other.CA, ""), ""},
+		{"certificate of another host", fmt.Sprintf(redisURL, password, certs.CA, "&servername=other.example"), ""},
+		{"redlock WRONGPASS", fmt.Sprintf("redlocks://:%s@"+rs.Addr+"?cacert=%s", "wrong-Pa55", certs.CA), ""},
+		{"postgres without TLS", dlocktestEdit(t, pg.URL, "sslmode", "disable", "sslrootcert", ""), "the server takes only TLS connections: add sslmode=verify-full"},
+		{"postgres unknown CA", dlocktestEdit(t, pg.URL, "sslrootcert", other.CA), ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := openResult(t, c.url)
-			if !errors.Is(err, dlock.ErrPermanent) || !errors.Is(err, dlock.ErrUnavailable) {
-				t.Errorf("Open: %v; want ErrPermanent and ErrUnavailable", err)
+			if !errors.Is(err, dlock.ErrPermanent) || !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), c.hint) {
+				t.Errorf("Open: %v; want ErrPermanent and ErrUnavailable, and %q", err, c.hint)
 			}
 			if strings.Contains(err.Error(), password) {
 				t.Errorf("the error quotes the password: %v", err)

@@ -55,6 +55,9 @@ type Opened struct {
 	// write lock before the database answers busy (SQLite); opening
 	// retries a busy answer for that long.
 	BusyTimeout time.Duration
+	// Explain, if not nil, returns the error of the first connection
+	// with the likely cause named, or as it is.
+	Explain func(err error) error
 }
 
 // Listener opens a connection that runs LISTEN channel (a quoted
