@@ -33,7 +33,7 @@ const (
 	keepAliveTimeout = 3 * time.Second
 )
 
-// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
+// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		return nil, urlutil.Error(u, "has a path (%q); write etcd://host:port[,host:port] and give a key prefix with ?prefix=", u.Path)
@@ -46,6 +46,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, urlutil.Error(u, "names no server")
 	}
 	q := u.Query()
+	if err := urlutil.ConnectTimeout(u, q, "dial-timeout"); err != nil {
+		return nil, err
+	}
 	tlsCfg, err := urlutil.TLS(u, q, false)
 	if err != nil {
 		return nil, err
@@ -82,7 +85,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			}
 			cfg.DialTimeout = d
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, dial-timeout, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
+			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, connect_timeout (or dial-timeout), %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
 		}
 	}
 	// Check the options before dialing.
@@ -90,7 +93,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: cfg.DialTimeout,
-		TimeoutParam: "dial-timeout", TLSHint: "add tls=true or cacert= to the URL"}
+		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
 	var d *Driver
 	err = conn.Do(ctx, func(ctx context.Context) error {
 		if tlsCfg != nil {

@@ -62,6 +62,9 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, urlutil.Error(u, "names no server; write redlock://host:port,host:port,host:port")
 	}
 	q := u.Query()
+	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
+		return nil, err
+	}
 	tc, err := urlutil.TLS(u, q, u.Scheme == "redlocks")
 	if err != nil {
 		return nil, err
@@ -135,7 +138,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.Scheme != "redlock" {
 		hint = "add tls=true or cacert= to the URL"
 	}
-	conn := urlutil.Connect{Endpoints: hosts, TLS: tc, TimeoutParam: "dial_timeout", TLSHint: hint}
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tc, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
 	for _, h := range hosts {
 		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
 		if tc != nil {

@@ -45,6 +45,9 @@ const defaultWaitTimeout = time.Second
 // takeOptions removes the driver's own parameters from q and returns them
 // as Options.
 func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
+	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
+		return nil, err
+	}
 	var opts []Option
 	if q.Has(paramPrefix) {
 		opts = append(opts, WithPrefix(q.Get(paramPrefix)))
@@ -157,7 +160,7 @@ func connectOf(u *url.URL, addrs []string, tc *tls.Config, timeout time.Duration
 	if u.Scheme == "redis" {
 		hint = "use rediss:// (or add cacert= to the URL)"
 	}
-	return urlutil.Connect{Endpoints: addrs, TLS: tc, Timeout: timeout, TimeoutParam: "dial_timeout", TLSHint: hint}
+	return urlutil.Connect{Endpoints: addrs, TLS: tc, Timeout: timeout, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
 }
 
 func checkTimeouts(u *url.URL, read, write time.Duration) error {
@@ -177,8 +180,8 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
-			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient,
+		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient, urlutil.ParamConnectTimeout,
 			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
 	return urlutil.Error(u, "%s", strings.TrimPrefix(msg, "redis: "))

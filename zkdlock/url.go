@@ -20,10 +20,6 @@ func init() {
 	dlock.Register("zk", open, (*Driver)(nil)) // Permanent looks at the error alone
 }
 
-// paramConnectTimeout bounds Open: dial, TLS handshake, session and a
-// first request.
-const paramConnectTimeout = "connect_timeout"
-
 // defaultPort is ZooKeeper's client port.
 const defaultPort = "2181"
 
@@ -72,7 +68,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	var opts []Option
 	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: urlutil.DefaultConnectTimeout,
-		TimeoutParam: paramConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
+		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
@@ -107,14 +103,14 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlutil.Error(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
 			}
 			acls = v
-		case paramConnectTimeout:
+		case urlutil.ParamConnectTimeout:
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
 				return nil, urlutil.Error(u, "%s=%q is not a positive duration (write 500ms, 5s)", k, v)
 			}
 			conn.Timeout = d
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, %s, tls, cacert, cert, key and servername)", k, paramConnectTimeout, urlutil.ParamInsecureAuth)
+			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamConnectTimeout, urlutil.ParamInsecureAuth)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))

@@ -339,3 +339,32 @@ func TestURLTypos(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenConnectTimeout checks that every network URL takes
+// connect_timeout, which bounds Open, and refuses it beside the store's own
+// name for it.
+func TestOpenConnectTimeout(t *testing.T) {
+	l := startListeners(t)
+	for _, raw := range []string{
+		"redis://%s?connect_timeout=1500ms", "redis://%s?client=rueidis&connect_timeout=1500ms",
+		"redis+sentinel://%s/mymaster?connect_timeout=1500ms", "redis+cluster://%s?connect_timeout=1500ms",
+		"redlock://%s?connect_timeout=1500ms", "etcd://%s?connect_timeout=1500ms", "zk://%s?connect_timeout=1500ms",
+		"memcached://%s?connect_timeout=1500ms&timeout=1500ms", "mysql://u:p@%s/db?insecure_auth=true&connect_timeout=1500ms",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			t.Parallel()
+			if err := openResult(t, fmt.Sprintf(raw, l.silent)); !timedOut(err) || !strings.Contains(err.Error(), "1.5s") {
+				t.Errorf("Open: %v; want a timeout of 1.5s", err)
+			}
+		})
+	}
+	for _, raw := range []string{
+		"redis://%s?connect_timeout=1s&dial_timeout=2s", "redlock://%s?connect_timeout=1s&dial_timeout=2s",
+		"etcd://%s?connect_timeout=1s&dial-timeout=2s", "mysql://u:p@%s/db?insecure_auth=true&connect_timeout=1s&timeout=2s",
+	} {
+		var ae *dlock.ArgError
+		if _, err := dlock.Open(context.Background(), fmt.Sprintf(raw, l.silent)); !errors.As(err, &ae) || !strings.Contains(err.Error(), "both connect_timeout and") {
+			t.Errorf("Open(%s): %v; want an *ArgError for both timeouts", raw, err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -133,4 +134,23 @@ func mismatch(err error) bool {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// ParamConnectTimeout bounds Open on every store's URL: the store's own
+// name for its connect timeout (dial_timeout, dial-timeout, timeout) is
+// accepted too.
+const ParamConnectTimeout = "connect_timeout"
+
+// ConnectTimeout moves connect_timeout in q, the query of u, to native, the
+// name the store's URL gives its connect timeout. Both at once is an Error.
+func ConnectTimeout(u *url.URL, q url.Values, native string) error {
+	if !q.Has(ParamConnectTimeout) {
+		return nil
+	}
+	if q.Has(native) {
+		return Error(u, "has both %s and %s; give one", ParamConnectTimeout, native)
+	}
+	q[native] = q[ParamConnectTimeout]
+	q.Del(ParamConnectTimeout)
+	return nil
 }
