@@ -122,6 +122,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/errclass"
 	"github.com/dlockhq/dlock/internal/redact"
 )
 
@@ -219,13 +220,16 @@ type OpenFunc func(ctx context.Context, u *url.URL) (driver.Driver, error)
 
 var registry struct {
 	sync.RWMutex
-	m map[string]OpenFunc
+	m        map[string]OpenFunc
+	classify map[string]driver.Classifier
 }
 
 // Register makes a backend available to Open under a URL scheme. Backend
-// packages call it from init. It panics if open is nil or the scheme is
-// already registered, as database/sql.Register does.
-func Register(scheme string, open OpenFunc) {
+// packages call it from init. classify, if given, tells which of open's
+// errors are permanent, as the driver's own driver.Classifier does for its
+// methods' (Open marks them ErrPermanent). It panics if open is nil or the
+// scheme is already registered, as database/sql.Register does.
+func Register(scheme string, open OpenFunc, classify ...driver.Classifier) {
 	registry.Lock()
 	defer registry.Unlock()
 	if open == nil {
@@ -238,6 +242,12 @@ func Register(scheme string, open OpenFunc) {
 		registry.m = map[string]OpenFunc{}
 	}
 	registry.m[scheme] = open
+	if len(classify) > 0 {
+		if registry.classify == nil {
+			registry.classify = map[string]driver.Classifier{}
+		}
+		registry.classify[scheme] = classify[0]
+	}
 }
 
 // Schemes returns the registered URL schemes, sorted.
@@ -254,36 +264,46 @@ func Schemes() []string {
 
 // Open returns a Client for the backend named by rawURL's scheme, which must
 // have been registered (import the backend package, e.g.
-// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`).
+// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`). Each backend
+// bounds the connection by its URL's connect timeout (5s by default), so
+// Open returns within it even if ctx has no deadline. A URL that does not
+// parse, names an unknown scheme or a bad port, or that its backend
+// refuses, is an *ArgError, with a hint at the URL meant where a typo is
+// likely; a store that cannot be used is ErrUnavailable, and ErrPermanent
+// too where asking again cannot mend it (refused credentials, an untrusted
+// certificate).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		// url.Error repeats the whole URL, password included: show only
-		// its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, argError("url", redact.String(rawURL), "does not parse: %v", err)
-	}
-	if u.Scheme == "" {
-		return nil, argError("url", redact.String(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
+		return nil, err
 	}
 	registry.RLock()
-	open := registry.m[u.Scheme]
+	open, classify := registry.m[u.Scheme], registry.classify[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
-		return nil, argError("url", redact.URL(u), "unknown scheme %q (known schemes: %s)", u.Scheme, strings.Join(Schemes(), ", "))
+		return nil, argError("url", redact.URL(u), "unknown scheme %q%s (known schemes: %s)", u.Scheme, schemeHint(u), strings.Join(Schemes(), ", "))
 	}
 	d, err := open(ctx, u)
 	if err != nil {
 		var ae *ArgError
-		if errors.As(err, &ae) && ae.Name == "url" {
+		switch {
+		case errors.As(err, &ae) && ae.Name == "url":
+			if rest := rawURL[len(u.Scheme)+1:]; !strings.HasPrefix(rest, "//") && u.Scheme != "sqlite" { // sqlite:relative/path is a file
+				// scheme:/host: the reason may quote the user
+				// information, which the path then holds.
+				meant := redact.String(u.Scheme + "://" + strings.TrimLeft(rest, "/"))
+				return nil, argError("url", meant, "has no // after %s: (did you mean %s?)", u.Scheme, meant)
+			}
 			// It names the URL, and says dlock, already.
 			return nil, err
+		case errors.As(err, &ae):
+		case errclass.By(classify, err):
+			err = &permanentError{err: err, acquire: true}
+		default:
+			err = &unavailableError{err}
 		}
 		return nil, fmt.Errorf("dlock: open %s: %w", redact.URL(u), err)
 	}
@@ -293,6 +313,61 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseURL parses rawURL, a store's URL, which must have a scheme and
+// valid ports.
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error repeats the whole URL, password included: show only
+		// its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		hint := ""
+		if strings.Contains(err.Error(), "first path segment in URL cannot contain colon") {
+			hint = fmt.Sprintf(" (a URL begins with its store's scheme: write, say, redis://%s)", redact.String(rawURL))
+		}
+		return nil, argError("url", redact.String(rawURL), "does not parse: %v%s", err, hint)
+	}
+	if u.Scheme == "" {
+		return nil, argError("url", redact.String(rawURL), "has no scheme (known schemes: %s)", strings.Join(Schemes(), ", "))
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if i := strings.LastIndexByte(h, ':'); i >= 0 && i < len(h)-1 && !strings.HasSuffix(h, "]") {
+			if n, err := strconv.Atoi(h[i+1:]); err != nil || n < 1 || n > 65535 {
+				return nil, argError("url", redact.URL(u), "bad port %q in %q (want a number from 1 to 65535)", h[i+1:], h)
+			}
+		}
+	}
+	return u, nil
+}
+
+// schemeHint returns a hint at the scheme meant by u, whose scheme is
+// unknown, or "".
+func schemeHint(u *url.URL) string {
+	if u.Opaque != "" && strings.Trim(u.Opaque, "0123456789") == "" {
+		// host:port, which parses as scheme "host" and opaque "port".
+		return fmt.Sprintf(": a URL begins with its store's scheme: write, say, redis://%s:%s", u.Scheme, u.Opaque)
+	}
+	meant, ok := map[string]string{
+		"http": "etcd", "https": "etcd", "etcds": "etcd", "zookeeper": "zk", "mariadb": "mysql",
+		"memcache": "memcached", "sqlite3": "sqlite", "file": "sqlite", "redis-sentinel": "redis+sentinel",
+		"redis-cluster": "redis+cluster", "pg": "postgres", "postgre": "postgres",
+	}[u.Scheme]
+	if !ok {
+		return ""
+	}
+	v := *u
+	v.Scheme = meant
+	if u.Scheme == "https" || u.Scheme == "etcds" {
+		q := v.Query()
+		q.Set("cacert", "CA.pem")
+		v.RawQuery = q.Encode()
+	}
+	return fmt.Sprintf(" (did you mean %s?)", redact.URL(&v))
 }
 
 // Capabilities reports what the backend does natively.

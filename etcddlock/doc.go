@@ -369,11 +369,12 @@
 //
 // Importing the package registers the etcd scheme with package dlock:
 //
-//	etcd://[user:password@]host:port[,host:port...][?session=15s&prefix=/dlock/&dial-timeout=5s]
+//	etcd://[user:password@]host:port[,host:port...][?session=15s&prefix=/dlock/&connect_timeout=5s]
 //
 // The port defaults to 2379. session is the session TTL, prefix the key
-// prefix, dial-timeout the client's dial timeout (also the bound on the
-// request that checks the connection when the URL is opened). A driver
+// prefix, connect_timeout (or dial-timeout, as etcdctl names it) the
+// client's dial timeout, which also bounds the request that checks the
+// connection when the URL is opened. A driver
 // opened from a URL owns its client (and discards its log); one built with
 // New uses the caller's client and leaves it open.
 //

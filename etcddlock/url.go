@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	dlock.Register("etcd", open)
+	dlock.Register("etcd", open, (*Driver)(nil)) // Permanent looks at the error alone
 }
 
 // Defaults of clients opened from a URL.
@@ -33,7 +33,7 @@ const (
 	keepAliveTimeout = 3 * time.Second
 )
 
-// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&dial-timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
+// open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		return nil, urlutil.Error(u, "has a path (%q); write etcd://host:port[,host:port] and give a key prefix with ?prefix=", u.Path)
@@ -46,6 +46,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, urlutil.Error(u, "names no server")
 	}
 	q := u.Query()
+	if err := urlutil.ConnectTimeout(u, q, "dial-timeout"); err != nil {
+		return nil, err
+	}
 	tlsCfg, err := urlutil.TLS(u, q, false)
 	if err != nil {
 		return nil, err
@@ -82,33 +85,39 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			}
 			cfg.DialTimeout = d
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, dial-timeout, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
+			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, connect_timeout (or dial-timeout), %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
 		}
 	}
 	// Check the options before dialing.
 	if _, err := configure(opts); err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	if tlsCfg != nil {
-		if err := urlutil.CheckTLS(cctx, hosts, tlsCfg); err != nil {
-			return nil, fmt.Errorf("etcddlock: connecting: %w", err)
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: cfg.DialTimeout,
+		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
+	var d *Driver
+	err = conn.Do(ctx, func(ctx context.Context) error {
+		if tlsCfg != nil {
+			if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
+				return err
+			}
 		}
-	}
-	cli, err := clientv3.New(cfg)
+		cli, err := clientv3.New(cfg)
+		if err != nil {
+			return err
+		}
+		if d, err = newDriver(cli, true, opts); err != nil {
+			cli.Close()
+			return err
+		}
+		// clientv3 dials in the background: ask once, so that a bad
+		// address or bad credentials fail the Open.
+		_, err = cli.Get(ctx, d.prefix, clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("etcddlock: connecting: %w", err)
-	}
-	d, err := newDriver(cli, true, opts)
-	if err != nil {
-		cli.Close()
-		return nil, err
-	}
-	// clientv3 dials in the background: ask once, so that a bad address or
-	// bad credentials fail the Open.
-	if _, err := cli.Get(cctx, d.prefix, clientv3.WithCountOnly()); err != nil {
-		d.Close()
+		if d != nil {
+			d.Close()
+		}
 		return nil, fmt.Errorf("etcddlock: connecting: %w", err)
 	}
 	return d, nil

@@ -127,9 +127,10 @@
 //
 // Importing the package registers the memcached scheme with package dlock:
 //
-//	memcached://host:port[,host:port...][?prefix=...&timeout=...&max_idle_conns=...]
+//	memcached://host:port[,host:port...][?prefix=...&timeout=...&connect_timeout=...&max_idle_conns=...]
 //
 // The port defaults to 11211; timeout is the client's network timeout (a Go
-// duration, default 500ms) and max_idle_conns its idle connections per
-// server (default 64). A driver opened from a URL owns its client.
+// duration, default 500ms), connect_timeout bounds Open (default 5s, and
+// at least timeout) and max_idle_conns its idle connections per server
+// (default 64). A driver opened from a URL owns its client.
 package memcachedlock

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	dlock.Register("memcached", open)
+	dlock.Register("memcached", open, (*Driver)(nil)) // Permanent looks at the error alone
 }
 
 // Defaults of clients opened from a URL.
@@ -25,7 +25,9 @@ const (
 	defaultMaxIdleConns = 64
 )
 
-// open opens memcached://host:port[,host:port...][?prefix=&timeout=&max_idle_conns=].
+// open opens memcached://host:port[,host:port...][?prefix=&timeout=&connect_timeout=&max_idle_conns=]:
+// timeout bounds each request (500ms by default), connect_timeout the
+// first (5s by default, and at least timeout).
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.User != nil {
 		return nil, urlutil.Error(u, "has user information; memcached's text protocol has no authentication")
@@ -48,6 +50,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	mc := memcache.NewFromSelector(sl)
 	mc.MaxIdleConns = defaultMaxIdleConns
 	var opts []Option
+	connect := urlutil.DefaultConnectTimeout
 	for k, vs := range u.Query() {
 		v := vs[len(vs)-1]
 		switch k {
@@ -59,6 +62,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlutil.Error(u, "timeout=%q is not a positive duration (write 500ms, 2s)", v)
 			}
 			mc.Timeout = d
+		case urlutil.ParamConnectTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, urlutil.Error(u, "%s=%q is not a positive duration (write 500ms, 5s)", k, v)
+			}
+			connect = d
 		case "max_idle_conns":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -66,7 +75,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			}
 			mc.MaxIdleConns = n
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (memcached URLs take prefix, timeout and max_idle_conns)", k)
+			return nil, urlutil.Error(u, "unknown parameter %q (memcached URLs take prefix, timeout, %s and max_idle_conns)", k, urlutil.ParamConnectTimeout)
 		}
 	}
 	d, err := newDriver(mc, true, opts)
@@ -74,7 +83,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		mc.Close()
 		return nil, err
 	}
-	if err := d.run(ctx, mc.Ping); err != nil {
+	conn := urlutil.Connect{Endpoints: hosts, Timeout: max(mc.Timeout, connect), TimeoutParam: urlutil.ParamConnectTimeout,
+		TLSHint: "memcached URLs do not support TLS"}
+	if err := conn.Do(ctx, func(ctx context.Context) error { return d.run(ctx, mc.Ping) }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("memcachedlock: connecting: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
+	"github.com/dlockhq/dlock/internal/errclass"
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/rueidisopt"
 	"github.com/dlockhq/dlock/internal/urlutil"
@@ -24,8 +25,8 @@ import (
 )
 
 func init() {
-	dlock.Register("redlock", openRedlock)
-	dlock.Register("redlocks", openRedlock)
+	dlock.Register("redlock", openRedlock, openClassifier{})
+	dlock.Register("redlocks", openRedlock, openClassifier{})
 }
 
 // openRedlock opens redlock://[user:pass@]host:port,host:port,...[/db][?params]:
@@ -61,6 +62,9 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, urlutil.Error(u, "names no server; write redlock://host:port,host:port,host:port")
 	}
 	q := u.Query()
+	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
+		return nil, err
+	}
 	tc, err := urlutil.TLS(u, q, u.Scheme == "redlocks")
 	if err != nil {
 		return nil, err
@@ -130,6 +134,11 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		}
 	}
 	var ropts []rueidis.ClientOption // client=rueidis: every node's options
+	hint := "use redlocks:// (or add cacert= to the URL)"
+	if u.Scheme != "redlock" {
+		hint = "add tls=true or cacert= to the URL"
+	}
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tc, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
 	for _, h := range hosts {
 		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
 		if tc != nil {
@@ -148,6 +157,7 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			o.TLSConfig = tc.Clone()
 			o.TLSConfig.InsecureSkipVerify = skip
 		}
+		conn.Timeout = o.DialTimeout
 		if o.ReadTimeout < 0 || o.WriteTimeout < 0 {
 			closeAll()
 			// go-redis watches deadlines, not cancellation: a call
@@ -184,26 +194,28 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	// returns as soon as a majority answered (or can no longer answer): a
 	// PING to a hung server ends at its read timeout, or when its client
 	// is closed.
-	type pong struct {
-		i   int
-		err error
-	}
 	majority := len(nodes)/2 + 1
-	pongs := make(chan pong, len(nodes))
-	for i, n := range nodes {
-		go func() { pongs <- pong{i, n.(pinger).ping(ctx)} }()
-	}
 	var failures []error
-	for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
-		if p := <-pongs; p.err != nil {
-			failures = append(failures, fmt.Errorf("%s: %w", hosts[p.i], p.err))
-		} else {
-			up++
+	err = conn.Do(ctx, func(ctx context.Context) error {
+		pongs := make(chan pong, len(nodes))
+		for i, n := range nodes {
+			go func() { pongs <- pong{i, n.(pinger).ping(ctx)} }()
 		}
-	}
-	if len(nodes)-len(failures) < majority {
+		for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
+			if p := <-pongs; p.err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", hosts[p.i], p.err))
+			} else {
+				up++
+			}
+		}
+		if len(nodes)-len(failures) < majority {
+			return &openError{nodes: len(nodes), failures: failures, err: ctxerr.Wrap(ctx, errors.Join(failures...))}
+		}
+		return nil
+	})
+	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("quorum: only %d of %d servers answer: %w", len(nodes)-len(failures), len(nodes), ctxerr.Wrap(ctx, errors.Join(failures...)))
+		return nil, err
 	}
 	if len(failures) > 0 {
 		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", redact.URL(u), "err", errors.Join(failures...))
@@ -214,6 +226,45 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// pong is the answer of node i to Open's PING.
+type pong struct {
+	i   int
+	err error
+}
+
+// openError is the failure of Open: fewer than a majority of the nodes
+// answered. It unwraps to each node's error, which Classify counts.
+type openError struct {
+	nodes    int
+	failures []error
+	err      error // the failures, joined, with the context's error
+}
+
+func (e *openError) Error() string {
+	return fmt.Sprintf("quorum: only %d of %d servers answer: %v", e.nodes-len(e.failures), e.nodes, e.err)
+}
+
+func (e *openError) Unwrap() error { return e.err }
+
+// openClassifier classifies the errors of Open as Driver.Permanent does
+// those of a quorum: permanent when more nodes failed permanently than a
+// majority can spare.
+type openClassifier struct{}
+
+func (openClassifier) Permanent(err error) bool {
+	var oe *openError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	n := 0
+	for _, e := range oe.failures {
+		if errclass.Permanent((*redisdlock.Driver)(nil), e) {
+			n++
+		}
+	}
+	return n > oe.nodes-(oe.nodes/2+1)
 }
 
 // redisNode is a redisdlock driver that owns its client. Embedding keeps

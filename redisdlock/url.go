@@ -20,10 +20,11 @@ import (
 )
 
 func init() {
-	dlock.Register("redis", openRedis)
-	dlock.Register("rediss", openRedis)
-	dlock.Register("redis+sentinel", openSentinel)
-	dlock.Register("redis+cluster", openCluster)
+	// Permanent looks at the error alone: a nil driver classifies Open's.
+	dlock.Register("redis", openRedis, (*Driver)(nil))
+	dlock.Register("rediss", openRedis, (*Driver)(nil))
+	dlock.Register("redis+sentinel", openSentinel, (*Driver)(nil))
+	dlock.Register("redis+cluster", openCluster, (*Driver)(nil))
 }
 
 // The query parameters the driver takes for itself; the others go to
@@ -44,6 +45,9 @@ const defaultWaitTimeout = time.Second
 // takeOptions removes the driver's own parameters from q and returns them
 // as Options.
 func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
+	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
+		return nil, err
+	}
 	var opts []Option
 	if q.Has(paramPrefix) {
 		opts = append(opts, WithPrefix(q.Get(paramPrefix)))
@@ -120,26 +124,43 @@ func takeClient(u *url.URL, q url.Values) (bool, error) {
 
 // openRueidis opens a driver over a rueidis client made with opt (see
 // internal/rueidisopt): it checks opts, dials, and checks that the server
-// answers.
-func openRueidis(ctx context.Context, opt rueidis.ClientOption, opts []Option) (driver.Driver, error) {
+// answers within the connect timeout.
+func openRueidis(ctx context.Context, u *url.URL, opt rueidis.ClientOption, opts []Option) (driver.Driver, error) {
 	d, err := newRueidisDriver(opts) // a usage error whether the server answers or not
 	if err != nil {
 		return nil, err
 	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		if c != nil {
-			c.Close() // a single client comes back with its dial error
+	dialed := false
+	err = connectOf(u, opt.InitAddress, opt.TLSConfig, opt.Dialer.Timeout).Do(ctx, func(ctx context.Context) error {
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			if c != nil {
+				c.Close() // a single client comes back with its dial error
+			}
+			return ctxerr.Wrap(ctx, err)
 		}
-		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
-	}
-	d.owns = true
-	d.useRueidis(c)
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
+		d.owns, dialed = true, true
+		d.useRueidis(c)
+		return ctxerr.Wrap(ctx, c.Do(ctx, c.B().Ping().Build()).Error())
+	})
+	if err != nil {
+		if dialed {
+			d.Close()
+		}
+		return nil, fmt.Errorf("redisdlock: connecting: %w", err)
 	}
 	return d, nil
+}
+
+// connectOf describes how a client connects to addrs, with TLS if tc is
+// not nil, for urlutil.Connect: within dial_timeout (dial, TLS handshake,
+// authentication and a PING).
+func connectOf(u *url.URL, addrs []string, tc *tls.Config, timeout time.Duration) urlutil.Connect {
+	hint := "add tls=true or cacert= to the URL"
+	if u.Scheme == "redis" {
+		hint = "use rediss:// (or add cacert= to the URL)"
+	}
+	return urlutil.Connect{Endpoints: addrs, TLS: tc, Timeout: timeout, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
 }
 
 func checkTimeouts(u *url.URL, read, write time.Duration) error {
@@ -159,8 +180,8 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
-			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient,
+		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient, urlutil.ParamConnectTimeout,
 			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
 	return urlutil.Error(u, "%s", strings.TrimPrefix(msg, "redis: "))
@@ -199,10 +220,10 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, rueidisopt.Single(o), opts)
+		return openRueidis(ctx, u, rueidisopt.Single(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
-	return finishOpen(ctx, u, redis.NewClient(o), opts)
+	return finishOpen(ctx, connectOf(u, []string{o.Addr}, o.TLSConfig, o.DialTimeout), redis.NewClient(o), opts)
 }
 
 // openSentinel opens
@@ -266,10 +287,16 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, rueidisopt.Sentinel(o), opts)
+		return openRueidis(ctx, u, rueidisopt.Sentinel(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
-	return finishOpen(ctx, u, redis.NewFailoverClient(o), opts)
+	if !q.Has("dialer_retries") {
+		// Each of go-redis's dial attempts asks the Sentinels, which
+		// may each take a read timeout: one attempt keeps Open within
+		// the connect timeout, and dlock retries what fails.
+		o.DialerRetries = 1
+	}
+	return finishOpen(ctx, connectOf(u, hosts, o.TLSConfig, o.DialTimeout), redis.NewFailoverClient(o), opts)
 }
 
 // openCluster opens redis+cluster://[user:pass@]host:port[,host:port...]:
@@ -309,13 +336,13 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if rueidisURL {
-		return openRueidis(ctx, rueidisopt.Cluster(o), opts)
+		return openRueidis(ctx, u, rueidisopt.Cluster(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
 	o.ClusterStateReloadInterval = clusterReloadInterval
 	c := redis.NewClusterClient(o)
 	c.AddHook(reloadOnConnError{c})
-	return finishOpen(ctx, u, c, opts)
+	return finishOpen(ctx, connectOf(u, hosts, o.TLSConfig, o.DialTimeout), c, opts)
 }
 
 // tlsScheme is the scheme of the URL handed to go-redis: rediss when the
@@ -340,16 +367,16 @@ func withSkipVerify(tc, parsed *tls.Config) *tls.Config {
 }
 
 // finishOpen makes a driver that owns client, after checking that the
-// server answers.
-func finishOpen(ctx context.Context, u *url.URL, client redis.UniversalClient, opts []Option) (driver.Driver, error) {
+// server answers within the connect timeout.
+func finishOpen(ctx context.Context, conn urlutil.Connect, client redis.UniversalClient, opts []Option) (driver.Driver, error) {
 	d, err := newDriver(client, true, opts)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	if err := client.Ping(ctx).Err(); err != nil {
+	if err := conn.Do(ctx, func(ctx context.Context) error { return ctxerr.Wrap(ctx, client.Ping(ctx).Err()) }); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("redisdlock: connecting: %w", ctxerr.Wrap(ctx, err))
+		return nil, fmt.Errorf("redisdlock: connecting: %w", err)
 	}
 	return d, nil
 }

@@ -19,7 +19,10 @@ import (
 // sqldlock/postgres, sqldlock/mysql), which parse the rest of the URL with
 // their database/sql driver; package sqldlock takes its own parameters
 // (table, fair) and makes the driver.
-func init() { dialect.OpenURL = openDialectURL }
+func init() {
+	dialect.OpenURL = openDialectURL
+	dialect.Classifier = (*Driver)(nil) // its Permanent looks at the error alone
+}
 
 // The dlock parameters every scheme accepts.
 const (
@@ -86,6 +89,9 @@ func openDialectURL(ctx context.Context, s *dialect.Support, u *url.URL) (driver
 	}
 	if err := ping(ctx, db, d, o.BusyTimeout); err != nil {
 		drv.Close()
+		if o.Explain != nil {
+			err = o.Explain(err)
+		}
 		return nil, fmt.Errorf("sqldlock: connecting to %s: %w", d, err)
 	}
 	return drv, nil

@@ -371,15 +371,15 @@
 //
 // Importing the package registers the zk scheme with package dlock:
 //
-//	zk://[user:password@]host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock&curator=mutex&acl=creator]
+//	zk://[user:password@]host:port[,host:port...][/chroot][?session=15s&linger=1s&prefix=/dlock&curator=mutex&acl=creator&connect_timeout=5s]
 //
 // The port defaults to 2181. A chroot path is put in front of the prefix.
 // session is the session timeout to ask for (a Go duration), linger the
 // idle period of the keys' znodes (a Go duration; 0 deletes them with the
 // last node), prefix the znode under which locks are kept, and curator
 // the Layout ("mutex", the default, or "rwlock"). Open waits
-// until a server has answered. The TLS and authentication parameters
-// follow.
+// until a server has answered, at most connect_timeout (a Go duration, 5s
+// by default). The TLS and authentication parameters follow.
 //
 // # TLS
 //

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	dlock.Register("zk", open)
+	dlock.Register("zk", open, (*Driver)(nil)) // Permanent looks at the error alone
 }
 
 // defaultPort is ZooKeeper's client port.
@@ -32,8 +32,9 @@ const (
 	aclCreator = "creator"
 )
 
-// open opens zk://[user:password@]host:port[,host:port...][/chroot][?session=&linger=&curator=&prefix=&acl=&tls=&cacert=&cert=&key=&servername=&insecure_auth=]
-// and waits until the server has answered a request.
+// open opens zk://[user:password@]host:port[,host:port...][/chroot][?session=&linger=&curator=&prefix=&acl=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=]
+// and waits until the server has answered a request, at most
+// connect_timeout (a Go duration, 5s by default).
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	hosts, err := urlutil.Hosts(u, defaultPort)
 	if err != nil {
@@ -66,6 +67,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		acls = aclCreator
 	}
 	var opts []Option
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: urlutil.DefaultConnectTimeout,
+		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
@@ -100,8 +103,14 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 				return nil, urlutil.Error(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
 			}
 			acls = v
+		case urlutil.ParamConnectTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, urlutil.Error(u, "%s=%q is not a positive duration (write 500ms, 5s)", k, v)
+			}
+			conn.Timeout = d
 		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
+			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamConnectTimeout, urlutil.ParamInsecureAuth)
 		}
 	}
 	opts = append(opts, WithPrefix(chroot+prefix))
@@ -115,20 +124,25 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		opts = append(opts, WithAuth("digest", []byte(user+":"+password)))
 	}
 	if tlsCfg != nil {
-		// A certificate that does not verify fails the Open at once;
-		// go-zookeeper would dial again and again until ctx ended.
-		if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
-			return nil, fmt.Errorf("zkdlock: connecting: %w", err)
-		}
 		opts = append(opts, WithDialer(tlsDialer(tlsCfg)))
 	}
 	d, err := New(hosts, opts...)
 	if err != nil {
 		return nil, err
 	}
-	err = call(ctx, d, func() error {
-		_, _, err := d.conn.Exists("/")
-		return err
+	err = conn.Do(ctx, func(ctx context.Context) error {
+		if tlsCfg != nil {
+			// A certificate that does not verify fails the Open at
+			// once; go-zookeeper would dial again and again until the
+			// connect timeout.
+			if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
+				return err
+			}
+		}
+		return call(ctx, d, func() error {
+			_, _, err := d.conn.Exists("/")
+			return err
+		})
 	})
 	if err != nil {
 		d.Close()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"regexp"
@@ -66,7 +67,11 @@ func checkStoreURL(raw, source string) error {
 		if r := redact.String(raw); !strings.HasPrefix(r, "(") {
 			shown = strconv.Quote(r)
 		}
-		return usagef("invalid %s %s: does not parse: %v", source, shown, err)
+		hint := ""
+		if strings.Contains(err.Error(), "first path segment in URL cannot contain colon") {
+			hint = fmt.Sprintf(" (a URL begins with its store's scheme: write, say, redis://%s)", redact.String(raw))
+		}
+		return usagef("invalid %s %s: does not parse: %v%s", source, shown, err, hint)
 	}
 	if u.Scheme == "" {
 		return usagef("invalid %s (not shown): it has no scheme; give a URL such as postgres://host/db (known schemes: %s)",

@@ -26,14 +26,18 @@ import (
 // classification if d implements driver.Classifier. An error caused by a
 // context that ended is never permanent.
 func Permanent(d driver.Driver, err error) bool {
+	c, _ := d.(driver.Classifier)
+	return By(c, err)
+}
+
+// By reports whether err is a permanent failure by the checks of Generic
+// or by c, if c is not nil. An error caused by a context that ended is
+// never permanent.
+func By(c driver.Classifier, err error) bool {
 	if err == nil || ended(err) {
 		return false
 	}
-	if Generic(err) {
-		return true
-	}
-	c, ok := d.(driver.Classifier)
-	return ok && c.Permanent(err)
+	return Generic(err) || c != nil && c.Permanent(err)
 }
 
 // Generic reports whether err is a permanent failure by the checks that

@@ -55,6 +55,9 @@ type Opened struct {
 	// write lock before the database answers busy (SQLite); opening
 	// retries a busy answer for that long.
 	BusyTimeout time.Duration
+	// Explain, if not nil, returns the error of the first connection
+	// with the likely cause named, or as it is.
+	Explain func(err error) error
 }
 
 // Listener opens a connection that runs LISTEN channel (a quoted
@@ -80,6 +83,10 @@ type ListenConn interface {
 // all import sqldlock).
 var OpenURL func(ctx context.Context, s *Support, u *url.URL) (driver.Driver, error)
 
+// Classifier classifies the errors of OpenURL. Package sqldlock sets it
+// too, before any dialect registers.
+var Classifier driver.Classifier
+
 var registry struct {
 	sync.RWMutex
 	m map[sqldialect.Dialect]*Support
@@ -104,7 +111,7 @@ func Register(s *Support) {
 	for _, scheme := range s.Schemes {
 		dlock.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return OpenURL(ctx, s, u)
-		})
+		}, Classifier)
 	}
 }
 

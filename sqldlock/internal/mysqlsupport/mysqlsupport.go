@@ -52,6 +52,9 @@ func mysqlConfig(u *url.URL, q url.Values) (*mysql.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := urlutil.ConnectTimeout(u, q, "timeout"); err != nil {
+		return nil, err
+	}
 	cfg, err := mysql.ParseDSN("/?" + q.Encode())
 	if err != nil {
 		return nil, urlutil.Error(u, "%v", err)

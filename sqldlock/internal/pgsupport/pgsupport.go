@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -56,7 +57,12 @@ func open(u *url.URL, q url.Values) (dialect.Opened, error) {
 	if err != nil {
 		return dialect.Opened{}, err
 	}
-	return dialect.Opened{DB: stdlib.OpenDB(*cfg), Listener: configListener(cfg)}, nil
+	return dialect.Opened{DB: stdlib.OpenDB(*cfg), Listener: configListener(cfg), Explain: func(err error) error {
+		if c, _ := code(err); c == "28000" && cfg.TLSConfig == nil && strings.Contains(err.Error(), "no encryption") {
+			return fmt.Errorf("the server takes only TLS connections: add sslmode=verify-full&sslrootcert=CA.pem to the URL: %w", err)
+		}
+		return err
+	}}, nil
 }
 
 // code returns the SQLSTATE of a server error.
