@@ -511,35 +511,55 @@ func TestKazooReadLock(t *testing.T) {
 	blockedThenFreed(t, c, sp, tc, k, p)
 }
 
-// TestCuratorSemaphoreEndsHold checks that a hold whose key's znode a
-// Curator semaphore comes to (which does not see the driver's node, and so
-// may hold the key too) ends with ErrLost at its next renewal, and that its
-// node goes.
-func TestCuratorSemaphoreEndsHold(t *testing.T) {
+// TestForeignRecipeEndsHold checks that a hold whose key's znode a foreign
+// recipe comes to that does not see the driver's node (a Curator semaphore;
+// Curator's read-write lock beside the CuratorMutex layout, its mutex beside
+// the other), and so may hold the key too, ends with ErrLost at its next
+// renewal, and that its node goes.
+func TestForeignRecipeEndsHold(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.ZooKeeper)
 	tc, err := dial(ctx(t), srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	d := newTestDriver(t, srv.Addr)
-	c := client(t, d)
-	for _, opts := range [][]dlock.LockOption{nil, {dlock.WithLimit(1)}} {
-		k := key(t)
-		l, err := c.Lock(ctx(t), k, append(opts, dlock.WithTTL(time.Second))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := foreignNode(t, tc, d.parentPath(k)+"/"+curatorSemLeases, curatorUUID+"lease-")
-		wait(t, l.Context().Done(), "the end of the hold")
-		if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) || !strings.Contains(cause.Error(), curatorSemLeases) {
-			t.Errorf("%v: the hold ended with %v; want ErrLost naming the semaphore", opts, cause)
-		}
-		if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
-			t.Errorf("children of the key's znode = %q, %v; want only the semaphore's", children, err)
-		}
-		if err := tc.Delete(p, -1); err != nil {
-			t.Fatal(err)
-		}
+	rw := []Option{WithCuratorLayout(CuratorReadWriteLock)}
+	for _, tt := range []struct {
+		name   string
+		layout []Option
+		opts   []dlock.LockOption
+		dir    string // the foreign node's parent under the key's znode, if any
+		base   string
+		naming string // what the end of the hold names
+	}{
+		{"semaphore", nil, nil, curatorSemLeases, curatorUUID + "lease-", curatorSemLeases},
+		{"semaphore/limit", nil, []dlock.LockOption{dlock.WithLimit(1)}, curatorSemLeases, curatorUUID + "lease-", curatorSemLeases},
+		{"rwlock writer/mutex layout", nil, nil, "", curatorUUID + curatorWriteName, "InterProcessReadWriteLock"},
+		{"rwlock reader/mutex layout", nil, []dlock.LockOption{dlock.Shared()}, "", curatorUUID + curatorReadName, "InterProcessReadWriteLock"},
+		{"mutex/rwlock layout", rw, nil, "", curatorUUID + curatorMutexName, "InterProcessMutex"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newTestDriver(t, srv.Addr, tt.layout...)
+			k := key(t)
+			l, err := client(t, d).Lock(ctx(t), k, append(tt.opts, dlock.WithTTL(time.Second))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent := d.parentPath(k)
+			if tt.dir != "" {
+				parent += "/" + tt.dir
+			}
+			p := foreignNode(t, tc, parent, tt.base)
+			wait(t, l.Context().Done(), "the end of the hold")
+			if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLost) || !strings.Contains(cause.Error(), tt.naming) {
+				t.Errorf("the hold ended with %v; want ErrLost naming %s", cause, tt.naming)
+			}
+			if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
+				t.Errorf("children of the key's znode = %q, %v; want only the foreign recipe's", children, err)
+			}
+			if err := tc.Delete(p, -1); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

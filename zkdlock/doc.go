@@ -183,14 +183,12 @@
 //   - in the CuratorReadWriteLock layout, a node of Curator's
 //     InterProcessMutex ("lock-<SEQ>").
 //
-// The refusal protects only the driver's side: Curator's semaphores do not
-// look at the key's other children, so one that comes while the driver
-// holds the key takes it too. The driver's holds then end at their next
-// renewal (a third of the lease), which looks for the semaphore's children:
-// their contexts end with dlock.ErrLost and their nodes go. Curator's
-// read-write lock that comes beside a hold of the CuratorMutex layout (or
-// its mutex beside the other layout) is seen by the next acquisition only.
-// Do not use these recipes on the driver's keys.
+// The refusal protects only the driver's side: these recipes do not count
+// the driver's nodes, so one that comes while the driver holds the key
+// takes it too. The driver's holds then end at their next renewal (a third
+// of the lease), which reads the key's children as an acquisition does:
+// their contexts end with dlock.ErrLost and their nodes go. Do not use
+// these recipes on the driver's keys.
 //
 // kazoo's Lock and WriteLock count only the nodes that match their own
 // names ("__lock__", "__rlock__") and the patterns given in

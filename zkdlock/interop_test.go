@@ -587,8 +587,9 @@ func TestInterop(t *testing.T) {
 
 	// What the package documentation states the driver cannot prevent:
 	// a foreign recipe blind to the driver's nodes enters while the
-	// driver holds. (The driver ends its holds when it sees a Curator
-	// semaphore, and refuses the key from then on where it can tell.) A
+	// driver holds. (The driver ends its holds at their next renewal when
+	// it sees a Curator recipe's nodes, and refuses the key from then on,
+	// where it can tell.) A
 	// change here means that documentation is out of date.
 	t.Run("Limits", func(t *testing.T) {
 		for _, x := range []struct {
@@ -600,7 +601,7 @@ func TestInterop(t *testing.T) {
 		}{
 			{curator("semaphore", 2), CuratorMutex, semaphoreMode(2), true, true},
 			{curator("semmutex", 0), CuratorMutex, exclusiveMode, true, true},
-			{curator("write", 0), CuratorMutex, exclusiveMode, false, true},
+			{curator("write", 0), CuratorMutex, exclusiveMode, true, true},
 			{kazoo("lock", ""), CuratorMutex, exclusiveMode, false, false},
 			{kazoo("read", ""), CuratorMutex, exclusiveMode, false, false},
 		} {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -212,22 +211,15 @@ const (
 // reports it permanent, like a key of a foreign type on other stores).
 var errForeignRecipe = errors.New("the key's znode is used by a lock recipe that does not see this driver's nodes")
 
-// curatorSemaphore returns an error wrapping errForeignRecipe if the key's
-// znode parent has a child of a Curator semaphore (read with the requests
-// in flight together), and nil otherwise, or if the reads fail.
-func (d *Driver) curatorSemaphore(parent string) error {
-	names := []string{curatorSemLocks, curatorSemLeases}
-	found := make([]string, len(names))
-	var wg sync.WaitGroup
-	for i, c := range names {
-		wg.Go(func() {
-			if ok, _, _ := d.conn.Exists(parent + "/" + c); ok {
-				found[i] = c
-			}
-		})
+// foreignNow returns an error wrapping errForeignRecipe if the key's znode
+// parent now shows a foreign recipe that does not see the driver's nodes
+// (see foreignRecipe), and nil otherwise, or if the read fails.
+func (d *Driver) foreignNow(parent string) error {
+	children, _, err := d.conn.Children(parent)
+	if err != nil {
+		return nil
 	}
-	wg.Wait()
-	return foreignRecipe(found, nil, d.layout)
+	return foreignRecipe(children, queue(children), d.layout)
 }
 
 // foreignRecipe returns an error wrapping errForeignRecipe if the key's

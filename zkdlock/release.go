@@ -43,7 +43,7 @@ func (d *Driver) refresh(req driver.Request) error {
 		foreign error
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { foreign = d.curatorSemaphore(h.parent) })
+	wg.Go(func() { foreign = d.foreignNow(h.parent) })
 	exists, st, err := d.conn.Exists(h.path)
 	wg.Wait()
 	if err != nil && d.sessionEnded(err, h.session) {
