@@ -492,34 +492,8 @@ func (q *queueing) Acquire(ctx context.Context, req driver.Request) (driver.Resu
 // owner, and after a backoff if that place too ends unanswered.
 func TestQueuedWaitRequeuesWhenPlaceIsLost(t *testing.T) {
 	store := memdlock.New()
-	holder := newClient(t, store.Share())
-	l, err := holder.Lock(t.Context(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
 	q := &queueing{Driver: store.Share(), vanishAt: 2, vanishFor: 2}
-	waiter := newClient(t, q, dlock.WithLogger(slog.New(slog.DiscardHandler)))
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(t.Context(), "k", dlock.WithBackoff(time.Millisecond, time.Millisecond))
-		if err == nil {
-			err = wl.Release(t.Context())
-		}
-		got <- err
-	}()
-	for {
-		q.mu.Lock()
-		n := len(q.reqs)
-		q.mu.Unlock()
-		if n >= 5 {
-			break
-		}
-		runtime.Gosched()
-	}
-	if err := l.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
+	if err := queuedWait(t, store, q, 5); err != nil {
 		t.Fatalf("waiter: %v; want the lock", err)
 	}
 	q.mu.Lock()
@@ -541,12 +515,25 @@ func TestQueuedWaitRequeuesWhenPlaceIsLost(t *testing.T) {
 // again.
 func TestQueuedWaitKeepsPlaceOverBlip(t *testing.T) {
 	store := memdlock.New()
-	holder := newClient(t, store.Share())
-	l, err := holder.Lock(t.Context(), "k")
+	q := &queueing{Driver: store.Share(), blipAt: 2}
+	if err := queuedWait(t, store, q, 3); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.releases != 1 {
+		t.Errorf("%d releases; want 1 (the waiter's own, after it acquired): the blip must not give up the place in the queue", q.releases)
+	}
+}
+
+// queuedWait has a Client of store hold "k" while a Client over q waits for
+// it; once q has seen attempts attempts, the holder releases it. It returns
+// how the wait ended (the waiter releases what it got).
+func queuedWait(t *testing.T, store *memdlock.Driver, q *queueing, attempts int) error {
+	l, err := newClient(t, store.Share()).Lock(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := &queueing{Driver: store.Share(), blipAt: 2}
 	waiter := newClient(t, q, dlock.WithLogger(slog.New(slog.DiscardHandler)))
 	got := make(chan error, 1)
 	go func() {
@@ -560,7 +547,7 @@ func TestQueuedWaitKeepsPlaceOverBlip(t *testing.T) {
 		q.mu.Lock()
 		n := len(q.reqs)
 		q.mu.Unlock()
-		if n >= 3 {
+		if n >= attempts {
 			break
 		}
 		runtime.Gosched()
@@ -568,14 +555,7 @@ func TestQueuedWaitKeepsPlaceOverBlip(t *testing.T) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter: %v", err)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.releases != 1 {
-		t.Errorf("%d releases; want 1 (the waiter's own, after it acquired): the blip must not give up the place in the queue", q.releases)
-	}
+	return <-got
 }
 
 // A URL that does not parse is never shown with its password.
