@@ -92,19 +92,19 @@ func TestHoldAcrossProcesses(t *testing.T) {
 	}
 }
 
-// holdExample matches the README's shell example of dlock hold.
+// holdExample matches docs/cli.md's shell example of dlock hold.
 var holdExample = regexp.MustCompile("(?s)<!-- hold example[^>]*-->\n```sh\n(.*?)```")
 
-// TestReadmeHoldExample runs the README's example of dlock hold, extend
+// TestReadmeHoldExample runs docs/cli.md's example of dlock hold, extend
 // and release on SQLite.
 func TestReadmeHoldExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := holdExample.FindSubmatch(b)
 	if m == nil {
-		t.Fatal("README.md has no hold example")
+		t.Fatal("docs/cli.md has no hold example")
 	}
 	url, _ := sqliteStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
@@ -112,12 +112,12 @@ func TestReadmeHoldExample(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "sh", "-e", "-c", string(m[1]))
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"), "DLOCK_URL="+url, "GORACE=atexit_sleep_ms=0")
 	out, err := cmd.CombinedOutput()
-	t.Logf("README example:\n%s", out)
+	t.Logf("docs/cli.md example:\n%s", out)
 	if err != nil {
-		t.Fatalf("README example: %v", err)
+		t.Fatalf("docs/cli.md example: %v", err)
 	}
 	want := "extended \"phone:5550100\" (token 1): held for 10m0s\nreleased \"phone:5550100\" (token 1)\n"
 	if string(out) != want {
-		t.Errorf("README example printed %q, want %q", out, want)
+		t.Errorf("docs/cli.md example printed %q, want %q", out, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/cli"
 	"github.com/dlockhq/dlock/internal/testsrv"
-	_ "github.com/dlockhq/dlock/memdlock" // mem:// for the README table
+	_ "github.com/dlockhq/dlock/memdlock" // mem:// for the table of lock types
 )
 
 // supports reports whether the store at url (empty: the default store of
@@ -138,7 +138,7 @@ func TestLimitFlags(t *testing.T) {
 	}
 }
 
-// readmeStores maps the rows of the README's table of lock types to the
+// readmeStores maps the rows of the table of lock types in docs/lock-types.md to the
 // stores they describe.
 var readmeStores = map[string]func(t *testing.T) (string, []string){
 	"SQLite":                sqliteStore,
@@ -161,16 +161,16 @@ func withQuery(setup func(t *testing.T) (string, []string), q string) func(t *te
 	}
 }
 
-// TestReadmeModeTable checks the README's table of lock types against the
+// TestReadmeModeTable checks the table of lock types in docs/lock-types.md against the
 // capability flags each backend declares.
 func TestReadmeModeTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/lock-types.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, ok := strings.Cut(string(b), "<!-- modes table: cmd/dlock/modes_test.go checks it -->\n")
 	if !ok {
-		t.Fatal("README.md has no modes table marker")
+		t.Fatal("docs/lock-types.md has no modes table marker")
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
 	rows := strings.Split(strings.TrimSpace(table), "\n")
@@ -195,7 +195,7 @@ func TestReadmeModeTable(t *testing.T) {
 		name := c[0]
 		setup, ok := readmeStores[name]
 		if !ok {
-			t.Errorf("README lists backend %q, which this test does not know", name)
+			t.Errorf("docs/lock-types.md lists backend %q, which this test does not know", name)
 			continue
 		}
 		seen[name] = true
@@ -209,14 +209,14 @@ func TestReadmeModeTable(t *testing.T) {
 			param, ok := optionCell(c[i])
 			if !ok {
 				if c[i] != want[i] {
-					t.Errorf("README: %s, %s = %q; the driver declares %q", name, header[i], c[i], want[i])
+					t.Errorf("docs/lock-types.md: %s, %s = %q; the driver declares %q", name, header[i], c[i], want[i])
 				}
 				continue
 			}
 			// "native (`?param`)": native when the URL carries param,
 			// and only then.
 			if want[i] != "—" {
-				t.Errorf("README: %s, %s = %q; the driver declares %q without %s", name, header[i], c[i], want[i], param)
+				t.Errorf("docs/lock-types.md: %s, %s = %q; the driver declares %q without %s", name, header[i], c[i], want[i], param)
 			}
 			sep := "?"
 			if strings.Contains(url, "?") {
@@ -228,19 +228,19 @@ func TestReadmeModeTable(t *testing.T) {
 				continue
 			}
 			if with[i] != "native" {
-				t.Errorf("README: %s, %s = %q; with %s the driver declares %q", name, header[i], c[i], param, with[i])
+				t.Errorf("docs/lock-types.md: %s, %s = %q; with %s the driver declares %q", name, header[i], c[i], param, with[i])
 			}
 		}
 	}
 	for name := range readmeStores {
 		if !seen[name] {
-			t.Errorf("README's modes table has no row for %s", name)
+			t.Errorf("the modes table of docs/lock-types.md has no row for %s", name)
 		}
 	}
 }
 
 // readmeCells opens the store at url and returns the cells of its row of the
-// README's table of lock types, as its capability flags make them.
+// table of lock types in docs/lock-types.md, as its capability flags make them.
 func readmeCells(name, url string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
 	client, err := dlock.Open(ctx, url)
@@ -295,7 +295,7 @@ func multiCell(d driver.Driver) (string, error) {
 	return "native", nil
 }
 
-// optionCell reports whether a cell of the README's table of lock types
+// optionCell reports whether a cell of the table of lock types in docs/lock-types.md
 // reads "native (`?param`)", and returns param.
 func optionCell(cell string) (string, bool) {
 	rest, ok := strings.CutPrefix(cell, "native (`?")
