@@ -20,7 +20,7 @@
 // across all holders. A lease cannot stop a holder that was paused (a long GC
 // pause, a stopped VM) from waking up after its lease ended; passing the token
 // to the protected resource, which rejects tokens older than the newest it has
-// seen, can. Package sqldlock's helpers and the backend table in the README say
+// seen, can. Package sqldlock's helpers and the backend table of docs/stores.md say
 // which stores keep tokens durable.
 //
 // # Errors

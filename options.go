@@ -239,7 +239,7 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // Fair asks for a fair lock: waiters acquire it in the order they started
 // waiting, across processes. Backends that queue waiters in the store
 // (Capabilities().FIFO: etcd, ZooKeeper, Redis in script mode, the
-// in-process store, and the SQL stores opened with fair=1; the README's
+// in-process store, and the SQL stores opened with fair=1; docs/lock-types.md's
 // table of lock types lists them) are fair for every lock; on the others
 // Lock returns an error wrapping ErrUnsupported rather than an unfair lock. A
 // waiter that dies holds up the queue for at most its TTL (its place in the
