@@ -53,8 +53,8 @@ func FuzzOpenURL(f *testing.F) {
 			hosts[i] = "127.0.0.1:" + strconv.Itoa(i+1) // closed ports, distinct
 		}
 		u.Host = strings.Join(hosts, ",")
-		if u.Scheme == "sqlite" {
-			u.Host, u.Path = "", filepath.Join(t.TempDir(), "fuzz.db")
+		if u.Scheme == "sqlite" { // sqlite:relative/path is opaque
+			u.Host, u.Opaque, u.Path = "", "", filepath.Join(t.TempDir(), "fuzz.db")
 		}
 		pw, _ := u.User.Password()
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
