@@ -35,5 +35,5 @@ func Example() {
 	}
 	// Output:
 	// host-a builds the report
-	// skipped, job=nightly-report, reason=job: skipped: dlock: lock not acquired: "nightly-report" is held
+	// skipped, job=nightly-report, reason=job: skipped: lock not acquired: "nightly-report" is held
 }
