@@ -130,7 +130,21 @@ func startZooKeeper(ctx context.Context, certs *testcert.Set) (_ *Server, err er
 		args := zkJavaArgs(dir, classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
 		return startProcess(java, args, dir, nil, log)
 	}
-	if err := s.launch(ctx, start, zkReady); err != nil {
+	ready := zkReady
+	if certs != nil {
+		// The server opens its secure port after its plain one.
+		ready = func(ctx context.Context, port int) error {
+			if err := zkReady(ctx, port); err != nil {
+				return err
+			}
+			c, err := new(net.Dialer).DialContext(ctx, "tcp", loopbackAddr(securePort))
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}
+	}
+	if err := s.launch(ctx, start, ready); err != nil {
 		return nil, err
 	}
 	s.Addr = loopbackAddr(s.port)
