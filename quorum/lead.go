@@ -32,7 +32,9 @@ var errNotAsked = errors.New("not asked: the outcome was decided without it")
 
 // acquireRound asks the nodes for req's hold, the key's lead first (see The
 // lead of a key), and returns their answers, indexed like d.nodes. A
-// refusal by the lead stands for the nodes not asked.
+// refusal by the lead stands for the nodes not asked; once the lead grants
+// the hold, or so many nodes failed that no majority is left, the other
+// nodes are asked at once.
 func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer {
 	timeout := nodeTimeout(req.TTL)
 	slots := make([]*slot, len(d.nodes))
@@ -54,14 +56,11 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 		slots[i] = d.register(req, i, opAcquire)
 		a := d.one(ctx, i, ask)
 		answers[i], asked[i] = a, true
-		if a.vote == yes {
-			break
-		}
 		if a.vote == failed {
 			failedN++
 		}
-		if a.vote == no || ctx.Err() != nil || failedN > len(d.nodes)-d.quorum {
-			// Refused, or no majority left to ask.
+		if a.vote == no || ctx.Err() != nil {
+			// Refused, or out of time.
 			for j, ok := range asked {
 				switch {
 				case ok:
@@ -72,6 +71,12 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 				}
 			}
 			return answers
+		}
+		if a.vote == yes || failedN > len(d.nodes)-d.quorum {
+			// Granted, or no majority left: the others answer at
+			// once, so that the outcome says whether a majority
+			// failed for good (see Permanent).
+			break
 		}
 	}
 	for i := range d.nodes {
