@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -33,11 +34,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result
 	// The key's znode stays while the call runs.
 	parent := d.parentPath(req.Key)
 	d.parents.begin(parent)
-	var res driver.Result
-	err := call(ctx, d, func() (err error) {
-		res, err = d.acquire(ctx, req)
-		return err
-	})
+	res, err := callFor(ctx, d, func() (driver.Result, error) { return d.acquire(ctx, req) })
 	// Whoever removes a node the call left schedules the removal of the
 	// key's znode then; without one, the call does it now.
 	h, left := d.holds.Get(req.Owner)
@@ -62,39 +59,95 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result
 			return driver.Result{}, notHeld("the lease of the queue entry ran out")
 		}
 	}
-	parent := d.parentPath(req.Key) // lingering, if the key was locked recently
-	created, createErr := d.create(parent, nodeBase(req.Owner, req.Mode, req.Limit, d.layout), encodeData(req.Owner, req.Info, false))
+	p, err := d.place(ctx, req)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if err := d.refuse(req, p); err != nil {
+		return driver.Result{}, err
+	}
+	h := hold{parent: p.parent, path: p.path, czxid: p.st.Czxid, session: p.st.EphemeralOwner, crowded: p.crowded,
+		mode: req.Mode, limit: req.Limit, version: p.st.Version}
+	s, err := d.validity(p)
+	if err == nil {
+		err = d.admit(&h, p.q, p.i)
+	}
+	if p.own && (err != nil || h.held || req.Queue) {
+		d.holds.Put(req.Owner, h, req.TTL) // after an error, Release finds it
+	}
+	switch {
+	case err != nil:
+		return driver.Result{}, err
+	case h.held || req.Queue:
+		return d.answer(req, h, s)
+	case p.own:
+		// A single attempt leaves nothing behind.
+		return driver.Result{}, d.drop(p.parent, p.path, p.sid)
+	}
+	return driver.Result{}, nil
+}
+
+// placement is where an Acquire finds the owner's node in the key's queue.
+type placement struct {
+	parent, path string   // the key's znode and the node
+	children     []string // the key's children at the look
+	q            []node   // the key's queue at the look
+	i            int      // the node's place in q
+	st           *zk.Stat // the node's stat
+	sid          int64    // the driver's session when the node was made
+	fresh        bool     // the node was made by this call
+	own          bool     // the node is of sid, the driver's session still
+	crowded      bool     // nodes of other owners followed it
+}
+
+// place creates the owner's node in the key's queue and finds it there.
+// Normally the owner has just the node made now; an earlier attempt whose
+// reply was lost, or another driver, may have made one too: the oldest
+// keeps its place, the others go.
+func (d *Driver) place(ctx context.Context, req driver.Request) (placement, error) {
+	p := placement{parent: d.parentPath(req.Key)} // lingering, if the key was locked recently
+	created, createErr := d.create(p.parent, nodeBase(req.Owner, req.Mode, req.Limit, d.layout), encodeData(req.Owner, req.Info, false))
 	if createErr != nil && !maybeApplied(createErr) {
-		return driver.Result{}, createErr
+		return p, createErr
 	}
 	// createErr != nil: the reply was lost and the node may exist. Look for
 	// it by its owner's name before anything else.
 	if createErr == nil && ctx.Err() != nil {
-		return driver.Result{}, ctx.Err()
+		return p, ctx.Err()
 	}
-	sid := d.conn.SessionID()
-	children, st, err := d.look(parent, created)
+	p.sid = d.conn.SessionID()
+	children, st, err := d.look(p.parent, created)
 	if err != nil {
-		if createErr != nil {
-			err = errors.Join(createErr, err)
-		}
-		return driver.Result{}, err
+		return p, errors.Join(createErr, err)
 	}
-	q := queue(children)
 	id := dlock.OwnerID(req.Owner)
-	i := find(q, id)
-	if i < 0 {
-		if createErr != nil {
-			return driver.Result{}, createErr // it was not created
-		}
-		return driver.Result{}, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", created, sid)
+	p.children, p.q = children, queue(children)
+	if p.i = find(p.q, id); p.i < 0 && createErr != nil {
+		return p, createErr // it was not created
+	} else if p.i < 0 {
+		return p, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", created, p.sid)
 	}
-	// Normally the owner has just the node made now; an earlier attempt
-	// whose reply was lost, or another driver, may have made one too. The
-	// oldest keeps its place; the others go.
-	keep := parent + "/" + q[i].name
-	crowded := false
-	for _, n := range q[i+1:] {
+	p.path = p.parent + "/" + p.q[p.i].name
+	p.crowded = d.dropYounger(p.parent, p.q[p.i+1:], id, p.sid)
+	if p.fresh = p.path == created; !p.fresh {
+		var exists bool
+		if exists, st, err = d.conn.Exists(p.path); err != nil {
+			return p, err
+		} else if !exists {
+			st = nil
+		}
+	}
+	if st == nil {
+		return p, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", p.path, p.sid)
+	}
+	p.st, p.own = st, st.EphemeralOwner == p.sid && d.conn.SessionID() == p.sid
+	return p, nil
+}
+
+// dropYounger deletes the nodes of owner id among q, the nodes behind the
+// owner's oldest, and reports whether nodes of other owners are among them.
+func (d *Driver) dropYounger(parent string, q []node, id string, sid int64) (crowded bool) {
+	for _, n := range q {
 		if n.ownerID != id {
 			crowded = true
 			continue
@@ -104,180 +157,151 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result
 			d.retry(parent, p, sid)
 		}
 	}
-	if keep != created {
-		created = ""
-		var exists bool
-		if exists, st, err = d.conn.Exists(keep); err != nil {
-			return driver.Result{}, err
-		} else if !exists {
-			st = nil
-		}
-	}
-	if st == nil {
-		return driver.Result{}, fmt.Errorf("zkdlock: node %s vanished as it was created (session %#x ended?)", keep, sid)
-	}
-	own := st.EphemeralOwner == sid && d.conn.SessionID() == sid
-	// Modes: the key's first node says what the key is in use as; a
-	// request that cannot join it leaves (see compatible), and so does one
-	// on a key a foreign recipe blind to its node uses. An older node of the
-	// owner in another mode is kept, and the request refused.
-	refused := foreignRecipe(children, q, d.layout)
-	switch {
-	case refused != nil:
-	case q[i].mode != req.Mode || q[i].limit != req.Limit:
-		refused = mismatch(req.Key, q[i], req.Mode, req.Limit)
-	case i > 0 && !compatible(q[0], req.Mode, req.Limit):
-		refused = mismatch(req.Key, q[0], req.Mode, req.Limit)
-	}
-	if refused != nil {
-		if keep == created && own {
-			if _, err := d.removeNode(parent, keep, true); err != nil {
-				d.retry(parent, keep, sid)
-				return driver.Result{}, err
-			}
-		}
-		return driver.Result{}, refused
-	}
-	s, known := d.sess.timeoutOf(st.EphemeralOwner)
-	h := hold{parent: parent, path: keep, czxid: st.Czxid, session: st.EphemeralOwner, crowded: crowded,
-		mode: req.Mode, limit: req.Limit, version: st.Version}
-	switch {
-	case own && !known:
-		// Without the granted timeout no validity can be promised.
-		d.holds.Put(req.Owner, h, req.TTL)
-		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", sid)
-	case !own && (keep == created || d.sess.ours(st.EphemeralOwner)):
-		// The session changed under the call: the node goes with the
-		// old one.
-		return driver.Result{}, fmt.Errorf("zkdlock: the session of node %s ended during the call", keep)
-	case !own:
-		// Another session's node (another driver's, for the same owner):
-		// this driver can neither renew its session nor know its timeout.
-		s = cmp.Or(d.sess.latest(), d.ttl)
-	}
-	held, v, err := d.admitted(parent, q, i)
-	if err != nil {
-		if own {
-			d.holds.Put(req.Owner, h, req.TTL) // Release finds it
-		}
-		return driver.Result{}, err
-	}
-	h.note(held, v)
-	switch {
-	case held:
-		if own {
-			d.holds.Put(req.Owner, h, req.TTL)
-		}
-		return driver.Result{Acquired: true, Token: uint64(st.Czxid), TTL: min(req.TTL, s)}, nil
-	case req.Queue:
-		if own {
-			d.holds.Put(req.Owner, h, req.TTL)
-		}
-		return driver.Result{}, nil
-	case own:
-		// A single attempt leaves nothing behind.
-		if _, err := d.removeNode(parent, keep, true); err != nil {
-			d.retry(parent, keep, sid)
-			return driver.Result{}, err
-		}
-	}
-	return driver.Result{}, nil
+	return crowded
 }
 
-// note records in h what the last look found.
-func (h *hold) note(held bool, v verdict) {
-	h.held, h.first, h.wait = held, v.first, nil
-	if v.children {
-		return // Subscribe lists the children itself
+// refuse returns why the request cannot stay in the key's queue, if it
+// cannot, and then deletes the node the call made. The key's first node
+// says what the key is in use as (see compatible); a foreign recipe blind
+// to the node refuses it too. An older node in another mode is kept.
+func (d *Driver) refuse(req driver.Request, p placement) error {
+	err := foreignRecipe(p.children, p.q, d.layout)
+	switch n := p.q[p.i]; {
+	case err != nil:
+	case n.mode != req.Mode || n.limit != req.Limit:
+		err = mismatch(req.Key, n, req.Mode, req.Limit)
+	case p.i > 0 && !compatible(p.q[0], req.Mode, req.Limit):
+		err = mismatch(req.Key, p.q[0], req.Mode, req.Limit)
 	}
-	for _, n := range v.wait {
-		h.wait = append(h.wait, n.name)
+	if err != nil && p.fresh && p.own {
+		return cmp.Or(d.drop(p.parent, p.path, p.sid), err)
 	}
+	return err
+}
+
+// validity returns the longest lease the node p can back: the timeout of
+// its session.
+func (d *Driver) validity(p placement) (time.Duration, error) {
+	switch {
+	case p.own:
+		return d.sess.timeoutOf(p.sid) // without it no validity can be promised
+	case p.fresh || d.sess.ours(p.st.EphemeralOwner):
+		// The session changed under the call: the node goes with the
+		// old one.
+		return 0, fmt.Errorf("zkdlock: the session of node %s ended during the call", p.path)
+	}
+	// Another session's node (another driver's, for the same owner): this
+	// driver can neither renew its session nor know its timeout.
+	return cmp.Or(d.sess.latest(), d.ttl), nil
+}
+
+// answer is the result of an Acquire that found the owner's node h holding
+// or waiting, with the session timeout s: a single attempt that waits
+// leaves the queue.
+func (d *Driver) answer(req driver.Request, h hold, s time.Duration) (driver.Result, error) {
+	switch {
+	case h.held:
+		return driver.Result{Acquired: true, Token: uint64(h.czxid), TTL: min(req.TTL, s)}, nil
+	case req.Queue:
+		return driver.Result{}, nil
+	}
+	return driver.Result{}, d.leave(req.Owner, h)
 }
 
 // reacquire is Acquire by an owner with a node of this driver: a renewal of
 // a queue entry, an Acquire by the holder, or a downgrade.
 func (d *Driver) reacquire(req driver.Request, h hold) (driver.Result, error) {
-	if h.session != d.conn.SessionID() {
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("the session of its node ended")
-	}
-	downgrade := false
+	downgrade, err := modeChange(req, h)
 	switch {
-	case (h.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || h.limit != req.Limit:
-		return driver.Result{}, mismatch(req.Key, node{mode: h.mode, limit: h.limit}, req.Mode, req.Limit)
-	case req.Mode == driver.Exclusive && (h.mode == driver.Shared || h.downgraded):
-		return driver.Result{}, fmt.Errorf("%q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
-	case req.Mode == driver.Shared && h.mode == driver.Exclusive && !h.downgraded:
-		if h.held {
-			return d.downgrade(req, h)
-		}
-		downgrade = true
+	case h.session != d.conn.SessionID():
+		return driver.Result{}, d.forget(req.Owner, h, "the session of its node ended")
+	case err != nil:
+		return driver.Result{}, err
+	case downgrade && h.held:
+		return d.downgrade(req, h)
 	}
-	children, st, err := d.look(h.parent, h.path)
-	if errors.Is(err, zk.ErrSessionExpired) {
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("the session of its node expired")
-	}
+	p, err := d.relook(req.Owner, h)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if st == nil || st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("its node is gone")
-	}
-	s, ok := d.sess.timeoutOf(h.session)
-	if !ok {
-		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", h.session)
-	}
-	q := queue(children)
-	i := slices.IndexFunc(q, func(n node) bool { return n.name == path.Base(h.path) })
-	if i < 0 {
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("its node is gone")
-	}
-	held, v, err := d.admitted(h.parent, q, i)
+	s, err := d.sess.timeoutOf(h.session)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if err := foreignRecipe(children, q, d.layout); err != nil && !h.held {
+	if err := foreignRecipe(p.children, p.q, d.layout); err != nil && !h.held {
 		// A waiter that finds a foreign recipe blind to its node leaves.
 		return driver.Result{}, errors.Join(err, d.leave(req.Owner, h))
 	}
-	if downgrade {
-		if !held {
-			// A waiting writer has nothing to downgrade.
-			return driver.Result{}, fmt.Errorf("%q: the owner waits for the write lock: %w", req.Key, driver.ErrModeMismatch)
-		}
-		h.crowded, h.version = i < len(q)-1, st.Version
-		h.note(true, v)
-		d.holds.Update(req.Owner, func(hold) hold { return h })
-		return d.downgrade(req, h)
+	if err := d.admit(&h, p.q, p.i); err != nil {
+		return driver.Result{}, err
 	}
-	if !d.holds.Touch(req.Owner, req.TTL) {
+	if downgrade && !h.held {
+		// A waiting writer has nothing to downgrade.
+		return driver.Result{}, fmt.Errorf("%q: the owner waits for the write lock: %w", req.Key, driver.ErrModeMismatch)
+	}
+	if !downgrade && !d.holds.Touch(req.Owner, req.TTL) {
 		return driver.Result{}, notHeld("its lease ran out")
 	}
-	h.crowded, h.version = i < len(q)-1, st.Version
-	h.note(held, v)
+	h.crowded, h.version = p.i < len(p.q)-1, p.st.Version
 	d.holds.Update(req.Owner, func(hold) hold { return h })
-	switch {
-	case held:
-		return driver.Result{Acquired: true, Token: uint64(h.czxid), TTL: min(req.TTL, s)}, nil
-	case req.Queue:
-		return driver.Result{}, nil
+	if downgrade {
+		return d.downgrade(req, h)
 	}
-	// A single attempt by an owner that queued before: leave the queue.
-	return driver.Result{}, d.leave(req.Owner, h)
+	return d.answer(req, h, s)
+}
+
+// modeChange checks the mode of req against the owner's node h: the same
+// family and limit, and no upgrade from shared to exclusive. It reports a
+// downgrade from exclusive to shared.
+func modeChange(req driver.Request, h hold) (downgrade bool, err error) {
+	switch {
+	case (h.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || h.limit != req.Limit:
+		return false, mismatch(req.Key, node{mode: h.mode, limit: h.limit}, req.Mode, req.Limit)
+	case req.Mode == driver.Exclusive && (h.mode == driver.Shared || h.downgraded):
+		return false, fmt.Errorf("%q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	}
+	return req.Mode == driver.Shared && h.mode == driver.Exclusive && !h.downgraded, nil
+}
+
+// relook finds the owner's node h again in its key's queue, with the key's
+// children and its stat. A node that is gone, or whose session has ended,
+// is forgotten.
+func (d *Driver) relook(owner string, h hold) (placement, error) {
+	children, st, err := d.look(h.parent, h.path)
+	if errors.Is(err, zk.ErrSessionExpired) {
+		return placement{}, d.forget(owner, h, "the session of its node expired")
+	}
+	if err != nil {
+		return placement{}, err
+	}
+	q := queue(children)
+	i := slices.IndexFunc(q, func(n node) bool { return n.name == path.Base(h.path) })
+	if i < 0 || !d.current(h, st) {
+		return placement{}, d.forget(owner, h, "its node is gone")
+	}
+	return placement{children: children, q: q, i: i, st: st}, nil
+}
+
+// current reports whether st is the stat of h's node, in the driver's
+// current session.
+func (d *Driver) current(h hold, st *zk.Stat) bool {
+	return st != nil && st.Czxid == h.czxid && st.EphemeralOwner == h.session && d.conn.SessionID() == h.session
 }
 
 // leave takes the owner's node h out of the queue.
 func (d *Driver) leave(owner string, h hold) error {
 	d.holds.Take(owner)
-	if _, err := d.removeNode(h.parent, h.path, true); err != nil {
-		d.retry(h.parent, h.path, h.session)
-		return err
+	return d.drop(h.parent, h.path, h.session)
+}
+
+// drop deletes the node p of session under the key's znode parent, and
+// tries again in the background if that fails.
+func (d *Driver) drop(parent, p string, session int64) error {
+	_, err := d.removeNode(parent, p, true)
+	if err != nil {
+		d.retry(parent, p, session)
 	}
-	return nil
+	return err
 }
 
 // downgrade turns the write hold h into a read hold: one setData of the
@@ -292,26 +316,19 @@ func (d *Driver) downgrade(req driver.Request, h hold) (driver.Result, error) {
 		// An earlier downgrade whose reply was lost, perhaps.
 		var data []byte
 		data, st, err = d.conn.Get(h.path)
-		if err == nil {
-			if _, _, downgraded, _ := decodeData(data); !downgraded {
-				return driver.Result{}, fmt.Errorf("zkdlock: the data of node %s changed under the driver", h.path)
-			}
+		if _, _, downgraded, _ := decodeData(data); err == nil && !downgraded {
+			return driver.Result{}, fmt.Errorf("zkdlock: the data of node %s changed under the driver", h.path)
 		}
 	}
 	switch {
-	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("its node is gone")
-	case err != nil:
+	case err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrSessionExpired):
 		return driver.Result{}, err
+	case err != nil || !d.current(h, st):
+		return driver.Result{}, d.forget(req.Owner, h, "its node is gone")
 	}
-	if st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
-		d.forget(req.Owner, h)
-		return driver.Result{}, notHeld("its node is gone")
-	}
-	s, ok := d.sess.timeoutOf(h.session)
-	if !ok {
-		return driver.Result{}, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", h.session)
+	s, err := d.sess.timeoutOf(h.session)
+	if err != nil {
+		return driver.Result{}, err
 	}
 	if !d.holds.Touch(req.Owner, req.TTL) {
 		return driver.Result{}, notHeld("its lease ran out")

@@ -127,6 +127,54 @@ func TestCuratorSortsDriverNodes(t *testing.T) {
 	}
 }
 
+// rawConn returns the address of the ZooKeeper server and a connection of
+// the test's own to it, for the nodes of foreign recipes, closed when t
+// ends.
+func rawConn(t *testing.T) (addr string, tc *zk.Conn) {
+	t.Helper()
+	srv := testsrv.Get(t, testsrv.ZooKeeper)
+	tc, err := dial(ctx(t), srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return srv.Addr, tc
+}
+
+// spied returns a driver over addr, a spy over it and a client over the spy.
+func spied(t *testing.T, addr string, opts ...Option) (*Driver, *spy, *dlock.Client) {
+	t.Helper()
+	d := newTestDriver(t, addr, opts...)
+	sp := newSpy(d)
+	return d, sp, client(t, sp)
+}
+
+// deleteNode deletes the node p with tc.
+func deleteNode(t *testing.T, tc *zk.Conn, p string) {
+	t.Helper()
+	if err := tc.Delete(p, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// release releases l.
+func release(t *testing.T, l *dlock.Lock) {
+	t.Helper()
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryLock tries to lock k, releases the lock if it got it, and returns
+// TryLock's error.
+func tryLock(t *testing.T, c *dlock.Client, k string, opts ...dlock.LockOption) error {
+	l, err := c.TryLock(ctx(t), k, opts...)
+	if err == nil {
+		l.Release(ctx(t))
+	}
+	return err
+}
+
 // foreignNode creates an ephemeral sequential node named base (the server
 // appends the sequence number) under the key's znode parent, as a Curator
 // client does (creating the parent as a container), and returns its path.
@@ -179,10 +227,7 @@ func curatorContender(t *testing.T, c *zk.Conn, parent string, kind curatorKind)
 func blockedThenFreed(t *testing.T, c *dlock.Client, sp *spy, tc *zk.Conn, k, p string, opts ...dlock.LockOption) {
 	t.Helper()
 	sp.rearm()
-	if l, err := c.TryLock(ctx(t), k, opts...); !errors.Is(err, dlock.ErrNotAcquired) {
-		if err == nil {
-			l.Release(ctx(t))
-		}
+	if err := tryLock(t, c, k, opts...); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while %s holds = %v; want ErrNotAcquired", path.Base(p), err)
 	}
 	type result struct {
@@ -200,16 +245,12 @@ func blockedThenFreed(t *testing.T, c *dlock.Client, sp *spy, tc *zk.Conn, k, p 
 		t.Fatalf("Lock returned while %s holds: %v", path.Base(p), r.err)
 	default:
 	}
-	if err := tc.Delete(p, -1); err != nil {
-		t.Fatal(err)
-	}
+	deleteNode(t, tc, p)
 	r := wait(t, got, "the Lock after the foreign node went")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if err := r.l.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	release(t, r.l)
 }
 
 // rearm makes s signal the next wait.
@@ -223,12 +264,7 @@ func (s *spy) rearm() {
 // named as Curator's InterProcessMutex and the plain ZooKeeper recipe name
 // them: they hold the key, and a waiter wakes when they go.
 func TestForeignMutexNodes(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	addr, tc := rawConn(t)
 	for _, name := range []string{
 		curatorUUID + "lock-", // Curator's InterProcessMutex
 		"lock-",               // the plain recipe
@@ -236,24 +272,17 @@ func TestForeignMutexNodes(t *testing.T) {
 		"anything-", // any sequential node
 	} {
 		t.Run(strings.Trim(name, "-_"), func(t *testing.T) {
-			d := newTestDriver(t, srv.Addr)
-			sp := newSpy(d)
-			c := client(t, sp)
+			d, sp, c := spied(t, addr)
 			k := key(t)
 			parent := d.parentPath(k)
 			p := foreignNode(t, tc, parent, name)
 			blockedThenFreed(t, c, sp, tc, k, p)
 			// A foreign node at the head also blocks readers.
 			p = foreignNode(t, tc, parent, name)
-			if l, err := c.TryLock(ctx(t), k, dlock.Shared()); !errors.Is(err, dlock.ErrNotAcquired) {
-				if err == nil {
-					l.Release(ctx(t))
-				}
+			if err := tryLock(t, c, k, dlock.Shared()); !errors.Is(err, dlock.ErrNotAcquired) {
 				t.Errorf("shared TryLock while %s holds = %v; want ErrNotAcquired", name, err)
 			}
-			if err := tc.Delete(p, -1); err != nil {
-				t.Fatal(err)
-			}
+			deleteNode(t, tc, p)
 		})
 	}
 }
@@ -262,13 +291,8 @@ func TestForeignMutexNodes(t *testing.T) {
 // holding a key, a Curator InterProcessMutex contender at the key's znode
 // finds a node ahead of its own, and watches the driver's node.
 func TestCuratorMutexSeesDriver(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	d := newTestDriver(t, srv.Addr)
+	addr, tc := rawConn(t)
+	d := newTestDriver(t, addr)
 	c := client(t, d)
 	for _, opts := range [][]dlock.LockOption{nil, {dlock.Shared()}} {
 		k := key(t)
@@ -280,20 +304,14 @@ func TestCuratorMutexSeesDriver(t *testing.T) {
 		if holds {
 			t.Errorf("%v: a Curator mutex contender gets the lock the driver holds", l.Mode())
 		}
-		if err := tc.Delete(p, -1); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		deleteNode(t, tc, p)
+		release(t, l)
 		// Released, the key is Curator's.
 		p, holds = curatorContender(t, tc, d.parentPath(k), curatorMutex)
 		if !holds {
 			t.Errorf("a Curator mutex contender does not get the free lock")
 		}
-		if err := tc.Delete(p, -1); err != nil {
-			t.Fatal(err)
-		}
+		deleteNode(t, tc, p)
 	}
 }
 
@@ -303,16 +321,9 @@ func TestCuratorMutexSeesDriver(t *testing.T) {
 // its writers, a Curator writer blocks both, and Curator's contenders see
 // the driver's holds as a Curator contender of the same kind would.
 func TestCuratorReadWriteLock(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	addr, tc := rawConn(t)
 	newClient := func(t *testing.T) (*Driver, *spy, *dlock.Client) {
-		d := newTestDriver(t, srv.Addr, WithCuratorLayout(CuratorReadWriteLock))
-		sp := newSpy(d)
-		return d, sp, client(t, sp)
+		return spied(t, addr, WithCuratorLayout(CuratorReadWriteLock))
 	}
 
 	t.Run("CuratorReader", func(t *testing.T) {
@@ -323,9 +334,7 @@ func TestCuratorReadWriteLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("shared TryLock beside a Curator reader: %v", err)
 		}
-		if err := r.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		release(t, r)
 		blockedThenFreed(t, c, sp, tc, k, p)
 	})
 	t.Run("CuratorWriter", func(t *testing.T) {
@@ -348,13 +357,9 @@ func TestCuratorReadWriteLock(t *testing.T) {
 			if holds {
 				t.Errorf("Curator contender %d gets the lock the driver holds Exclusive", kind)
 			}
-			if err := tc.Delete(p, -1); err != nil {
-				t.Fatal(err)
-			}
+			deleteNode(t, tc, p)
 		}
-		if err := l.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		release(t, l)
 	})
 	t.Run("DriverReader", func(t *testing.T) {
 		d, _, c := newClient(t)
@@ -367,19 +372,13 @@ func TestCuratorReadWriteLock(t *testing.T) {
 		if !holds {
 			t.Errorf("a Curator reader does not share the driver's read hold")
 		}
-		if err := tc.Delete(p, -1); err != nil {
-			t.Fatal(err)
-		}
+		deleteNode(t, tc, p)
 		p, holds = curatorContender(t, tc, d.parentPath(k), curatorWriter)
 		if holds {
 			t.Errorf("a Curator writer gets the lock the driver holds Shared")
 		}
-		if err := tc.Delete(p, -1); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+		deleteNode(t, tc, p)
+		release(t, l)
 	})
 }
 
@@ -389,12 +388,7 @@ func TestCuratorReadWriteLock(t *testing.T) {
 // Curator's mutex beside the read-write layout. TryLock and Lock fail with
 // ErrPermanent in every mode, naming what they found, and leave no node.
 func TestForeignRecipesRefused(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	addr, tc := rawConn(t)
 	for _, x := range []struct {
 		name, child, base, want string
 		layout                  Layout
@@ -406,7 +400,7 @@ func TestForeignRecipesRefused(t *testing.T) {
 		{"Mutex", "", curatorUUID + curatorMutexName, "curator=mutex", CuratorReadWriteLock},
 	} {
 		t.Run(x.name, func(t *testing.T) {
-			d := newTestDriver(t, srv.Addr, WithCuratorLayout(x.layout))
+			d := newTestDriver(t, addr, WithCuratorLayout(x.layout))
 			c := client(t, d)
 			k := key(t)
 			parent := d.parentPath(k)
@@ -429,9 +423,7 @@ func TestForeignRecipesRefused(t *testing.T) {
 			if children, _, err := tc.Children(parent); err != nil || len(children) != 1 {
 				t.Errorf("children of the key's znode = %q, %v; want only the foreign one", children, err)
 			}
-			if err := tc.Delete(p, -1); err != nil {
-				t.Fatal(err)
-			}
+			deleteNode(t, tc, p)
 		})
 	}
 }
@@ -440,13 +432,8 @@ func TestForeignRecipesRefused(t *testing.T) {
 // looks again, a recipe blind to its node ends with ErrPermanent rather
 // than acquiring beside it, and leaves its node.
 func TestForeignRecipeEndsWait(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	d := newTestDriver(t, srv.Addr)
+	addr, tc := rawConn(t)
+	d := newTestDriver(t, addr)
 	sp := newSpy(d)
 	c := client(t, classifying{sp})
 	k := key(t)
@@ -463,18 +450,14 @@ func TestForeignRecipeEndsWait(t *testing.T) {
 	// A Curator read-write lock comes, whose writer sorts the driver's
 	// node behind its own; then the mutex goes.
 	w := foreignNode(t, tc, d.parentPath(k), curatorUUID+curatorWriteName)
-	if err := tc.Delete(p, -1); err != nil {
-		t.Fatal(err)
-	}
+	deleteNode(t, tc, p)
 	if err := wait(t, got, "the Lock after the mutex went"); !errors.Is(err, dlock.ErrPermanent) {
 		t.Errorf("Lock = %v; want ErrPermanent", err)
 	}
 	if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
 		t.Errorf("children of the key's znode = %q, %v; want only the writer's", children, err)
 	}
-	if err := tc.Delete(w, -1); err != nil {
-		t.Fatal(err)
-	}
+	deleteNode(t, tc, w)
 }
 
 // classifying is a spy that classifies errors as the driver does.
@@ -486,15 +469,8 @@ func (classifying) Permanent(err error) bool { return permanent(err) }
 // the driver's readers share the key with them and its writers wait, and
 // listings name the foreign node.
 func TestKazooReadLock(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	d := newTestDriver(t, srv.Addr)
-	sp := newSpy(d)
-	c := client(t, sp)
+	addr, tc := rawConn(t)
+	d, sp, c := spied(t, addr)
 	k := key(t)
 	p := foreignNode(t, tc, d.parentPath(k), "0f8fad5bd9cb469fa16570867728950e"+kazooReadName)
 	r, err := c.TryLock(ctx(t), k, dlock.Shared())
@@ -505,9 +481,7 @@ func TestKazooReadLock(t *testing.T) {
 	if err != nil || len(hs) != 2 || hs[0].Info != path.Base(p) || hs[0].Mode != driver.Shared {
 		t.Errorf("Holders = %+v, %v; want the kazoo reader, named by its node, and the driver's", hs, err)
 	}
-	if err := r.Release(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	release(t, r)
 	blockedThenFreed(t, c, sp, tc, k, p)
 }
 
@@ -517,12 +491,7 @@ func TestKazooReadLock(t *testing.T) {
 // the other), and so may hold the key too, ends with ErrLost at its next
 // renewal, and that its node goes.
 func TestForeignRecipeEndsHold(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.ZooKeeper)
-	tc, err := dial(ctx(t), srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	addr, tc := rawConn(t)
 	rw := []Option{WithCuratorLayout(CuratorReadWriteLock)}
 	for _, tt := range []struct {
 		name   string
@@ -539,7 +508,7 @@ func TestForeignRecipeEndsHold(t *testing.T) {
 		{"mutex/rwlock layout", rw, nil, "", curatorUUID + curatorMutexName, "InterProcessMutex"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newTestDriver(t, srv.Addr, tt.layout...)
+			d := newTestDriver(t, addr, tt.layout...)
 			k := key(t)
 			l, err := client(t, d).Lock(ctx(t), k, append(tt.opts, dlock.WithTTL(time.Second))...)
 			if err != nil {
@@ -557,9 +526,7 @@ func TestForeignRecipeEndsHold(t *testing.T) {
 			if children, _, err := tc.Children(d.parentPath(k)); err != nil || len(children) != 1 {
 				t.Errorf("children of the key's znode = %q, %v; want only the foreign recipe's", children, err)
 			}
-			if err := tc.Delete(p, -1); err != nil {
-				t.Fatal(err)
-			}
+			deleteNode(t, tc, p)
 		})
 	}
 }

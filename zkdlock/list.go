@@ -27,11 +27,7 @@ const listParallel = 16
 // driver was set up alike. A node is listed as soon as the queue lets it
 // hold, which may be a moment before its contender learns so.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
-	var hs []driver.Holder
-	err := call(ctx, d, func() (err error) {
-		hs, err = d.list(prefix)
-		return err
-	})
+	hs, err := callFor(ctx, d, func() ([]driver.Holder, error) { return d.list(prefix) })
 	if err != nil {
 		return nil, fmt.Errorf("zkdlock: list %q: %w", prefix, err)
 	}
@@ -109,11 +105,7 @@ func (d *Driver) keyHolders(key string) ([]driver.Holder, error) {
 // the queue's) and then the key's znode, and reports how many of the
 // holders' nodes it deleted.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
-	var n int
-	err := call(ctx, d, func() (err error) {
-		n, err = d.forceRelease(key)
-		return err
-	})
+	n, err := callFor(ctx, d, func() (int, error) { return d.forceRelease(key) })
 	if err != nil {
 		return 0, fmt.Errorf("zkdlock: force release %q: %w", key, err)
 	}

@@ -116,25 +116,27 @@ func describe(m driver.Mode, limit int) string {
 	return m.String()
 }
 
-// admitted reports whether q[i] holds, reading the first node's data when
-// the rules need it.
-func (d *Driver) admitted(parent string, q []node, i int) (bool, verdict, error) {
+// admit records in h, the node q[i], whether it holds and what keeps it
+// from holding, reading the first node's data when the rules need it.
+func (d *Driver) admit(h *hold, q []node, i int) error {
 	v := judge(q, i)
-	if !v.first {
-		return v.held, v, nil
+	if v.first {
+		data, _, err := d.conn.Get(h.parent + "/" + q[0].name)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		// Gone, only read nodes are ahead now, and no node can come.
+		if _, _, downgraded, _ := decodeData(data); err != nil || downgraded {
+			v = verdict{held: true}
+		}
 	}
-	data, _, err := d.conn.Get(parent + "/" + q[0].name)
-	switch {
-	case errors.Is(err, zk.ErrNoNode):
-		// Gone: only read nodes are ahead now, and no node can come.
-		return true, verdict{held: true}, nil
-	case err != nil:
-		return false, v, err
+	h.held, h.first, h.wait = v.held, v.first, nil
+	if !v.children { // else Subscribe lists the children itself
+		for _, n := range v.wait {
+			h.wait = append(h.wait, n.name)
+		}
 	}
-	if _, _, downgraded, _ := decodeData(data); downgraded {
-		return true, verdict{held: true}, nil
-	}
-	return false, v, nil
+	return nil
 }
 
 // holder is a node that holds its key, with its data.
@@ -152,18 +154,7 @@ func (d *Driver) holders(parent string, q []node) ([]holder, error) {
 	if len(q) == 0 {
 		return nil, nil
 	}
-	// The first node holds; its kind says which of the next ones do.
-	n := 1
-	switch q[0].mode {
-	case driver.Shared, driver.Exclusive:
-		for n < len(q) && q[n].mode == driver.Shared {
-			n++
-		}
-	case driver.Semaphore:
-		for n < len(q) && n < q[0].limit && q[n].mode == driver.Semaphore && q[n].limit == q[0].limit {
-			n++
-		}
-	}
+	n := holding(q)
 	hs := make([]holder, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -199,6 +190,24 @@ func (d *Driver) holders(parent string, q []node) ([]holder, error) {
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// holding returns how many of the first nodes of the queue q may hold the
+// key: the first node does; its kind says which of the next ones do (the
+// readers behind a write node, if it has been downgraded).
+func holding(q []node) int {
+	n := 1
+	switch q[0].mode {
+	case driver.Shared, driver.Exclusive:
+		for n < len(q) && q[n].mode == driver.Shared {
+			n++
+		}
+	case driver.Semaphore:
+		for n < len(q) && n < q[0].limit && q[n].mode == driver.Semaphore && q[n].limit == q[0].limit {
+			n++
+		}
+	}
+	return n
 }
 
 // heldMode returns the mode the holder holds the key in.

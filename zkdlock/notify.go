@@ -41,11 +41,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 		hint, first = h.wait, h.first
 	}
 	ws := watches{}
-	var now bool
-	err := call(ctx, d, func() (err error) {
-		now, err = d.watchNext(parent, id, hint, first, ws)
-		return err
-	})
+	now, err := callFor(ctx, d, func() (bool, error) { return d.watchNext(parent, id, hint, first, ws) })
 	if err != nil {
 		return nil, fmt.Errorf("zkdlock: subscribe %q: %w", req.Key, err)
 	}

@@ -36,8 +36,7 @@ func (d *Driver) refresh(req driver.Request) error {
 		return d.refreshUnrecorded(req)
 	}
 	if h.session != d.conn.SessionID() {
-		d.forget(req.Owner, h)
-		return notHeld("the session of its node ended")
+		return d.forget(req.Owner, h, "the session of its node ended")
 	}
 	var (
 		foreign error
@@ -47,15 +46,13 @@ func (d *Driver) refresh(req driver.Request) error {
 	exists, st, err := d.conn.Exists(h.path)
 	wg.Wait()
 	if err != nil && d.sessionEnded(err, h.session) {
-		d.forget(req.Owner, h)
-		return notHeld("the session of its node ended")
+		return d.forget(req.Owner, h, "the session of its node ended")
 	}
 	if err != nil {
 		return err
 	}
-	if !exists || st.Czxid != h.czxid || st.EphemeralOwner != h.session || d.conn.SessionID() != h.session {
-		d.forget(req.Owner, h)
-		return notHeld("its node is gone")
+	if !exists || !d.current(h, st) {
+		return d.forget(req.Owner, h, "its node is gone")
 	}
 	if foreign != nil {
 		return errors.Join(notHeld("%v", foreign), d.leave(req.Owner, h))
@@ -259,11 +256,13 @@ func (d *Driver) deleteParent(parent string) {
 	_ = d.conn.Delete(parent, -1)
 }
 
-// forget drops owner's record if it is still h.
-func (d *Driver) forget(owner string, h hold) {
+// forget drops owner's record if it is still h, whose node is gone (why),
+// and returns the error saying so.
+func (d *Driver) forget(owner string, h hold, why string) error {
 	if cur, ok := d.holds.Get(owner); ok && cur.path == h.path {
 		d.holds.Take(owner)
 	}
+	return notHeld("%s", why)
 }
 
 // expire runs when the lease of a hold or queue entry ran out: it deletes

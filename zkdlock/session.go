@@ -50,15 +50,16 @@ func (s *session) current() (int64, <-chan struct{}) {
 	return s.id, s.next
 }
 
-// timeoutOf returns the negotiated timeout of session id, if id is the
-// latest session the server granted.
-func (s *session) timeoutOf(id int64) (time.Duration, bool) {
+// timeoutOf returns the negotiated timeout of session id, which bounds the
+// leases of its nodes, or an error if id is not the latest session the
+// server granted or its timeout is unknown.
+func (s *session) timeoutOf(id int64) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id == 0 || id != s.id || s.timeout <= 0 {
-		return 0, false
+		return 0, fmt.Errorf("zkdlock: the session timeout the server granted to session %#x is unknown", id)
 	}
-	return s.timeout, true
+	return s.timeout, nil
 }
 
 // ours reports whether the server ever granted session id to the driver.
@@ -218,6 +219,12 @@ func call(ctx context.Context, d *Driver, fn func() error) error {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	return err
+}
+
+// callFor is call for an fn that returns a value too.
+func callFor[T any](ctx context.Context, d *Driver, fn func() (T, error)) (v T, err error) {
+	err = call(ctx, d, func() (err error) { v, err = fn(); return err })
+	return v, err
 }
 
 // waitSession waits until the connection has a session, ctx ends or the

@@ -43,90 +43,18 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if len(hosts) == 0 {
 		return nil, urlutil.Error(u, "names no server")
 	}
-	chroot := strings.TrimSuffix(u.Path, "/")
-	if chroot != "" {
-		if why := checkPath(chroot); why != "" {
-			return nil, urlutil.Error(u, "chroot %q %s", u.Path, why)
-		}
-	}
 	q := u.Query()
 	tlsCfg, err := urlutil.TLS(u, q, false)
 	if err != nil {
 		return nil, err
 	}
-	user, password, err := urlutil.Password(u, q, tlsCfg != nil)
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: urlutil.DefaultConnectTimeout,
+		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
+	cfg, err := urlConfig(u, q, tlsCfg, &conn.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	if strings.Contains(user, ":") {
-		return nil, urlutil.Error(u, "user name %q has a colon, which digest authentication cannot carry", user)
-	}
-	prefix := DefaultPrefix
-	acls := aclOpen
-	if user != "" {
-		acls = aclCreator
-	}
-	var opts []Option
-	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: urlutil.DefaultConnectTimeout,
-		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "session":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Millisecond {
-				return nil, urlutil.Error(u, "session=%q is not a positive duration (write 15s, 1m)", v)
-			}
-			opts = append(opts, WithSessionTTL(d))
-		case "linger":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return nil, urlutil.Error(u, "linger=%q is not a duration of zero or more (write 1s, 500ms, 0)", v)
-			}
-			opts = append(opts, WithParentLinger(d))
-		case "curator":
-			switch v {
-			case CuratorMutex.String():
-				opts = append(opts, WithCuratorLayout(CuratorMutex))
-			case CuratorReadWriteLock.String():
-				opts = append(opts, WithCuratorLayout(CuratorReadWriteLock))
-			default:
-				return nil, urlutil.Error(u, "curator=%q is not a layout (write mutex or rwlock)", v)
-			}
-		case "prefix":
-			if why := checkPath(v); why != "" {
-				return nil, urlutil.Error(u, "prefix=%q %s", v, why)
-			}
-			prefix = v
-		case "acl":
-			if v != aclOpen && v != aclCreator {
-				return nil, urlutil.Error(u, "acl=%q is not an ACL (write %s or %s)", v, aclOpen, aclCreator)
-			}
-			acls = v
-		case urlutil.ParamConnectTimeout:
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, urlutil.Error(u, "%s=%q is not a positive duration (write 500ms, 5s)", k, v)
-			}
-			conn.Timeout = d
-		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (zk URLs take session, linger, curator, prefix, acl, %s, %s, tls, cacert, cert, key and servername)", k, urlutil.ParamConnectTimeout, urlutil.ParamInsecureAuth)
-		}
-	}
-	opts = append(opts, WithPrefix(chroot+prefix))
-	switch {
-	case acls == aclCreator && user == "" && (tlsCfg == nil || len(tlsCfg.Certificates) == 0):
-		return nil, urlutil.Error(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
-	case acls == aclCreator:
-		opts = append(opts, WithACL(zk.AuthACL(zk.PermAll)))
-	}
-	if user != "" {
-		opts = append(opts, WithAuth("digest", []byte(user+":"+password)))
-	}
-	if tlsCfg != nil {
-		opts = append(opts, WithDialer(tlsDialer(tlsCfg)))
-	}
-	d, err := New(hosts, opts...)
+	d, err := New(hosts, func(c *config) { *c = cfg })
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +77,51 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("zkdlock: connecting: %w", err)
 	}
 	return d, nil
+}
+
+// urlConfig returns the driver's configuration by the URL u, whose query q
+// has lost its TLS parameters to tlsCfg, and sets *timeout to its connect
+// timeout, if it has one.
+func urlConfig(u *url.URL, q url.Values, tlsCfg *tls.Config, timeout *time.Duration) (config, error) {
+	cfg := defaults
+	chroot := strings.TrimSuffix(u.Path, "/")
+	if why := checkPath(chroot); chroot != "" && why != "" {
+		return cfg, urlutil.Error(u, "chroot %q %s", u.Path, why)
+	}
+	user, password, err := urlutil.Password(u, q, tlsCfg != nil)
+	if err != nil {
+		return cfg, err
+	}
+	if strings.Contains(user, ":") {
+		return cfg, urlutil.Error(u, "user name %q has a colon, which digest authentication cannot carry", user)
+	}
+	creator := user != ""
+	err = urlutil.Params(u, q, map[string]func(string) string{
+		"session":                   urlutil.Duration(&cfg.ttl, time.Millisecond, "15s, 1m"),
+		"linger":                    urlutil.Duration(&cfg.linger, 0, "1s, 500ms, 0"),
+		"curator":                   urlutil.OneOf(&cfg.layout, "a layout", map[string]Layout{CuratorMutex.String(): CuratorMutex, CuratorReadWriteLock.String(): CuratorReadWriteLock}),
+		"prefix":                    func(v string) string { cfg.prefix = v; return checkPath(v) },
+		"acl":                       urlutil.OneOf(&creator, "an ACL", map[string]bool{aclOpen: false, aclCreator: true}),
+		urlutil.ParamConnectTimeout: urlutil.Duration(timeout, 1, "500ms, 5s"),
+	}, "zk URLs take session, linger, curator, prefix, acl, "+urlutil.ParamConnectTimeout+", "+urlutil.ParamInsecureAuth+", tls, cacert, cert, key and servername")
+	if err != nil {
+		return cfg, err
+	}
+	cfg.prefix = chroot + cfg.prefix
+	if user != "" {
+		cfg.auth = []credential{{"digest", []byte(user + ":" + password)}}
+	}
+	if tlsCfg != nil {
+		cfg.dial = tlsDialer(tlsCfg)
+	}
+	switch {
+	case !creator:
+	case user == "" && (tlsCfg == nil || len(tlsCfg.Certificates) == 0):
+		return cfg, urlutil.Error(u, "acl=%s without user:password or a client certificate: the znodes would belong to no one", aclCreator)
+	default:
+		cfg.acl = zk.AuthACL(zk.PermAll)
+	}
+	return cfg, nil
 }
 
 // tlsDialer returns a zk.Dialer that connects over TLS with cfg, the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +147,9 @@ type config struct {
 	acl      []zk.ACL
 }
 
+// defaults is the configuration the options change.
+var defaults = config{prefix: DefaultPrefix, ttl: DefaultSessionTTL, linger: DefaultParentLinger, acl: acl}
+
 // credential is an authentication of WithAuth.
 type credential struct {
 	scheme string
@@ -225,37 +229,12 @@ func WithACL(acl []zk.ACL) Option { return func(c *config) { c.acl = acl } }
 // wait for them. Bad options are reported as a *dlock.ArgError. Close ends
 // the session.
 func New(servers []string, opts ...Option) (*Driver, error) {
-	cfg := config{prefix: DefaultPrefix, ttl: DefaultSessionTTL, linger: DefaultParentLinger, acl: acl}
+	cfg := defaults
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if len(servers) == 0 {
-		return nil, &dlock.ArgError{Name: "servers", Value: servers, Reason: "names no server"}
-	}
-	for _, s := range servers {
-		if s == "" {
-			return nil, &dlock.ArgError{Name: "servers", Value: servers, Reason: "has an empty address"}
-		}
-	}
-	if why := checkPath(cfg.prefix); why != "" {
-		return nil, &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: why}
-	}
-	if cfg.ttl < time.Millisecond || cfg.ttl > math.MaxInt32*time.Millisecond {
-		return nil, &dlock.ArgError{Name: "session", Value: cfg.ttl, Reason: "must be between 1ms and about 24 days"}
-	}
-	if cfg.layout != CuratorMutex && cfg.layout != CuratorReadWriteLock {
-		return nil, &dlock.ArgError{Name: "curator", Value: cfg.layout, Reason: "is not a Layout"}
-	}
-	if cfg.linger < 0 {
-		return nil, &dlock.ArgError{Name: "linger", Value: cfg.linger, Reason: "is negative"}
-	}
-	if len(cfg.acl) == 0 {
-		return nil, &dlock.ArgError{Name: "acl", Value: cfg.acl, Reason: "is empty: ZooKeeper refuses to create a znode without an ACL"}
-	}
-	for _, c := range cfg.auth {
-		if c.scheme == "" {
-			return nil, &dlock.ArgError{Name: "auth", Value: "", Reason: "has no scheme (write digest)"}
-		}
+	if err := cfg.check(servers); err != nil {
+		return nil, err
 	}
 	d := &Driver{
 		root:   cfg.prefix,
@@ -309,6 +288,30 @@ func New(servers []string, opts ...Option) (*Driver, error) {
 		go d.authenticate(cfg.auth)
 	}
 	return d, nil
+}
+
+// check returns an *dlock.ArgError for the first bad setting of c, or for
+// servers, if any.
+func (c config) check(servers []string) error {
+	switch why := checkPath(c.prefix); {
+	case len(servers) == 0:
+		return &dlock.ArgError{Name: "servers", Value: servers, Reason: "names no server"}
+	case slices.Contains(servers, ""):
+		return &dlock.ArgError{Name: "servers", Value: servers, Reason: "has an empty address"}
+	case why != "":
+		return &dlock.ArgError{Name: "prefix", Value: c.prefix, Reason: why}
+	case c.ttl < time.Millisecond || c.ttl > math.MaxInt32*time.Millisecond:
+		return &dlock.ArgError{Name: "session", Value: c.ttl, Reason: "must be between 1ms and about 24 days"}
+	case c.layout != CuratorMutex && c.layout != CuratorReadWriteLock:
+		return &dlock.ArgError{Name: "curator", Value: c.layout, Reason: "is not a Layout"}
+	case c.linger < 0:
+		return &dlock.ArgError{Name: "linger", Value: c.linger, Reason: "is negative"}
+	case len(c.acl) == 0:
+		return &dlock.ArgError{Name: "acl", Value: c.acl, Reason: "is empty: ZooKeeper refuses to create a znode without an ACL"}
+	case slices.ContainsFunc(c.auth, func(c credential) bool { return c.scheme == "" }):
+		return &dlock.ArgError{Name: "auth", Value: "", Reason: "has no scheme (write digest)"}
+	}
+	return nil
 }
 
 // authenticate adds the credentials to the session, and closes d.authed
