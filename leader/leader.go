@@ -94,6 +94,9 @@ func Campaign(ctx context.Context, c *dlock.Client, key, value string, opts ...C
 	if err := check(ctx, c); err != nil {
 		return nil, err
 	}
+	if _, ok := c.Driver().(driver.Lister); !ok {
+		return nil, fmt.Errorf("leader: %w: the backend (%T) cannot list holders, so a leader's value could not be read", dlock.ErrUnsupported, c.Driver())
+	}
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
@@ -198,9 +201,6 @@ func Current(ctx context.Context, c *dlock.Client, key string) (Leader, error) {
 	if err := check(ctx, c); err != nil {
 		return Leader{}, err
 	}
-	if err := checkKey(c, key); err != nil {
-		return Leader{}, err
-	}
 	l, _, err := read(ctx, c, key)
 	return l, err
 }
@@ -208,19 +208,14 @@ func Current(ctx context.Context, c *dlock.Client, key string) (Leader, error) {
 // read lists the holders of key and returns its leader and the time left on
 // the leader's lease (zero if unknown or nobody leads).
 func read(ctx context.Context, c *dlock.Client, key string) (Leader, time.Duration, error) {
-	hs, err := c.List(ctx, key)
+	hs, err := c.Holders(ctx, key)
 	if err != nil {
 		return Leader{}, 0, fmt.Errorf("leader: read the leader of%s: %w", errtext.Keyed(key, err), errtext.Bare(err))
 	}
 	var best *dlock.Holder
-	for i := range hs {
-		h := &hs[i]
-		// List takes a prefix: other keys may start with key.
-		if h.Key != key || h.Mode != driver.Exclusive {
-			continue
-		}
-		if best == nil || h.Token > best.Token {
-			best = h
+	for i, h := range hs {
+		if h.Mode == dlock.ModeExclusive && (best == nil || h.Token > best.Token) {
+			best = &hs[i]
 		}
 	}
 	if best == nil {
@@ -236,9 +231,6 @@ func check(ctx context.Context, c *dlock.Client) error {
 	if c == nil {
 		return &dlock.ArgError{Name: "client", Reason: "must not be nil"}
 	}
-	if _, ok := c.Driver().(driver.Lister); !ok {
-		return fmt.Errorf("leader: %w: the backend (%T) cannot list holders, so a leader's value could not be read", dlock.ErrUnsupported, c.Driver())
-	}
 	return nil
 }
 
@@ -250,21 +242,6 @@ func checkValue(v string) error {
 		return &dlock.ArgError{Name: "value", Value: v, Reason: "is not valid UTF-8"}
 	case strings.IndexByte(v, 0) >= 0:
 		return &dlock.ArgError{Name: "value", Value: v, Reason: "contains a NUL byte"}
-	}
-	return nil
-}
-
-// checkKey applies dlock's rules for keys (Lock applies them for Campaign).
-func checkKey(c *dlock.Client, key string) error {
-	switch {
-	case key == "":
-		return &dlock.ArgError{Name: "key", Value: key, Reason: "must not be empty"}
-	case len(key) > c.Capabilities().MaxKeyLen:
-		return &dlock.ArgError{Name: "key", Value: key, Reason: fmt.Sprintf("is %d bytes, longer than this backend's limit of %d", len(key), c.Capabilities().MaxKeyLen)}
-	case !utf8.ValidString(key):
-		return &dlock.ArgError{Name: "key", Value: key, Reason: "is not valid UTF-8"}
-	case strings.IndexByte(key, 0) >= 0:
-		return &dlock.ArgError{Name: "key", Value: key, Reason: "contains a NUL byte"}
 	}
 	return nil
 }

@@ -2,12 +2,10 @@ package leader
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/driver"
 )
 
 // DefaultPollInterval is the longest Observe waits between two reads of
@@ -43,12 +41,9 @@ func WithPollInterval(d time.Duration) ObserveOption {
 // key: *dlock.ArgError) is returned then. Later failures to read are retried
 // until ctx ends, with nothing delivered meanwhile; a leader learns of its
 // own loss from its Term's Context, not from observers. The channel is
-// closed when ctx ends, or when a read finds the Client closed.
+// closed when ctx ends or the Client is closed.
 func Observe(ctx context.Context, c *dlock.Client, key string, opts ...ObserveOption) (<-chan Leader, error) {
 	if err := check(ctx, c); err != nil {
-		return nil, err
-	}
-	if err := checkKey(c, key); err != nil {
 		return nil, err
 	}
 	cfg := observeConfig{poll: DefaultPollInterval}
@@ -58,18 +53,18 @@ func Observe(ctx context.Context, c *dlock.Client, key string, opts ...ObserveOp
 	if cfg.poll <= 0 {
 		return nil, &dlock.ArgError{Name: "poll interval", Value: cfg.poll, Reason: "must be positive"}
 	}
-	o := &observer{c: c, key: key, poll: cfg.poll, ch: make(chan Leader)}
-	if n, ok := c.Driver().(driver.Notifier); ok {
-		o.notifier = n
-		// The request names the key; the owner, which holds nothing,
-		// is one no campaigner uses.
-		o.req = driver.Request{Key: key, Owner: rand.Text(), TTL: dlock.DefaultTTL, Mode: driver.Exclusive}
+	// Watch before the first read, so that no release after it goes
+	// unseen.
+	wctx, cancel := context.WithCancel(ctx)
+	released, err := c.Watch(wctx, key, cfg.poll)
+	if err != nil {
+		cancel()
+		return nil, err
 	}
-	// Subscribe before the first read, as before every read (see run).
-	o.subscribe(ctx)
+	o := &observer{c: c, key: key, poll: cfg.poll, ch: make(chan Leader), released: released, cancel: cancel}
 	cur, left, err := read(ctx, c, key)
 	if err != nil {
-		o.unsubscribe()
+		o.stop()
 		return nil, err
 	}
 	go o.run(ctx, cur, left)
@@ -81,86 +76,44 @@ type observer struct {
 	key      string
 	poll     time.Duration
 	ch       chan Leader
-	notifier driver.Notifier // nil without notifications
-	req      driver.Request
-	sub      driver.Subscription
+	released <-chan struct{} // from Client.Watch
+	cancel   context.CancelFunc
 }
 
+// run delivers cur, then reads the leader again whenever it may have
+// changed and delivers it when it did, until ctx ends or the Client is
+// closed.
 func (o *observer) run(ctx context.Context, cur Leader, left time.Duration) {
 	defer close(o.ch)
-	defer o.unsubscribe()
-	if !o.send(ctx, cur) {
-		return
-	}
+	defer o.stop()
 	first := min(minPoll, o.poll)
 	quick := first
-	for {
-		// Wait for a reason to look again.
-		var wait time.Duration
-		switch {
-		case !cur.Elected():
-			// Nobody leads, and a new leader is not notified: look
-			// soon after a change, then less and less often.
-			o.unsubscribe()
-			wait, quick = quick, min(2*quick, o.poll)
-		case o.sub != nil:
-			// Releases are notified; the end of an unrenewed lease is
-			// not.
-			wait = leaseEnd(left, o.poll)
-		default:
-			wait = min(o.poll, leaseEnd(left, o.poll))
-		}
-		signalled, ok := o.wait(ctx, wait)
-		if !ok {
-			return
-		}
-		if signalled {
-			// A subscription may end with its signal (etcd): take a
-			// new one before the next read.
-			o.unsubscribe()
-		}
-
-		// Subscribe before reading, so that a release after the read is
-		// signalled; then read.
+	for o.send(ctx, cur) {
+		failed := false
 		for {
-			if cur.Elected() || signalled {
-				o.subscribe(ctx)
+			// Wait for a release, or for the leader's lease to end
+			// if nobody renews it; while nobody leads (a new leader
+			// is not notified), or after a failed read, look soon,
+			// then less and less often.
+			wait := leaseEnd(left, o.poll)
+			if failed || !cur.Elected() {
+				wait, quick = quick, min(2*quick, o.poll)
+			}
+			if !o.wait(ctx, wait) {
+				return
 			}
 			next, l, err := read(ctx, o.c, o.key)
-			switch {
-			case ctx.Err() != nil || errors.Is(err, dlock.ErrClosed):
+			if ctx.Err() != nil || errors.Is(err, dlock.ErrClosed) {
 				return
-			case err != nil:
-				// Keep the last state and try again after a pause.
-				if !sleep(ctx, quick) {
-					return
-				}
-				quick = min(2*quick, o.poll)
-				continue
+			}
+			if failed = err != nil; failed {
+				continue // keep the last state
 			}
 			left = l
-			if next == cur {
-				if signalled {
-					// A signal that changed nothing: do not let a
-					// store that keeps signalling spin the loop.
-					if !sleep(ctx, quick) {
-						return
-					}
-					quick = min(2*quick, o.poll)
-				}
+			if next != cur {
+				cur, quick = next, first
 				break
 			}
-			cur, quick = next, first
-			if !o.send(ctx, cur) {
-				return
-			}
-			if cur.Elected() && o.sub == nil && o.notifier != nil {
-				// A new leader, not yet watched: subscribe and read
-				// again, so that its release cannot go unseen.
-				signalled = false
-				continue
-			}
-			break
 		}
 	}
 }
@@ -184,57 +137,25 @@ func (o *observer) send(ctx context.Context, l Leader) bool {
 	}
 }
 
-// wait waits for d, a signal of the subscription or the end of ctx. It
-// reports whether a signal came, and false for ok if ctx ended.
-func (o *observer) wait(ctx context.Context, d time.Duration) (signalled, ok bool) {
-	var sig <-chan struct{}
-	if o.sub != nil {
-		sig = o.sub.C()
-	}
+// wait waits for d or a value from the watch of releases. It reports false
+// if ctx ended or the watch did (the Client was closed).
+func (o *observer) wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-sig:
-		return true, true
-	case <-t.C:
-		return false, true
-	case <-ctx.Done():
-		return false, false
-	}
-}
-
-// subscribe makes sure there is a subscription to releases of the key,
-// where the store has them. A subscription that fails is not retried until
-// the next read: polling covers for it.
-func (o *observer) subscribe(ctx context.Context) {
-	if o.notifier == nil || o.sub != nil {
-		return
-	}
-	s, err := o.notifier.Subscribe(ctx, o.req)
-	if err != nil {
-		if errors.Is(err, driver.ErrUnsupported) {
-			o.notifier = nil // a wrapper whose nodes cannot notify
-		}
-		return
-	}
-	o.sub = s
-}
-
-func (o *observer) unsubscribe() {
-	if o.sub != nil {
-		o.sub.Close()
-		o.sub = nil
-	}
-}
-
-// sleep waits for d or the end of ctx, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
+	case _, ok := <-o.released:
+		return ok
 	case <-t.C:
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// stop ends the watch of releases and waits until it has left nothing on
+// the store.
+func (o *observer) stop() {
+	o.cancel()
+	for range o.released {
 	}
 }
