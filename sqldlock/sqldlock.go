@@ -17,7 +17,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Dialect is the SQL dialect of the database behind a *sql.DB. It is the
@@ -120,9 +119,9 @@ type Driver struct {
 	ops     ops
 	n       names
 	ownsDB  bool
-	fair    bool             // WithFair
-	listen  dialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
-	unGate  func()           // SQLite: lets go of the file's write gate, if it took one
+	fair    bool                // WithFair
+	listen  sqldialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
+	unGate  func()              // SQLite: lets go of the file's write gate, if it took one
 
 	schemaSem  chan struct{} // one creator at a time
 	schemaDone atomic.Bool
@@ -200,7 +199,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	var listen dialect.Listener
+	var listen sqldialect.Listener
 	if s.Listener != nil {
 		listen = s.Listener(db)
 	}
@@ -209,7 +208,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 
 // newDriver returns a driver over db (which it closes on Close if owns is
 // set) whose release notifications, if any, come through listen.
-func newDriver(db *sql.DB, d Dialect, owns bool, listen dialect.Listener, opts []Option) (*Driver, error) {
+func newDriver(db *sql.DB, d Dialect, owns bool, listen sqldialect.Listener, opts []Option) (*Driver, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 // is turned away, or queued behind the hold, with statements that each
 // lock rows only while they run. Otherwise (the key is free, expired, its
 // own or a marker of readers, permits or waiters) it runs one CALL of the
-// stored procedure NAME_acq_multi_v1 (schema version 6, see myproc.go),
+// stored procedure NAME_acq_multi_v1 (schema version 6, see myprocs.go),
 // whose READ COMMITTED transaction does on the server what
 // multiSQL.acquireMulti does for every mode:
 //
