@@ -22,12 +22,12 @@ import (
 //     waiter row whose lease has ended no longer counts, but is kept for a
 //     while as the record that its owner lost its place (see goneFor).
 //
-// The lock table keeps its v1 meaning for Exclusive holds, and gains one more
+// The lock table holds a row per Exclusive hold, and one more
 // kind of row: while a key has live holders or waiters in the holds table
 // and no Exclusive holder, its lock-table row is a marker whose owner is the
 // empty string (never a real owner) and whose expiry is the latest expiry
-// of those rows. The marker keeps the Exclusive fast path (and v1 clients,
-// which know nothing of the holds table) away from a key that readers or
+// of those rows. The marker keeps the Exclusive fast path, which does not
+// read the holds table, away from a key that readers or
 // permits hold or that waiters wait for: to them it is a key held by
 // someone else. When the marker expires, every row behind it has expired
 // too, and an Exclusive Acquire may take the key over; it then deletes the
@@ -36,8 +36,9 @@ import (
 //
 // Every step on a key in the holds table runs in one transaction that first
 // locks the key (see multiSQL.lockKey), so that contenders for one key,
-// including Exclusive ones, are serialized. On PostgreSQL each step is one
-// call of a server-side function (NAME_acq_multi_v1 and its siblings) doing
+// including Exclusive ones, are serialized. On PostgreSQL and MySQL each
+// step is one call of a function or procedure of the schema
+// (NAME_acquire_multi and its siblings, in sql/) doing
 // what multiSQL does, so that no client round trip happens while the key is
 // locked; multiSQL is their reference.
 
@@ -485,7 +486,7 @@ func (q *multiSQL) take(ctx context.Context, tx *sql.Tx, req driver.Request, ttl
 }
 
 // The results (state) of the server-side acquire steps of the holds-table
-// protocol: PostgreSQL's NAME_acq_multi_v1 and MySQL's procedure of the
+// protocol: PostgreSQL's NAME_acquire_multi and MySQL's procedure of the
 // same name.
 const (
 	multiWait      = 0 // not acquired; retry is the time left on the holds

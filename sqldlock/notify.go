@@ -147,10 +147,6 @@ func (l *listener) retire() {
 // look like a waiter payload (it would start with a control character)
 // costs wake-ups that go astray, and the waiters' fallback polls then find
 // the release.
-//
-// Queued waiters of older clients hear only the key itself: in a fleet
-// that mixes versions they poll (a queued waiter renews its entry at
-// least every third of its lease) where a newer client released.
 
 // pgWaiterPayload is the waiter payload in PostgreSQL, for a statement whose
 // $1 is the key and whose row has the waiter's owner.
@@ -233,7 +229,7 @@ func (d *Driver) listener(ctx context.Context) (*listener, error) {
 
 // connect opens the listening connection and runs LISTEN on it.
 func (l *listener) connect(ctx context.Context) (sqldialect.ListenConn, error) {
-	return l.d.listen(ctx, l.d.n.table, l.deliver)
+	return l.d.listen(ctx, l.d.n.Table, l.deliver)
 }
 
 // run receives notifications until ctx ends, reconnecting when the
