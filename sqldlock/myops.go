@@ -268,14 +268,10 @@ func (o myOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 	wait := driver.Result{RetryAfter: micros(p.left)}
 	switch {
 	case p.entry && p.waiting && p.eLive:
-		n, err := execCount(ctx, db, `UPDATE `+o.n.Holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
+		return behind(ctx, db, wait, `UPDATE `+o.n.Holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
 WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
 AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`,
 			ttl, req.Key, req.Owner, req.Key, req.Owner)
-		if err != nil && !(myContention(err) && ctx.Err() == nil) {
-			return driver.Result{}, false, err
-		}
-		return wait, n == 1, nil
 	case p.entry && p.waiting && p.recent:
 		return driver.Result{}, false, placeLost(req.Key)
 	case p.entry:
@@ -296,9 +292,16 @@ AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64
 	// LOCK IN SHARE MODE: a fair driver's takeover of the expired key
 	// locks the row first, and so sees every entry queued while the key
 	// was held.
-	n, err := execCount(ctx, db, `INSERT INTO `+o.n.Holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+	return behind(ctx, db, wait, `INSERT INTO `+o.n.Holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
 SELECT ?, ?, 1, ?, ?, ?, '', `+myNow+` + INTERVAL ? MICROSECOND FROM `+o.n.Table+` WHERE `+myHeld+` LOCK IN SHARE MODE`,
 		req.Key, req.Owner, int(req.Mode), req.Limit, seq, ttl, req.Key, req.Owner)
+}
+
+// behind runs q, which writes req.Owner's queue entry only while another
+// owner holds the key Exclusive, live, and returns wait, done if q wrote it.
+// A statement that lost to a concurrent one on the same rows did nothing.
+func behind(ctx context.Context, db *sql.DB, wait driver.Result, q string, args ...any) (_ driver.Result, done bool, _ error) {
+	n, err := execCount(ctx, db, q, args...)
 	if err != nil && !(myContention(err) && ctx.Err() == nil) {
 		return driver.Result{}, false, err
 	}

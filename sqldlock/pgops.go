@@ -149,15 +149,26 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 			return res, err
 		}
 	}
-	if req.Mode != driver.Exclusive || o.fair && queued {
+	if req.Mode == driver.Exclusive && !(o.fair && queued) {
 		// A queued owner of a fair driver finds a marker anyway.
-		return o.acquireMulti(ctx, db, req, ttl)
+		if res, done, err := o.acquireExclusive(ctx, db, req, ttl, queued); done || err != nil {
+			return res, err
+		}
 	}
+	return o.acquireMulti(ctx, db, req, ttl)
+}
+
+// acquireExclusive is the path of an Exclusive Acquire on the lock table:
+// a call of NAME_acquire and, if another owner holds the key Exclusive and
+// req.Queue is set, of NAME_wait. done is false if the holds-table step
+// must decide: readers or permits hold the key (a mode mismatch or an
+// upgrade is possible), waiters wait for it, or the owner waits in the
+// queue.
+func (o pgOps) acquireExclusive(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (_ driver.Result, done bool, _ error) {
 	var (
-		acquired bool
-		token    sql.NullInt64
-		retry    sql.NullInt64
-		marked   sql.NullBool
+		acquired     bool
+		token, retry sql.NullInt64
+		marked       sql.NullBool
 	)
 	err := db.QueryRowContext(ctx,
 		`SELECT o_acquired, o_token, o_retry_us, o_marked FROM `+o.n.Acquire+`($1, $2, $3, $4, $5, $6)`,
@@ -166,25 +177,20 @@ func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl 
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		// A serialization failure or deadlock (possible under a stricter
 		// default isolation level): the statement was rolled back.
-		return driver.Result{}, nil
+		return driver.Result{}, true, nil
 	case err != nil:
-		return driver.Result{}, err
-	case !acquired && req.Queue && !marked.Bool:
+		return driver.Result{}, true, err
+	case acquired && (!token.Valid || token.Int64 <= 0):
+		return driver.Result{}, true, errors.New("acquire function returned no token")
+	case acquired:
+		return driver.Result{Acquired: true, Token: uint64(token.Int64)}, true, nil
+	case marked.Bool:
+		return driver.Result{}, false, nil
+	case req.Queue:
 		// Another owner's Exclusive hold: queue behind it.
-		if res, done, err := o.waitBehind(ctx, db, req, ttl); done || err != nil {
-			return res, err
-		}
-		return o.acquireMulti(ctx, db, req, ttl)
-	case !acquired && (marked.Bool || req.Queue):
-		// Readers or permits hold the key (a mode mismatch or an upgrade
-		// is possible), or the owner waits in the queue.
-		return o.acquireMulti(ctx, db, req, ttl)
-	case !acquired:
-		return driver.Result{RetryAfter: micros(retry.Int64)}, nil
-	case !token.Valid || token.Int64 <= 0:
-		return driver.Result{}, errors.New("acquire function returned no token")
+		return o.waitBehind(ctx, db, req, ttl)
 	}
-	return driver.Result{Acquired: true, Token: uint64(token.Int64)}, nil
+	return driver.Result{RetryAfter: micros(retry.Int64)}, true, nil
 }
 
 // waitBehind queues req.Owner, or renews its queue entry, if another owner
