@@ -96,6 +96,7 @@ type SchemaError struct {
 	Version int
 }
 
+// Error names the table, the version found and what to do.
 func (e *SchemaError) Error() string {
 	found := "no schema version"
 	if e.Version != 0 {

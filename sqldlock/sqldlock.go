@@ -379,10 +379,11 @@ func (d *Driver) ensureSchema(ctx context.Context, force bool) error {
 }
 
 // CreateSchema creates the lock table and the objects it needs, if they do
-// not exist (the statements are in the package documentation). The driver
-// does this itself on first use unless they exist; CreateSchema is for teams
-// that run DDL at deploy time, with a more privileged user than the
-// application's. It is safe to run concurrently from several processes.
+// not exist (the statements are those of SchemaScript). The driver does
+// this itself on first use unless they exist; CreateSchema is for teams that
+// run DDL at deploy time, with a more privileged user than the
+// application's. It is safe to run concurrently from several processes. A
+// lock table of another schema version is a *SchemaError.
 func (d *Driver) CreateSchema(ctx context.Context) error {
 	if err := d.usable(ctx); err != nil {
 		return fail(ctx, "create schema", d.n.Name, err)
