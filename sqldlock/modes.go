@@ -131,16 +131,6 @@ type multiSQL struct {
 	fair bool
 }
 
-// rebind rewrites every statement with f.
-func (q *multiSQL) rebind(f func(string) string) {
-	for _, p := range []*string{&q.lockKey, &q.lockMain, &q.notify, &q.readMain, &q.deleteMain,
-		&q.readHolds, &q.upsertHold, &q.touchHold, &q.upsertMarker, &q.markRow, &q.downgrade, &q.setMain,
-		&q.deleteHold, &q.deleteHolders, &q.releaseHold, &q.releaseRow, &q.deleteOwnMain,
-		&q.idleMain, &q.idleHolds, &q.refreshHold} {
-		*p = f(*p)
-	}
-}
-
 // execIf runs the statement q, if there is one.
 func execIf(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
 	if q == "" {

@@ -82,59 +82,6 @@ func (myOps) modes() driver.ModeSet {
 
 const myLeft = `TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, expires_at)`
 
-// multi returns the statements of the holds-table protocol (see multiSQL).
-// lockKey locks the key's lock-table row, inserting an expired marker if
-// there is none (a locking read of a missing row locks nothing under READ
-// COMMITTED), so that every contender for the key waits for the
-// transaction.
-func (o myOps) multi() *multiSQL {
-	t, h := o.n.Table, o.n.Holds
-	exp := myNow + ` + INTERVAL ? MICROSECOND`
-	// The marker's condition, evaluated before the assignments that change
-	// the columns it reads (MySQL assigns left to right).
-	mark := `owner = '' OR expires_at <= ` + myNow
-	return &multiSQL{
-		lockKey: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', '1970-01-01')
-ON DUPLICATE KEY UPDATE owner = owner`,
-		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
-		readMain:   `SELECT owner, token, expires_at > ` + myNow + `, ` + myLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
-		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + myLeft + `, expires_at > ` + myNow + ` FROM ` + h + `
-WHERE lock_key = ? ORDER BY waiting, token`,
-		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
-ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), mode = VALUES(mode), lim = VALUES(lim),
-	token = VALUES(token), info = VALUES(info), expires_at = VALUES(expires_at)`,
-		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
-		upsertMarker: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', ` + exp + `)
-ON DUPLICATE KEY UPDATE expires_at = IF(owner = '', GREATEST(expires_at, VALUES(expires_at)), expires_at)`,
-		markRow: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at)
-SELECT ?, '', 0, '', m FROM (SELECT MAX(expires_at) AS m FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `) AS x
-WHERE m IS NOT NULL
-ON DUPLICATE KEY UPDATE token = IF(` + mark + `, 0, token), info = IF(` + mark + `, '', info),
-	owner = IF(` + mark + `, '', owner), expires_at = IF(owner = '', VALUES(expires_at), expires_at)`,
-		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
-		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
-ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token), info = VALUES(info),
-	expires_at = VALUES(expires_at)`,
-		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
-		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
-		releaseHold:   `SELECT waiting, expires_at > ` + myNow + ` FROM ` + h + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
-		releaseRow:    `SELECT expires_at > ` + myNow + ` FROM ` + t + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
-		deleteOwnMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ?`,
-		noReturning:   true,
-		idleMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND (owner = '' OR expires_at <= ` + myNow + `)
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `)`,
-		idleHolds: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0 AND expires_at <= ` + myNow + `
-AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = ?)`,
-		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
-		nextToken: o.nextToken,
-		unit:      time.Microsecond,
-		fair:      o.fair,
-	}
-}
-
 // createSchema runs the statements one by one: each is idempotent and
 // atomic, and MySQL serializes concurrent CREATE TABLE IF NOT EXISTS of one
 // table with its metadata locks.
@@ -308,21 +255,11 @@ func behind(ctx context.Context, db *sql.DB, wait driver.Result, q string, args 
 	return wait, n == 1, nil
 }
 
-// drawToken draws a number from the token counter in a statement of its
-// own, which keeps the counter row locked only while it runs.
-func (o myOps) drawToken(ctx context.Context, db *sql.DB) (int64, error) {
-	return o.drawFrom(ctx, db)
-}
-
-// nextToken increments the counter row, which stays locked until the
-// transaction ends, and returns the new value (LAST_INSERT_ID(expr) passes
-// it back in the statement's result, without another round trip).
-func (o myOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
-	return o.drawFrom(ctx, tx)
-}
-
-// drawFrom is nextToken on any connection, transaction or pool.
-func (o myOps) drawFrom(ctx context.Context, db Execer) (int64, error) {
+// drawToken increments the token counter's row and returns the new value
+// (LAST_INSERT_ID(expr) passes it back in the statement's result, without
+// another round trip). On a pool the statement keeps the row locked only
+// while it runs; in a transaction, until it ends.
+func (o myOps) drawToken(ctx context.Context, db Execer) (int64, error) {
 	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
 	if err != nil {
 		return 0, err

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -71,50 +70,8 @@ func (pgOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
 
-// rebind turns the ? placeholders of q into $1, $2, ...
-func rebind(q string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // pgLeft is the time left on expires_at, in microseconds.
 const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
-
-// multi returns the statements of the holds-table protocol (see multiSQL):
-// the reference for the functions NAME_acquire_multi, NAME_refresh_multi
-// and NAME_release_multi, which run the same steps on the server; the driver
-// itself no longer runs them (tests do).
-// lockKey locks the key's lock-table row, inserting an expired marker if
-// there is none, so that every contender for the key, on the fast path or
-// not, waits for the transaction.
-func (o pgOps) multi() *multiSQL {
-	t, h := o.n.Table, o.n.Holds
-	exp := `clock_timestamp() + ?::bigint * interval '1 microsecond'`
-	q := upsertMulti(t, h, "clock_timestamp()", exp, pgLeft, "greatest")
-	q.lockKey = `WITH p AS (DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= clock_timestamp()
-	AND (waiting = 0 OR expires_at <= clock_timestamp() - interval '` + strconv.FormatInt(int64(goneFor/time.Second), 10) + ` seconds'))
-INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', 'epoch')
-ON CONFLICT (lock_key) DO UPDATE SET owner = l.owner`
-	q.lockMain = `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`
-	q.notify = `SELECT pg_notify('` + o.n.Name + `', ?)`
-	q.nextToken = func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		var v int64
-		err := tx.QueryRowContext(ctx, `SELECT nextval('`+o.n.Seq+`')`).Scan(&v)
-		return v, err
-	}
-	q.unit, q.fair = time.Microsecond, o.fair
-	q.rebind(rebind)
-	return q
-}
 
 // createSchema runs the DDL in one transaction holding an advisory lock, so
 // that concurrent creators (which would otherwise collide in the catalog)
