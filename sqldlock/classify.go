@@ -19,7 +19,8 @@ import (
 //     1142, 1143, 1227, 1370, 1698), the database, table or procedure is
 //     missing (1049, 1146, 1305);
 //   - SQLite: the database is read-only, cannot be opened, is not a
-//     database or is corrupt, access was denied, or the table is missing.
+//     database or is corrupt, access was denied, or the table is missing;
+//   - any dialect: the lock table holds another schema (*SchemaError).
 //
 // Serialization failures, deadlocks, lock timeouts, a busy SQLite file and
 // broken connections are transient. The checks match the errors' codes
@@ -30,6 +31,9 @@ import (
 func (d *Driver) Permanent(err error) bool { return permanent(err) }
 
 func permanent(err error) bool {
+	if errors.As(err, new(*SchemaError)) {
+		return true
+	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) && slices.Contains(pgPermanent, pg.SQLState()) {
 		return true

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
+	"github.com/dlockhq/dlock/internal/sqldialect"
 )
 
 // dialectPackages are the packages that register each dialect's support:
@@ -19,8 +19,8 @@ var dialectPackages = map[Dialect]string{
 
 // support returns the registered support of d, or an error wrapping
 // driver.ErrUnsupported that names the package to import.
-func support(d Dialect) (*dialect.Support, error) {
-	if s := dialect.Lookup(d); s != nil {
+func support(d Dialect) (*sqldialect.Support, error) {
+	if s := sqldialect.Lookup(d); s != nil {
 		return s, nil
 	}
 	return nil, fmt.Errorf("sqldlock: the %s dialect is not registered: import _ %q: %w", d, dialectPackages[d], driver.ErrUnsupported)
@@ -33,7 +33,7 @@ func errCode(d Dialect, err error) string {
 	if err == nil {
 		return ""
 	}
-	s := dialect.Lookup(d)
+	s := sqldialect.Lookup(d)
 	if s == nil {
 		return ""
 	}

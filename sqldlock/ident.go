@@ -10,8 +10,8 @@ import (
 const maxIdentLen = sqldialect.MaxIdentLen
 
 // maxTableLen is the longest lock table name: the names derived from it
-// (NAME_token_seq, NAME_acquire_v1, NAME_holds, NAME_seq, NAME_acq_multi_v1
-// and the rest, see WithTable) must still fit in 63 bytes.
+// (NAME_token_seq, NAME_holds, NAME_release_multi and the rest, see
+// WithTable) must still fit in 63 bytes.
 const maxTableLen = 48
 
 // checkIdent is sqldialect.CheckIdent.

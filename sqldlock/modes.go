@@ -22,12 +22,12 @@ import (
 //     waiter row whose lease has ended no longer counts, but is kept for a
 //     while as the record that its owner lost its place (see goneFor).
 //
-// The lock table keeps its v1 meaning for Exclusive holds, and gains one more
+// The lock table holds a row per Exclusive hold, and one more
 // kind of row: while a key has live holders or waiters in the holds table
 // and no Exclusive holder, its lock-table row is a marker whose owner is the
 // empty string (never a real owner) and whose expiry is the latest expiry
-// of those rows. The marker keeps the Exclusive fast path (and v1 clients,
-// which know nothing of the holds table) away from a key that readers or
+// of those rows. The marker keeps the Exclusive fast path, which does not
+// read the holds table, away from a key that readers or
 // permits hold or that waiters wait for: to them it is a key held by
 // someone else. When the marker expires, every row behind it has expired
 // too, and an Exclusive Acquire may take the key over; it then deletes the
@@ -36,8 +36,9 @@ import (
 //
 // Every step on a key in the holds table runs in one transaction that first
 // locks the key (see multiSQL.lockKey), so that contenders for one key,
-// including Exclusive ones, are serialized. On PostgreSQL each step is one
-// call of a server-side function (NAME_acq_multi_v1 and its siblings) doing
+// including Exclusive ones, are serialized. On PostgreSQL and MySQL each
+// step is one call of a function or procedure of the schema
+// (NAME_acquire_multi and its siblings, in sql/) doing
 // what multiSQL does, so that no client round trip happens while the key is
 // locked; multiSQL is their reference.
 
@@ -128,16 +129,6 @@ type multiSQL struct {
 	// (Capabilities.FIFO); otherwise the queue serves writer preference
 	// only.
 	fair bool
-}
-
-// rebind rewrites every statement with f.
-func (q *multiSQL) rebind(f func(string) string) {
-	for _, p := range []*string{&q.lockKey, &q.lockMain, &q.notify, &q.readMain, &q.deleteMain,
-		&q.readHolds, &q.upsertHold, &q.touchHold, &q.upsertMarker, &q.markRow, &q.downgrade, &q.setMain,
-		&q.deleteHold, &q.deleteHolders, &q.releaseHold, &q.releaseRow, &q.deleteOwnMain,
-		&q.idleMain, &q.idleHolds, &q.refreshHold} {
-		*p = f(*p)
-	}
 }
 
 // execIf runs the statement q, if there is one.
@@ -485,7 +476,7 @@ func (q *multiSQL) take(ctx context.Context, tx *sql.Tx, req driver.Request, ttl
 }
 
 // The results (state) of the server-side acquire steps of the holds-table
-// protocol: PostgreSQL's NAME_acq_multi_v1 and MySQL's procedure of the
+// protocol: PostgreSQL's NAME_acquire_multi and MySQL's procedure of the
 // same name.
 const (
 	multiWait      = 0 // not acquired; retry is the time left on the holds

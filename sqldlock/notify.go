@@ -12,7 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/notify"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
+	"github.com/dlockhq/dlock/internal/sqldialect"
 )
 
 // Release notification on PostgreSQL.
@@ -32,7 +32,7 @@ import (
 // (each woken backend reads the queue of notifications), so every listening
 // connection in a fleet costs every release with waiters; a process that
 // stopped waiting stops costing it. Close stops the listener. The connection itself is pgx's, opened by package sqldlock/postgres
-// (see dialect.Listener), so that programs without PostgreSQL do not compile
+// (see sqldialect.Listener), so that programs without PostgreSQL do not compile
 // pgx.
 
 const (
@@ -147,10 +147,6 @@ func (l *listener) retire() {
 // look like a waiter payload (it would start with a control character)
 // costs wake-ups that go astray, and the waiters' fallback polls then find
 // the release.
-//
-// Queued waiters of older clients hear only the key itself: in a fleet
-// that mixes versions they poll (a queued waiter renews its entry at
-// least every third of its lease) where a newer client released.
 
 // pgWaiterPayload is the waiter payload in PostgreSQL, for a statement whose
 // $1 is the key and whose row has the waiter's owner.
@@ -232,13 +228,13 @@ func (d *Driver) listener(ctx context.Context) (*listener, error) {
 }
 
 // connect opens the listening connection and runs LISTEN on it.
-func (l *listener) connect(ctx context.Context) (dialect.ListenConn, error) {
-	return l.d.listen(ctx, l.d.n.table, l.deliver)
+func (l *listener) connect(ctx context.Context) (sqldialect.ListenConn, error) {
+	return l.d.listen(ctx, l.d.n.Table, l.deliver)
 }
 
 // run receives notifications until ctx ends, reconnecting when the
 // connection breaks.
-func (l *listener) run(ctx context.Context, conn dialect.ListenConn) {
+func (l *listener) run(ctx context.Context, conn sqldialect.ListenConn) {
 	defer l.d.wg.Done()
 	defer func() {
 		if conn != nil {
@@ -278,7 +274,7 @@ func (l *listener) run(ctx context.Context, conn dialect.ListenConn) {
 
 // reconnect connects again, with jittered exponential backoff, until it
 // succeeds or ctx ends (then it returns nil).
-func (l *listener) reconnect(ctx context.Context) dialect.ListenConn {
+func (l *listener) reconnect(ctx context.Context) sqldialect.ListenConn {
 	delay := reconnectMin
 	for {
 		if conn, err := l.connect(ctx); err == nil {

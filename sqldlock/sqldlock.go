@@ -17,7 +17,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // Dialect is the SQL dialect of the database behind a *sql.DB. It is the
@@ -74,10 +73,10 @@ type config struct {
 
 // WithTable sets the name of the lock table (default DefaultTable). The
 // names of the other schema objects are derived from it: NAME_holds, NAME_seq
-// (MySQL, SQLite), NAME_token_seq, NAME_acquire_v1, NAME_acquire_v2,
-// NAME_acquire_v3, NAME_release_v1, NAME_wait_v1, NAME_acq_multi_v1,
-// NAME_ref_multi_v1 and NAME_rel_multi_v1 (PostgreSQL), and the PostgreSQL
-// notification channel NAME. The name must be a plain identifier
+// (MySQL, SQLite) or NAME_token_seq (PostgreSQL), the functions (PostgreSQL)
+// NAME_acquire, NAME_release and NAME_wait, the functions or procedures
+// (MySQL) NAME_acquire_multi, NAME_refresh_multi and NAME_release_multi, and
+// the PostgreSQL notification channel NAME. The name must be a plain identifier
 // ([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes); it is resolved like any
 // unqualified name (search_path on PostgreSQL, the connection's database on
 // MySQL). New reports a bad name with a *dlock.ArgError.
@@ -120,9 +119,9 @@ type Driver struct {
 	ops     ops
 	n       names
 	ownsDB  bool
-	fair    bool             // WithFair
-	listen  dialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
-	unGate  func()           // SQLite: lets go of the file's write gate, if it took one
+	fair    bool                // WithFair
+	listen  sqldialect.Listener // opens the PostgreSQL listener's connections; nil without notifications
+	unGate  func()              // SQLite: lets go of the file's write gate, if it took one
 
 	schemaSem  chan struct{} // one creator at a time
 	schemaDone atomic.Bool
@@ -159,18 +158,38 @@ var (
 // Dialect returns the driver's SQL dialect.
 func (d *Driver) Dialect() Dialect { return d.dialect }
 
-// names are the quoted names of a driver's schema objects.
+// names are the names of a driver's schema objects, quoted, that the schema
+// files (sql/*.sql) are rendered with; see WithTable.
 type names struct {
-	raw     string // the table name, unquoted; also the NOTIFY channel
-	table   string // the lock table
-	seq     string // the token counter: a sequence (PostgreSQL) or a one-row table
-	acquire string // PostgreSQL: the v1 acquire function (kept for v1 clients)
-	acq2    string // PostgreSQL: the v2 acquire function, aware of the holds table (kept for v2 clients)
-	acq3    string // PostgreSQL: the v3 acquire function, v2 that can respect the wait queue
-	rel1    string // PostgreSQL: the release function of fair drivers
-	wait1   string // PostgreSQL: the function that queues a waiter behind an Exclusive hold
-	holds   string // the holds table (Shared and Semaphore holds, waiters)
+	Name         string // the table name, unquoted; also the NOTIFY channel
+	Table        string // the lock table
+	Seq          string // the token counter: a sequence (PostgreSQL) or a one-row table
+	Holds        string // the holds table (Shared and Semaphore holds, waiters)
+	Acquire      string // PostgreSQL: the Exclusive acquire function
+	Release      string // PostgreSQL: the release function of fair drivers
+	Wait         string // PostgreSQL: the function that queues a waiter behind an Exclusive hold
+	AcquireMulti string // the holds-table acquire function (PostgreSQL) or procedure (MySQL)
+	RefreshMulti string // the holds-table refresh function or procedure
+	ReleaseMulti string // the holds-table release function or procedure
 }
+
+// newNames returns the names of the schema objects of table in dialect d.
+func newNames(d Dialect, table string) names {
+	seq := "_seq"
+	if d == Postgres {
+		seq = "_token_seq"
+	}
+	return names{Name: table, Table: d.Quote(table), Seq: d.Quote(table + seq), Holds: d.Quote(table + "_holds"),
+		Acquire: d.Quote(table + "_acquire"), Release: d.Quote(table + "_release"), Wait: d.Quote(table + "_wait"),
+		AcquireMulti: d.Quote(table + "_acquire_multi"), RefreshMulti: d.Quote(table + "_refresh_multi"),
+		ReleaseMulti: d.Quote(table + "_release_multi")}
+}
+
+// Channel is the PostgreSQL notification channel, for the schema files.
+func (n names) Channel() string { return n.Name }
+
+// GoneSeconds is goneFor in seconds, for the schema files.
+func (names) GoneSeconds() int64 { return int64(goneFor / time.Second) }
 
 // New returns a driver that keeps its locks in db, whose SQL dialect is d.
 // It does not own db: Close leaves it open. The schema (see the package
@@ -200,7 +219,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	var listen dialect.Listener
+	var listen sqldialect.Listener
 	if s.Listener != nil {
 		listen = s.Listener(db)
 	}
@@ -209,40 +228,26 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 
 // newDriver returns a driver over db (which it closes on Close if owns is
 // set) whose release notifications, if any, come through listen.
-func newDriver(db *sql.DB, d Dialect, owns bool, listen dialect.Listener, opts []Option) (*Driver, error) {
+func newDriver(db *sql.DB, d Dialect, owns bool, listen sqldialect.Listener, opts []Option) (*Driver, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}
-	cfg := config{table: DefaultTable}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := checkIdent("table", cfg.table, maxTableLen); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
-	n := names{raw: cfg.table, table: d.Quote(cfg.table)}
+	n := newNames(d, cfg.table)
 	drv := &Driver{db: db, dialect: d, n: n, ownsDB: owns, listen: listen, fair: cfg.fair,
 		schemaSem: make(chan struct{}, 1), lisSem: make(chan struct{}, 1),
 		sweepEvery: sweepEvery, sweepGrace: sweepGrace}
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())
 	switch d {
 	case Postgres:
-		drv.n.seq = d.Quote(cfg.table + "_token_seq")
-		drv.n.acquire = d.Quote(cfg.table + "_acquire_v1")
-		drv.n.acq2 = d.Quote(cfg.table + "_acquire_v2")
-		drv.n.acq3 = d.Quote(cfg.table + "_acquire_v3")
-		drv.n.rel1 = d.Quote(cfg.table + "_release_v1")
-		drv.n.wait1 = d.Quote(cfg.table + "_wait_v1")
-		drv.n.holds = d.Quote(cfg.table + "_holds")
-		drv.ops = pgOps{n: drv.n, fair: cfg.fair}
+		drv.ops = pgOps{n: n, fair: cfg.fair}
 	case MySQL:
-		drv.n.seq = d.Quote(cfg.table + "_seq")
-		drv.n.holds = d.Quote(cfg.table + "_holds")
-		drv.ops = myOps{n: drv.n, fair: cfg.fair}
+		drv.ops = myOps{n: n, fair: cfg.fair}
 	default:
-		drv.n.seq = d.Quote(cfg.table + "_seq")
-		drv.n.holds = d.Quote(cfg.table + "_holds")
-		o := liteOps{n: drv.n, fair: cfg.fair}
+		o := liteOps{n: n, fair: cfg.fair}
 		if cfg.fair && cfg.file != "" {
 			o.gate, drv.unGate = sqliteGate(cfg.file)
 		}
@@ -251,15 +256,24 @@ func newDriver(db *sql.DB, d Dialect, owns bool, listen dialect.Listener, opts [
 	return drv, nil
 }
 
+// newConfig applies opts and checks the table name.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg, checkIdent("table", cfg.table, maxTableLen)
+}
+
 // ops are the dialect-specific steps. Each method is one atomic operation on
 // the database (one statement or one transaction).
 type ops interface {
-	// ddl returns the statements that create the schema, each idempotent.
-	ddl() []string
-	// createSchema runs ddl safely against concurrent creators.
+	// createSchema runs the schema's statements (see ddl) safely against
+	// concurrent creators.
 	createSchema(ctx context.Context, db *sql.DB) error
-	// schemaExists reports whether every schema object exists; an error
-	// means "unknown" and is treated as "no".
+	// schemaExists reports whether the schema exists (see checkVersion):
+	// a *SchemaError if the lock table holds another schema, another error
+	// for "unknown", treated as "no".
 	schemaExists(ctx context.Context, db *sql.DB) (bool, error)
 	// acquire takes or extends the hold; ttl is in the dialect's units.
 	// queued reports that req.Owner may have a queue entry, which a
@@ -351,12 +365,11 @@ func (d *Driver) ensureSchema(ctx context.Context, force bool) error {
 	if !force && d.schemaDone.Load() {
 		return nil
 	}
-	create := force
-	if !create {
-		ok, _ := d.ops.schemaExists(ctx, d.db)
-		create = !ok
+	ok, err := d.ops.schemaExists(ctx, d.db)
+	if errors.As(err, new(*SchemaError)) {
+		return err
 	}
-	if create {
+	if force || !ok {
 		if err := d.ops.createSchema(ctx, d.db); err != nil {
 			return fmt.Errorf("creating schema: %w", err)
 		}
@@ -366,16 +379,17 @@ func (d *Driver) ensureSchema(ctx context.Context, force bool) error {
 }
 
 // CreateSchema creates the lock table and the objects it needs, if they do
-// not exist (the statements are in the package documentation). The driver
-// does this itself on first use unless they exist; CreateSchema is for teams
-// that run DDL at deploy time, with a more privileged user than the
-// application's. It is safe to run concurrently from several processes.
+// not exist (the statements are those of SchemaScript). The driver does
+// this itself on first use unless they exist; CreateSchema is for teams that
+// run DDL at deploy time, with a more privileged user than the
+// application's. It is safe to run concurrently from several processes. A
+// lock table of another schema version is a *SchemaError.
 func (d *Driver) CreateSchema(ctx context.Context) error {
 	if err := d.usable(ctx); err != nil {
-		return fail(ctx, "create schema", d.n.raw, err)
+		return fail(ctx, "create schema", d.n.Name, err)
 	}
 	if err := d.ensureSchema(ctx, true); err != nil {
-		return fail(ctx, "create schema", d.n.raw, err)
+		return fail(ctx, "create schema", d.n.Name, err)
 	}
 	return nil
 }
@@ -458,7 +472,7 @@ const settleTimeout = 10 * time.Second
 // ctx's cancellation, up to settleTimeout or until Close.
 // go-sql-driver/mysql abandons a statement by closing its connection, which
 // the server notices only once the statement has run, and a CALL of
-// NAME_acq_multi_v1 is a whole acquisition: the driver waits for its answer
+// NAME_acquire_multi is a whole acquisition: the driver waits for its answer
 // instead, so that an acquisition that the caller gave up on is over (and
 // known) before package dlock releases it.
 func (d *Driver) settle(ctx context.Context) (context.Context, context.CancelFunc) {

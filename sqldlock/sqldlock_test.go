@@ -11,8 +11,8 @@ import (
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
+	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/testsrv"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
 	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
 	"github.com/dlockhq/dlock/sqldlock/internal/sqlitesupport"
@@ -65,9 +65,9 @@ func newStore(t testing.TB, d Dialect) store {
 // sqldlock/mysql and sqldlock/sqlite register (they import this package, so
 // its own tests cannot import them).
 func init() {
-	dialect.Register(pgsupport.Support)
-	dialect.Register(mysqlsupport.Support)
-	dialect.Register(sqlitesupport.Support)
+	sqldialect.Register(pgsupport.Support)
+	sqldialect.Register(mysqlsupport.Support)
+	sqldialect.Register(sqlitesupport.Support)
 }
 
 // openURL opens a driver through the URL opener registered for the scheme.
@@ -76,7 +76,7 @@ func openURL(ctx context.Context, raw string) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := map[string]*dialect.Support{
+	s := map[string]*sqldialect.Support{
 		"sqlite": sqlitesupport.Support, "postgres": pgsupport.Support,
 		"postgresql": pgsupport.Support, "mysql": mysqlsupport.Support,
 	}[u.Scheme]

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/urlutil"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 )
 
 // The URL schemes are registered by the dialects' packages (sqldlock/sqlite,
@@ -20,8 +20,8 @@ import (
 // their database/sql driver; package sqldlock takes its own parameters
 // (table, fair) and makes the driver.
 func init() {
-	dialect.OpenURL = openDialectURL
-	dialect.Classifier = (*Driver)(nil) // its Permanent looks at the error alone
+	sqldialect.OpenURL = openDialectURL
+	sqldialect.Classifier = (*Driver)(nil) // its Permanent looks at the error alone
 }
 
 // The dlock parameters every scheme accepts.
@@ -61,7 +61,7 @@ const (
 // openDialectURL opens a driver from a URL of one of s's schemes: it takes the
 // dlock parameters (table, fair) from the query, has s open the database with
 // the rest, and checks that the database answers.
-func openDialectURL(ctx context.Context, s *dialect.Support, u *url.URL) (driver.Driver, error) {
+func openDialectURL(ctx context.Context, s *sqldialect.Support, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
 	opts, err := takeOptions(u, q)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -149,34 +148,6 @@ func TestNewArguments(t *testing.T) {
 	}
 	if _, err := New(nil, SQLite); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("New with a nil db = %v; want ErrInvalidArgument", err)
-	}
-}
-
-func TestSchemaDoc(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The package documentation shows the statements of each dialect.
-	var text strings.Builder
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimPrefix(strings.TrimPrefix(line, "//"), "\t")
-		text.WriteString(line + "\n")
-	}
-	for _, o := range []ops{
-		pgOps{n: names{raw: DefaultTable, table: Postgres.Quote(DefaultTable), seq: Postgres.Quote(DefaultTable + "_token_seq"),
-			acquire: Postgres.Quote(DefaultTable + "_acquire_v1"), acq2: Postgres.Quote(DefaultTable + "_acquire_v2"),
-			acq3: Postgres.Quote(DefaultTable + "_acquire_v3"), rel1: Postgres.Quote(DefaultTable + "_release_v1"),
-			wait1: Postgres.Quote(DefaultTable + "_wait_v1"),
-			holds: Postgres.Quote(DefaultTable + "_holds")}},
-		myOps{n: names{raw: DefaultTable, table: MySQL.Quote(DefaultTable), seq: MySQL.Quote(DefaultTable + "_seq"), holds: MySQL.Quote(DefaultTable + "_holds")}},
-		liteOps{n: names{raw: DefaultTable, table: SQLite.Quote(DefaultTable), seq: SQLite.Quote(DefaultTable + "_seq"), holds: SQLite.Quote(DefaultTable + "_holds")}},
-	} {
-		for _, q := range o.ddl() {
-			if !strings.Contains(text.String(), q+"\n") {
-				t.Errorf("doc.go does not show this statement:\n%s", q)
-			}
-		}
 	}
 }
 

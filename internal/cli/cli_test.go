@@ -480,6 +480,26 @@ func TestSchemaWithoutSchema(t *testing.T) {
 	}
 }
 
+// TestSchemaPrint checks that dlock schema --print prints the statements of
+// the URL's dialect with its table's name, without connecting to the store,
+// and that a store that keeps no table has none to print.
+func TestSchemaPrint(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "locks.db")
+	r := runMain(t, "schema", "--print", "--url", "sqlite://"+file+"?table=printed")
+	if r.code != 0 || !strings.Contains(r.stdout, `CREATE TABLE IF NOT EXISTS "printed_holds"`) || strings.Contains(r.stdout, "dlock_locks") {
+		t.Errorf("schema --print: exit %d, stdout %q; want the statements of table printed", r.code, r.stdout)
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("schema --print opened the store: %v", err)
+	}
+	if r := runMain(t, "schema", "--print", "--url", memURL(t)); r.code != 0 || !strings.Contains(r.stdout, "nothing to create") {
+		t.Errorf("schema --print on mem://: exit %d, stdout %q; want 0 and a note", r.code, r.stdout)
+	}
+	if r := runMain(t, "schema", "--print", "--url", "sqlite://"+file+"?table=bad-name"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "bad-name") {
+		t.Errorf("schema --print with a bad table: exit %d, stderr %q; want a usage error naming it", r.code, r.stderr)
+	}
+}
+
 // TestMan checks that dlock man writes a page for dlock and for each
 // command, and that --dir is required.
 func TestMan(t *testing.T) {

@@ -2,13 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/sqldlock"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
@@ -20,14 +23,19 @@ type schemaCreator interface {
 }
 
 func (a *app) schemaCommand() *cobra.Command {
-	return &cobra.Command{
+	var print bool
+	cmd := &cobra.Command{
 		Use:   "schema",
-		Short: "Create the lock table in an SQL store",
-		Long: `Create the table (and indexes) dlock keeps its locks in, in the SQL store
-named by --url, $DLOCK_URL or the default. dlock creates it on first use
-anyway; this command is for teams that manage their schema explicitly and
-run dlock with a database user that cannot create tables. It does nothing
-if the table exists.
+		Short: "Create the lock table in an SQL store, or print its statements",
+		Long: `Create the tables (and functions or procedures) dlock keeps its locks in, in
+the SQL store named by --url, $DLOCK_URL or the default. dlock creates them
+on first use anyway; this command is for teams that manage their schema
+explicitly and run dlock with a database user that cannot create tables. It
+does nothing if they exist.
+
+With --print, dlock prints the statements instead, for the store's dialect
+and table (the URL's table parameter), ready for psql, mysql or sqlite3, and
+does not connect to the store.
 
 On a store that keeps no table (Redis, etcd, ZooKeeper, memcached) there is
 nothing to create: dlock says so and exits 0.
@@ -36,6 +44,9 @@ Exit status: 0 on success (or nothing to create), 64 on a usage error, 69 if
 the store cannot be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if print {
+				return a.printSchema()
+			}
 			return a.withClient(func(ctx context.Context, c *dlock.Client) error {
 				sc, ok := c.Driver().(schemaCreator)
 				if !ok {
@@ -50,6 +61,31 @@ the store cannot be reached.`,
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&print, "print", false, "print the statements instead of running them (no connection)")
+	return cmd
+}
+
+// printSchema prints the statements that create the schema of the resolved
+// store, or says that it keeps none.
+func (a *app) printSchema() error {
+	raw, err := a.storeURL()
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return usagef("invalid store URL: %v", err)
+	}
+	script, err := sqldlock.SchemaScript(u)
+	switch {
+	case errors.Is(err, dlock.ErrUnsupported):
+		fmt.Fprintln(a.stdout, "this store keeps no schema: nothing to create")
+		return nil
+	case err != nil:
+		return storeError("cannot print the schema", err)
+	}
+	fmt.Fprint(a.stdout, script)
+	return nil
 }
 
 func (a *app) versionCommand() *cobra.Command {

@@ -2,6 +2,13 @@
 // quotes identifiers for them. Packages sqldlock and fence share it (their
 // Dialect types are this one), without either importing the other's
 // database drivers.
+//
+// It also connects package sqldlock to the code that needs a database/sql
+// driver of one dialect (support.go). Package sqldlock imports no
+// database/sql driver: each dialect's support (sqldlock/internal/pgsupport,
+// mysqlsupport, sqlitesupport) does, and the public packages
+// sqldlock/postgres, sqldlock/mysql and sqldlock/sqlite register it here,
+// so that a program compiles only the drivers of the dialects it imports.
 package sqldialect
 
 import (

@@ -11,9 +11,9 @@
 package mysql
 
 import (
+	"github.com/dlockhq/dlock/internal/sqldialect"
 	_ "github.com/dlockhq/dlock/sqldlock" // opens the drivers of the URLs
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
 )
 
-func init() { dialect.Register(mysqlsupport.Support) }
+func init() { sqldialect.Register(mysqlsupport.Support) }

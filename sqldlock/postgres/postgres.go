@@ -12,9 +12,9 @@
 package postgres
 
 import (
+	"github.com/dlockhq/dlock/internal/sqldialect"
 	_ "github.com/dlockhq/dlock/sqldlock" // opens the drivers of the URLs
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
 )
 
-func init() { dialect.Register(pgsupport.Support) }
+func init() { sqldialect.Register(pgsupport.Support) }

@@ -11,9 +11,9 @@
 package sqlite
 
 import (
+	"github.com/dlockhq/dlock/internal/sqldialect"
 	_ "github.com/dlockhq/dlock/sqldlock" // opens the drivers of the URLs
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/dlockhq/dlock/sqldlock/internal/sqlitesupport"
 )
 
-func init() { dialect.Register(sqlitesupport.Support) }
+func init() { sqldialect.Register(sqlitesupport.Support) }

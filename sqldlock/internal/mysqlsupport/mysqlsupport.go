@@ -18,12 +18,11 @@ import (
 
 	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/urlutil"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/go-sql-driver/mysql" // also registers the "mysql" database/sql driver
 )
 
 // Support is the MySQL support.
-var Support = &dialect.Support{
+var Support = &sqldialect.Support{
 	Dialect: sqldialect.MySQL,
 	Package: "github.com/dlockhq/dlock/sqldlock/mysql",
 	Schemes: []string{"mysql"},
@@ -89,16 +88,16 @@ func mysqlConfig(u *url.URL, q url.Values) (*mysql.Config, error) {
 	return cfg, nil
 }
 
-func open(u *url.URL, q url.Values) (dialect.Opened, error) {
+func open(u *url.URL, q url.Values) (sqldialect.Opened, error) {
 	cfg, err := mysqlConfig(u, q)
 	if err != nil {
-		return dialect.Opened{}, err
+		return sqldialect.Opened{}, err
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return dialect.Opened{}, urlutil.Error(u, "%v", err)
+		return sqldialect.Opened{}, urlutil.Error(u, "%v", err)
 	}
-	return dialect.Opened{DB: sql.OpenDB(boundedConnector{conn, cfg.Timeout})}, nil
+	return sqldialect.Opened{DB: sql.OpenDB(boundedConnector{conn, cfg.Timeout})}, nil
 }
 
 // code returns the error number of a server error.

@@ -15,14 +15,13 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/urlutil"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
 )
 
 // Support is the PostgreSQL support.
-var Support = &dialect.Support{
+var Support = &sqldialect.Support{
 	Dialect:  sqldialect.Postgres,
 	Package:  "github.com/dlockhq/dlock/sqldlock/postgres",
 	Schemes:  []string{"postgres", "postgresql"},
@@ -52,12 +51,12 @@ func pgConfig(u *url.URL, q url.Values) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-func open(u *url.URL, q url.Values) (dialect.Opened, error) {
+func open(u *url.URL, q url.Values) (sqldialect.Opened, error) {
 	cfg, err := pgConfig(u, q)
 	if err != nil {
-		return dialect.Opened{}, err
+		return sqldialect.Opened{}, err
 	}
-	return dialect.Opened{DB: stdlib.OpenDB(*cfg), Listener: configListener(cfg), Explain: func(err error) error {
+	return sqldialect.Opened{DB: stdlib.OpenDB(*cfg), Listener: configListener(cfg), Explain: func(err error) error {
 		if c, _ := code(err); c == "28000" && cfg.TLSConfig == nil && strings.Contains(err.Error(), "no encryption") {
 			return fmt.Errorf("the server takes only TLS connections: add sslmode=verify-full&sslrootcert=CA.pem to the URL: %w", err)
 		}
@@ -76,8 +75,8 @@ func code(err error) (string, bool) {
 
 // configListener opens listening connections with cfg, the settings of the
 // URL the driver was opened with.
-func configListener(cfg *pgx.ConnConfig) dialect.Listener {
-	return func(ctx context.Context, channel string, notify func(string)) (dialect.ListenConn, error) {
+func configListener(cfg *pgx.ConnConfig) sqldialect.Listener {
+	return func(ctx context.Context, channel string, notify func(string)) (sqldialect.ListenConn, error) {
 		return listen(ctx, cfg.Copy(), channel, notify)
 	}
 }
@@ -86,8 +85,8 @@ func configListener(cfg *pgx.ConnConfig) dialect.Listener {
 // connection of db's pool, which must use the pgx database/sql driver
 // (github.com/jackc/pgx/v5/stdlib); with another, the listener reports
 // driver.ErrUnsupported, and waiters poll.
-func appListener(db *sql.DB) dialect.Listener {
-	return func(ctx context.Context, channel string, notify func(string)) (dialect.ListenConn, error) {
+func appListener(db *sql.DB) sqldialect.Listener {
+	return func(ctx context.Context, channel string, notify func(string)) (sqldialect.ListenConn, error) {
 		c, err := db.Conn(ctx)
 		if err != nil {
 			return nil, err
@@ -111,7 +110,7 @@ func appListener(db *sql.DB) dialect.Listener {
 
 // listen opens a connection with cfg (which it changes) and runs LISTEN on
 // it.
-func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, notify func(string)) (dialect.ListenConn, error) {
+func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, notify func(string)) (sqldialect.ListenConn, error) {
 	// Deliver notifications straight to notify, whatever the connection is
 	// doing when they arrive. (A config copied from another connection
 	// carries that connection's handler: replace it.)
@@ -131,17 +130,17 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, notify fun
 // listenConn is a listening pgx connection.
 type listenConn struct{ conn *pgx.Conn }
 
-// Wait implements dialect.ListenConn: the connection's OnNotification
+// Wait implements sqldialect.ListenConn: the connection's OnNotification
 // handler passes the notifications on.
 func (c listenConn) Wait(ctx context.Context) error { return c.conn.PgConn().WaitForNotification(ctx) }
 
-// Ping implements dialect.ListenConn.
+// Ping implements sqldialect.ListenConn.
 func (c listenConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
 
-// Closed implements dialect.ListenConn.
+// Closed implements sqldialect.ListenConn.
 func (c listenConn) Closed() bool { return c.conn.IsClosed() }
 
-// Close implements dialect.ListenConn.
+// Close implements sqldialect.ListenConn.
 func (c listenConn) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -14,12 +14,11 @@ import (
 
 	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/urlutil"
-	"github.com/dlockhq/dlock/sqldlock/internal/dialect"
 	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
 
 // Support is the SQLite support.
-var Support = &dialect.Support{
+var Support = &sqldialect.Support{
 	Dialect: sqldialect.SQLite,
 	Package: "github.com/dlockhq/dlock/sqldlock/sqlite",
 	Schemes: []string{"sqlite"},
@@ -71,20 +70,20 @@ func sqliteDSN(u *url.URL, q url.Values) (dsn, abs string, err error) {
 }
 
 // open opens sqlite:///abs/path.db or sqlite:rel/path.db.
-func open(u *url.URL, q url.Values) (dialect.Opened, error) {
+func open(u *url.URL, q url.Values) (sqldialect.Opened, error) {
 	dsn, abs, err := sqliteDSN(u, q)
 	if err != nil {
-		return dialect.Opened{}, err
+		return sqldialect.Opened{}, err
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return dialect.Opened{}, err
+		return sqldialect.Opened{}, err
 	}
 	// One connection: SQLite has one writer at a time anyway, and the
 	// pool hands the connection over faster than SQLite's busy handler,
 	// which sleeps. Other processes are waited for with the busy timeout.
 	db.SetMaxOpenConns(1)
-	return dialect.Opened{DB: db, File: abs, BusyTimeout: busyTimeout}, nil
+	return sqldialect.Opened{DB: db, File: abs, BusyTimeout: busyTimeout}, nil
 }
 
 // code returns the primary result code of a SQLite error (its extended code

@@ -1,11 +1,4 @@
-// Package dialect connects package sqldlock to the code that needs a
-// database/sql driver of one SQL dialect. Package sqldlock imports no
-// database/sql driver: each dialect's support (internal/pgsupport,
-// internal/mysqlsupport, internal/sqlitesupport) does, and the public
-// packages sqldlock/postgres, sqldlock/mysql and sqldlock/sqlite register
-// it here, so that a program compiles only the drivers of the dialects it
-// imports.
-package dialect
+package sqldialect
 
 import (
 	"context"
@@ -16,13 +9,12 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/sqldialect"
 )
 
 // Support is what sqldlock needs from a dialect's database/sql driver.
 type Support struct {
 	// Dialect is the dialect supported.
-	Dialect sqldialect.Dialect
+	Dialect Dialect
 	// Package is the import path of the public package that registers
 	// the support, for error messages.
 	Package string
@@ -89,7 +81,7 @@ var Classifier driver.Classifier
 
 var registry struct {
 	sync.RWMutex
-	m map[sqldialect.Dialect]*Support
+	m map[Dialect]*Support
 }
 
 // Register makes s the support of s.Dialect and registers its URL schemes
@@ -105,7 +97,7 @@ func Register(s *Support) {
 		panic("sqldlock: two registrations of the " + s.Dialect.String() + " dialect")
 	}
 	if registry.m == nil {
-		registry.m = map[sqldialect.Dialect]*Support{}
+		registry.m = map[Dialect]*Support{}
 	}
 	registry.m[s.Dialect] = s
 	for _, scheme := range s.Schemes {
@@ -116,7 +108,7 @@ func Register(s *Support) {
 }
 
 // Lookup returns the support of d, or nil if no package registered it.
-func Lookup(d sqldialect.Dialect) *Support {
+func Lookup(d Dialect) *Support {
 	registry.RLock()
 	defer registry.RUnlock()
 	return registry.m[d]

@@ -1,4 +1,4 @@
-package dialect_test
+package sqldialect_test
 
 import (
 	"context"

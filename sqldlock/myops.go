@@ -18,12 +18,12 @@ import (
 // is turned away, or queued behind the hold, with statements that each
 // lock rows only while they run. Otherwise (the key is free, expired, its
 // own or a marker of readers, permits or waiters) it runs one CALL of the
-// stored procedure NAME_acq_multi_v1 (schema version 6, see myproc.go),
+// stored procedure NAME_acquire_multi (in sql/mysql.sql),
 // whose READ COMMITTED transaction does on the server what
 // multiSQL.acquireMulti does for every mode:
 //
 //	-- no row: INSERT an expired marker first, in a statement of its own
-//	CALL NAME_acq_multi_v1(key, owner, info, ttl, mode, limit, queue, fair)
+//	CALL NAME_acquire_multi(key, owner, info, ttl, mode, limit, queue, fair)
 //		INSERT ... ON DUPLICATE KEY UPDATE owner = owner  -- lock the key's row
 //		-- read the row and the key's holds-table rows, decide
 //		UPDATE t_seq SET v = LAST_INSERT_ID(v + 1) WHERE id = 1  -- draw the token
@@ -38,11 +38,11 @@ import (
 // locks key rows only, by primary key, in key order.
 //
 // Refresh extends an Exclusive hold with one UPDATE, and a Shared or
-// Semaphore hold with a CALL of NAME_ref_multi_v1 (which locks the key's
+// Semaphore hold with a CALL of NAME_refresh_multi (which locks the key's
 // row, extends the holds-table row and the marker). Release deletes an
 // Exclusive hold with one DELETE, a queue entry behind another owner's live
 // hold with one DELETE, and everything else with a CALL of
-// NAME_rel_multi_v1, which also brings the marker down to the rows left.
+// NAME_release_multi, which also brings the marker down to the rows left.
 //
 // A fair driver (WithFair) takes an expired row over only if no other
 // owner's queue entry is live (the procedure reads them after locking the
@@ -58,7 +58,7 @@ import (
 //
 // whose correlated subquery is evaluated on the row once it is locked, so it
 // sees the entry of a waiter that held the row before it; otherwise (the
-// key has live queue entries, or the hold expired) NAME_rel_multi_v1
+// key has live queue entries, or the hold expired) NAME_release_multi
 // deletes the row and leaves the waiters' marker. The subquery carries the
 // hint NO_SEMIJOIN, so that MySQL does not turn it into a join that reads
 // the holds table first (MariaDB reads it as a comment).
@@ -66,9 +66,7 @@ import (
 // No step therefore keeps a row locked across a round trip to the client:
 // however slow, paused or cut off a client is, the holders' renewals and
 // other owners' acquisitions never wait for it longer than the server
-// takes to run one statement. Clients of earlier versions still run these
-// steps as client-side transactions: they exclude correctly alongside this
-// one, but a slow one can still delay a holder's renewal.
+// takes to run one statement.
 type myOps struct {
 	n    names
 	fair bool
@@ -78,95 +76,11 @@ func (myOps) unit() time.Duration { return time.Microsecond }
 
 const myNow = `UTC_TIMESTAMP(6)`
 
-func (o myOps) ddl() []string {
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + o.n.table + ` (
-	lock_key   VARBINARY(255) NOT NULL PRIMARY KEY,
-	owner      VARBINARY(255) NOT NULL,
-	token      BIGINT UNSIGNED NOT NULL,
-	info       VARBINARY(1024) NOT NULL,
-	expires_at DATETIME(6) NOT NULL
-) ENGINE=InnoDB`,
-		`CREATE TABLE IF NOT EXISTS ` + o.n.seq + ` (
-	id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
-	v  BIGINT UNSIGNED NOT NULL
-) ENGINE=InnoDB`,
-		`INSERT IGNORE INTO ` + o.n.seq + ` (id, v) VALUES (1, 0)`,
-		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
-	lock_key   VARBINARY(255) NOT NULL,
-	owner      VARBINARY(255) NOT NULL,
-	waiting    TINYINT NOT NULL,
-	mode       TINYINT NOT NULL,
-	lim        INT NOT NULL,
-	token      BIGINT UNSIGNED NOT NULL,
-	info       VARBINARY(1024) NOT NULL,
-	expires_at DATETIME(6) NOT NULL,
-	PRIMARY KEY (lock_key, owner)
-) ENGINE=InnoDB`,
-		o.acquireProc(),
-		o.refreshProc(),
-		o.releaseProc(),
-	}
-}
-
 func (myOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
 
 const myLeft = `TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, expires_at)`
-
-// multi returns the statements of the holds-table protocol (see multiSQL).
-// lockKey locks the key's lock-table row, inserting an expired marker if
-// there is none (a locking read of a missing row locks nothing under READ
-// COMMITTED), so that every contender for the key waits for the
-// transaction.
-func (o myOps) multi() *multiSQL {
-	t, h := o.n.table, o.n.holds
-	exp := myNow + ` + INTERVAL ? MICROSECOND`
-	// The marker's condition, evaluated before the assignments that change
-	// the columns it reads (MySQL assigns left to right).
-	mark := `owner = '' OR expires_at <= ` + myNow
-	return &multiSQL{
-		lockKey: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', '1970-01-01')
-ON DUPLICATE KEY UPDATE owner = owner`,
-		lockMain:   `SELECT 1 FROM ` + t + ` WHERE lock_key = ? FOR UPDATE`,
-		readMain:   `SELECT owner, token, expires_at > ` + myNow + `, ` + myLeft + ` FROM ` + t + ` WHERE lock_key = ?`,
-		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + myLeft + `, expires_at > ` + myNow + ` FROM ` + h + `
-WHERE lock_key = ? ORDER BY waiting, token`,
-		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
-ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), mode = VALUES(mode), lim = VALUES(lim),
-	token = VALUES(token), info = VALUES(info), expires_at = VALUES(expires_at)`,
-		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
-		upsertMarker: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, '', 0, '', ` + exp + `)
-ON DUPLICATE KEY UPDATE expires_at = IF(owner = '', GREATEST(expires_at, VALUES(expires_at)), expires_at)`,
-		markRow: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at)
-SELECT ?, '', 0, '', m FROM (SELECT MAX(expires_at) AS m FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `) AS x
-WHERE m IS NOT NULL
-ON DUPLICATE KEY UPDATE token = IF(` + mark + `, 0, token), info = IF(` + mark + `, '', info),
-	owner = IF(` + mark + `, '', owner), expires_at = IF(owner = '', VALUES(expires_at), expires_at)`,
-		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
-		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
-ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token), info = VALUES(info),
-	expires_at = VALUES(expires_at)`,
-		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
-		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
-		releaseHold:   `SELECT waiting, expires_at > ` + myNow + ` FROM ` + h + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
-		releaseRow:    `SELECT expires_at > ` + myNow + ` FROM ` + t + ` WHERE lock_key = ? AND owner = ? FOR UPDATE`,
-		deleteOwnMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ?`,
-		noReturning:   true,
-		idleMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND (owner = '' OR expires_at <= ` + myNow + `)
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + myNow + `)`,
-		idleHolds: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0 AND expires_at <= ` + myNow + `
-AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = ?)`,
-		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
-		nextToken: o.nextToken,
-		unit:      time.Microsecond,
-		fair:      o.fair,
-	}
-}
 
 // createSchema runs the statements one by one: each is idempotent and
 // atomic, and MySQL serializes concurrent CREATE TABLE IF NOT EXISTS of one
@@ -176,7 +90,7 @@ WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + myNow,
 // new name), so one that a concurrent creator made first is as good as
 // one's own.
 func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
-	for _, q := range o.ddl() {
+	for _, q := range ddl(MySQL, o.n) {
 		_, err := db.ExecContext(ctx, q)
 		if err != nil && errCode(MySQL, err) != "1304" { // ER_SP_ALREADY_EXISTS
 			return err
@@ -185,39 +99,22 @@ func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
+// schemaExists checks the schema version and, since MySQL's DDL is not
+// transactional, that a concurrent creator has made every object.
 func (o myOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	ok, err := holdsExist(ctx, db, o.n)
+	ok, err := checkVersion(ctx, db, `SELECT TABLE_COMMENT FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, o.n.Name, o.n.Name)
 	if !ok || err != nil {
 		return ok, err
+	}
+	var rows int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Seq+` WHERE id = 1`).Scan(&rows); err != nil || rows != 1 {
+		return false, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
+		return false, err
 	}
 	return o.procsExist(ctx, db)
-}
-
-// holdsExist checks for the lock table, the counter row and the holds table
-// (MySQL and SQLite); a v1 schema lacks the last.
-func holdsExist(ctx context.Context, db *sql.DB, n names) (bool, error) {
-	ok, err := counterExists(ctx, db, n)
-	if !ok || err != nil {
-		return ok, err
-	}
-	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// counterExists checks for the lock table and the counter row (MySQL and
-// SQLite).
-func counterExists(ctx context.Context, db *sql.DB, n names) (bool, error) {
-	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.table+` WHERE 1 = 0`).Scan(&rows); err != nil {
-		return false, err
-	}
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+n.seq+` WHERE id = 1`).Scan(&rows); err != nil {
-		return false, err
-	}
-	return rows == 1, nil
 }
 
 // myPeek is what acquire learns about a key from its plain read.
@@ -249,7 +146,7 @@ func (o myOps) peek(ctx context.Context, db *sql.DB, req driver.Request) (myPeek
 	)
 	err := db.QueryRowContext(ctx, `SELECT l.owner, l.expires_at > `+myNow+`, TIMESTAMPDIFF(MICROSECOND, `+myNow+`, l.expires_at),
 	w.waiting, w.expires_at > `+myNow+`, w.expires_at > `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND
-FROM `+o.n.table+` AS l LEFT JOIN `+o.n.holds+` AS w ON w.lock_key = l.lock_key AND w.owner = ?
+FROM `+o.n.Table+` AS l LEFT JOIN `+o.n.Holds+` AS w ON w.lock_key = l.lock_key AND w.owner = ?
 WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &waiting, &eLive, &recent)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -266,7 +163,7 @@ WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &wai
 // myOps): a plain read (peek) turns a contender away from a key that
 // another owner holds Exclusive, live, or has it queue behind the hold or
 // renew its queue entry with single statements (waitBehind); anything else
-// is one CALL of NAME_acq_multi_v1. A key that has no row gets an expired
+// is one CALL of NAME_acquire_multi. A key that has no row gets an expired
 // marker first, in a statement of its own, so that the procedure's first
 // statement finds the row (concurrent inserts of one new key would
 // otherwise be prone to deadlocks).
@@ -299,7 +196,7 @@ func (o myOps) acquireOnce(ctx context.Context, db *sql.DB, req driver.Request, 
 		// The hold ended meanwhile.
 	}
 	if !p.exists {
-		if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.table+` (lock_key, owner, token, info, expires_at)
+		if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.Table+` (lock_key, owner, token, info, expires_at)
 VALUES (?, '', 0, '', '1970-01-01') ON DUPLICATE KEY UPDATE owner = owner`, req.Key); err != nil {
 			return driver.Result{}, err
 		}
@@ -318,20 +215,16 @@ func (o myOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 	wait := driver.Result{RetryAfter: micros(p.left)}
 	switch {
 	case p.entry && p.waiting && p.eLive:
-		n, err := execCount(ctx, db, `UPDATE `+o.n.holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
+		return behind(ctx, db, wait, `UPDATE `+o.n.Holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
 WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE `+myHeld+`)`,
+AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`,
 			ttl, req.Key, req.Owner, req.Key, req.Owner)
-		if err != nil && !(myContention(err) && ctx.Err() == nil) {
-			return driver.Result{}, false, err
-		}
-		return wait, n == 1, nil
 	case p.entry && p.waiting && p.recent:
 		return driver.Result{}, false, placeLost(req.Key)
 	case p.entry:
 		// A stale row of req.Owner (an expired hold, a queue entry
 		// long gone) goes first.
-		if _, err := db.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ? AND expires_at <= `+myNow+`
+		if _, err := db.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ? AND expires_at <= `+myNow+`
 AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND)`, req.Key, req.Owner); err != nil {
 			return driver.Result{}, false, err
 		}
@@ -346,36 +239,33 @@ AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64
 	// LOCK IN SHARE MODE: a fair driver's takeover of the expired key
 	// locks the row first, and so sees every entry queued while the key
 	// was held.
-	n, err := execCount(ctx, db, `INSERT INTO `+o.n.holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-SELECT ?, ?, 1, ?, ?, ?, '', `+myNow+` + INTERVAL ? MICROSECOND FROM `+o.n.table+` WHERE `+myHeld+` LOCK IN SHARE MODE`,
+	return behind(ctx, db, wait, `INSERT INTO `+o.n.Holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
+SELECT ?, ?, 1, ?, ?, ?, '', `+myNow+` + INTERVAL ? MICROSECOND FROM `+o.n.Table+` WHERE `+myHeld+` LOCK IN SHARE MODE`,
 		req.Key, req.Owner, int(req.Mode), req.Limit, seq, ttl, req.Key, req.Owner)
+}
+
+// behind runs q, which writes req.Owner's queue entry only while another
+// owner holds the key Exclusive, live, and returns wait, done if q wrote it.
+// A statement that lost to a concurrent one on the same rows did nothing.
+func behind(ctx context.Context, db *sql.DB, wait driver.Result, q string, args ...any) (_ driver.Result, done bool, _ error) {
+	n, err := execCount(ctx, db, q, args...)
 	if err != nil && !(myContention(err) && ctx.Err() == nil) {
 		return driver.Result{}, false, err
 	}
 	return wait, n == 1, nil
 }
 
-// drawToken draws a number from the token counter in a statement of its
-// own, which keeps the counter row locked only while it runs.
-func (o myOps) drawToken(ctx context.Context, db *sql.DB) (int64, error) {
-	return o.drawFrom(ctx, db)
-}
-
-// nextToken increments the counter row, which stays locked until the
-// transaction ends, and returns the new value (LAST_INSERT_ID(expr) passes
-// it back in the statement's result, without another round trip).
-func (o myOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
-	return o.drawFrom(ctx, tx)
-}
-
-// drawFrom is nextToken on any connection, transaction or pool.
-func (o myOps) drawFrom(ctx context.Context, db Execer) (int64, error) {
-	res, err := db.ExecContext(ctx, `UPDATE `+o.n.seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
+// drawToken increments the token counter's row and returns the new value
+// (LAST_INSERT_ID(expr) passes it back in the statement's result, without
+// another round trip). On a pool the statement keeps the row locked only
+// while it runs; in a transaction, until it ends.
+func (o myOps) drawToken(ctx context.Context, db Execer) (int64, error) {
+	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
 	if err != nil {
 		return 0, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return 0, errors.New("the token counter row is missing from " + o.n.seq)
+		return 0, errors.New("the token counter row is missing from " + o.n.Seq)
 	}
 	tok, err := res.LastInsertId()
 	if err == nil && tok <= 0 {
@@ -385,7 +275,7 @@ func (o myOps) drawFrom(ctx context.Context, db Execer) (int64, error) {
 }
 
 func (o myOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
-	res, err := db.ExecContext(ctx, `UPDATE `+o.n.table+`
+	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Table+`
 SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
 WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Owner)
 	if err != nil {
@@ -398,7 +288,7 @@ WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Own
 	// clientFoundRows): a row whose expiry was already exactly the new
 	// value counts 0. Tell that apart from "not held".
 	var n int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.table+`
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Table+`
 WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
 	if n == 1 || err != nil {
 		return n == 1, err
@@ -434,11 +324,11 @@ func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) 
 	if o.fair {
 		return o.releaseFair(ctx, db, req)
 	}
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
 	}
-	n, err = execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
+	n, err = execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, false, err
 	}
@@ -452,9 +342,9 @@ func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) 
 // goes in one statement while its key has no queue entry; everything else
 // in one transaction that keeps the waiters' marker.
 func (o myOps) releaseFair(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow+`
-AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.holds+` AS w
-	WHERE w.lock_key = `+o.n.table+`.lock_key AND w.waiting = 1 AND w.expires_at > `+myNow+`)`, req.Key, req.Owner)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow+`
+AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.Holds+` AS w
+	WHERE w.lock_key = `+o.n.Table+`.lock_key AND w.waiting = 1 AND w.expires_at > `+myNow+`)`, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
 	}
@@ -476,9 +366,9 @@ func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (
 		waiting sql.NullInt64
 		eLive   sql.NullBool
 	)
-	err = db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key = ? AND owner = ?),
-	(SELECT waiting FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?),
-	(SELECT expires_at > `+myNow+` FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?)`,
+	err = db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ?),
+	(SELECT waiting FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?),
+	(SELECT expires_at > `+myNow+` FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?)`,
 		req.Key, req.Owner, req.Key, req.Owner, req.Key, req.Owner).Scan(&mine, &waiting, &eLive)
 	switch {
 	case err != nil:
@@ -488,8 +378,8 @@ func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (
 	case !waiting.Valid:
 		return false, false, true, nil
 	}
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ? AND waiting = 1
-AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE `+myHeld+`)`, req.Key, req.Owner, req.Key, req.Owner)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ? AND waiting = 1
+AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`, req.Key, req.Owner, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, eLive.Bool, true, err
 	}
@@ -505,10 +395,10 @@ func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, e
 	live := 0
 	for i, q := range []string{
 		// The live holders first, to count them; then every remaining row.
-		`DELETE FROM ` + o.n.table + ` WHERE lock_key = ? AND owner <> '' AND expires_at > ` + myNow,
-		`DELETE FROM ` + o.n.holds + ` WHERE lock_key = ? AND waiting = 0 AND expires_at > ` + myNow,
-		`DELETE FROM ` + o.n.table + ` WHERE lock_key = ?`,
-		`DELETE FROM ` + o.n.holds + ` WHERE lock_key = ?`,
+		`DELETE FROM ` + o.n.Table + ` WHERE lock_key = ? AND owner <> '' AND expires_at > ` + myNow,
+		`DELETE FROM ` + o.n.Holds + ` WHERE lock_key = ? AND waiting = 0 AND expires_at > ` + myNow,
+		`DELETE FROM ` + o.n.Table + ` WHERE lock_key = ?`,
+		`DELETE FROM ` + o.n.Holds + ` WHERE lock_key = ?`,
 	} {
 		res, err := tx.ExecContext(ctx, q, key)
 		if err != nil {
@@ -527,11 +417,11 @@ func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, e
 
 func (o myOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
 	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, `+myLeft+`
-FROM `+o.n.table+`
+FROM `+o.n.Table+`
 WHERE lock_key LIKE ? ESCAPE '!' AND owner <> '' AND expires_at > `+myNow+`
 UNION ALL
 SELECT lock_key, owner, mode, lim, token, info, `+myLeft+`
-FROM `+o.n.holds+`
+FROM `+o.n.Holds+`
 WHERE lock_key LIKE ? ESCAPE '!' AND waiting = 0 AND expires_at > `+myNow, likePrefix(prefix), likePrefix(prefix))
 	if err != nil {
 		return nil, err
@@ -541,8 +431,8 @@ WHERE lock_key LIKE ? ESCAPE '!' AND waiting = 0 AND expires_at > `+myNow, likeP
 
 func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.table+` WHERE lock_key LIKE ? ESCAPE '!')
-	+ (SELECT COUNT(*) FROM `+o.n.holds+` WHERE lock_key LIKE ? ESCAPE '!')`,
+	err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.Table+` WHERE lock_key LIKE ? ESCAPE '!')
+	+ (SELECT COUNT(*) FROM `+o.n.Holds+` WHERE lock_key LIKE ? ESCAPE '!')`,
 		likePrefix(prefix), likePrefix(prefix)).Scan(&n)
 	return n, err
 }
@@ -553,7 +443,7 @@ func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 func (o myOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	// Long-expired holds-table rows (of readers and permits; of waiters,
 	// once they are no longer needed as records of lost places).
-	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+`
+	m, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+`
 WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND
 AND (waiting = 0 OR expires_at < `+myNow+` - INTERVAL ? MICROSECOND) LIMIT ?`,
 		grace.Microseconds(), max(grace, goneFor).Microseconds(), limit)
@@ -567,9 +457,9 @@ AND (waiting = 0 OR expires_at < `+myNow+` - INTERVAL ? MICROSECOND) LIMIT ?`,
 func (o myOps) sweepLocks(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	// An expired Exclusive hold with live waiters behind it stays: it keeps
 	// their places until one of them turns it into their marker.
-	live := `NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM ` + o.n.holds + ` AS w
-	WHERE w.lock_key = ` + o.n.table + `.lock_key AND w.expires_at > ` + myNow + `)`
-	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.table+`
+	live := `NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM ` + o.n.Holds + ` AS w
+	WHERE w.lock_key = ` + o.n.Table + `.lock_key AND w.expires_at > ` + myNow + `)`
+	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.Table+`
 WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
 	if err != nil {
 		return 0, err
@@ -591,7 +481,7 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock
 	// not watch the context, so a COMMIT on a hung server would keep
 	// Close waiting for the sweep.
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (`+marks+`)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key IN (`+marks+`)
 AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live, append(keys, grace.Microseconds())...)
 	return int(n), err
 }

@@ -68,41 +68,13 @@ func (liteOps) unit() time.Duration { return time.Millisecond }
 // statement sees the same instant; it works on every SQLite 3.
 const liteNow = `CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`
 
-func (o liteOps) ddl() []string {
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + o.n.table + ` (
-	lock_key   TEXT NOT NULL PRIMARY KEY,
-	owner      TEXT NOT NULL,
-	token      INTEGER NOT NULL,
-	info       TEXT NOT NULL,
-	expires_at INTEGER NOT NULL
-) WITHOUT ROWID`,
-		`CREATE TABLE IF NOT EXISTS ` + o.n.seq + ` (
-	id INTEGER PRIMARY KEY CHECK (id = 1),
-	v  INTEGER NOT NULL
-)`,
-		`INSERT OR IGNORE INTO ` + o.n.seq + ` (id, v) VALUES (1, 0)`,
-		`CREATE TABLE IF NOT EXISTS ` + o.n.holds + ` (
-	lock_key   TEXT NOT NULL,
-	owner      TEXT NOT NULL,
-	waiting    INTEGER NOT NULL,
-	mode       INTEGER NOT NULL,
-	lim        INTEGER NOT NULL,
-	token      INTEGER NOT NULL,
-	info       TEXT NOT NULL,
-	expires_at INTEGER NOT NULL,
-	PRIMARY KEY (lock_key, owner)
-) WITHOUT ROWID`,
-	}
-}
-
 func (liteOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
 
 // multi returns the statements of the holds-table protocol (see multiSQL).
 func (o liteOps) multi() *multiSQL {
-	t, h := o.n.table, o.n.holds
+	t, h := o.n.Table, o.n.Holds
 	exp := liteNow + ` + ?`
 	q := upsertMulti(t, h, liteNow, exp, `expires_at - `+liteNow, "max")
 	q.lockKey = `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow + `
@@ -114,40 +86,37 @@ AND (waiting = 0 OR expires_at <= ` + liteNow + ` - ` + strconv.FormatInt(goneFo
 // nextToken draws a token from the counter.
 func (o liteOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var token int64
-	err := tx.QueryRowContext(ctx, `UPDATE `+o.n.seq+` SET v = v + 1 WHERE id = 1 RETURNING v`).Scan(&token)
+	err := tx.QueryRowContext(ctx, `UPDATE `+o.n.Seq+` SET v = v + 1 WHERE id = 1 RETURNING v`).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
-		err = errors.New("the token counter row is missing from " + o.n.seq)
+		err = errors.New("the token counter row is missing from " + o.n.Seq)
 	}
 	return token, err
 }
 
-// createSchema runs the statements one by one, each in its own implicit
-// transaction: each is idempotent, and SQLite serializes writers.
+// createSchema runs the statements in one transaction (DDL is
+// transactional in SQLite), so that no other connection sees part of the
+// schema.
 func (o liteOps) createSchema(ctx context.Context, db *sql.DB) error {
 	leave, err := o.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	for _, q := range o.ddl() {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer rollback(tx)
+	for _, q := range ddl(SQLite, o.n) {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
 	}
-	return nil
+	return tx.Commit()
 }
 
 func (o liteOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	ok, err := counterExists(ctx, db, o.n)
-	if !ok || err != nil {
-		return ok, err
-	}
-	// A v1 schema lacks the holds table.
-	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
-		return false, err
-	}
-	return true, nil
+	return checkVersion(ctx, db, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, o.n.Name, o.n.Name)
 }
 
 func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
@@ -178,11 +147,11 @@ func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, tt
 // false if req.Owner is not so queued (the caller runs a transaction).
 func (o liteOps) renewBehind(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (_ driver.Result, done bool, _ error) {
 	var left int64
-	err := db.QueryRowContext(ctx, `UPDATE `+o.n.holds+` SET expires_at = `+liteNow+` + ?3
+	err := db.QueryRowContext(ctx, `UPDATE `+o.n.Holds+` SET expires_at = `+liteNow+` + ?3
 WHERE lock_key = ?1 AND owner = ?2 AND waiting = 1 AND expires_at > `+liteNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
+AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
 	AND expires_at > `+liteNow+`)
-RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
+RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.Table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
 	switch {
 	case err == nil:
 		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, true, nil
@@ -202,11 +171,11 @@ func (o liteOps) acquireExclusive(ctx context.Context, tx *sql.Tx, req driver.Re
 	takeover := `l.owner = excluded.owner OR l.expires_at <= ` + liteNow
 	if o.fair {
 		takeover = `l.owner = excluded.owner AND l.expires_at > ` + liteNow + ` OR l.expires_at <= ` + liteNow + `
-	AND NOT EXISTS (SELECT 1 FROM ` + o.n.holds + ` WHERE lock_key = ?1 AND waiting = 1 AND owner <> ?2
+	AND NOT EXISTS (SELECT 1 FROM ` + o.n.Holds + ` WHERE lock_key = ?1 AND waiting = 1 AND owner <> ?2
 		AND expires_at > ` + liteNow + `)`
 	}
 	var token int64
-	err := tx.QueryRowContext(ctx, `INSERT INTO `+o.n.table+` AS l (lock_key, owner, token, info, expires_at)
+	err := tx.QueryRowContext(ctx, `INSERT INTO `+o.n.Table+` AS l (lock_key, owner, token, info, expires_at)
 VALUES (?1, ?2, 0, ?3, `+liteNow+` + ?4)
 ON CONFLICT (lock_key) DO UPDATE SET
 	owner = excluded.owner,
@@ -239,7 +208,7 @@ func (o liteOps) notTaken(ctx context.Context, tx *sql.Tx, req driver.Request, t
 		owner string
 		left  int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
+	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.Table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return driver.Result{}, err
 	}
@@ -261,14 +230,14 @@ func (o liteOps) notTaken(ctx context.Context, tx *sql.Tx, req driver.Request, t
 func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request, token int64, queued bool) (int64, error) {
 	if token == -1 {
 		// The expired marker of readers or permits: their rows go.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
 			return 0, err
 		}
 		token = 0
 	}
 	if queued {
 		// The owner's queue entry, if it waited.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner); err != nil {
 			return 0, err
 		}
 	}
@@ -279,7 +248,7 @@ func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE `+o.n.table+` SET token = ? WHERE lock_key = ?`, token, req.Key)
+	_, err = tx.ExecContext(ctx, `UPDATE `+o.n.Table+` SET token = ? WHERE lock_key = ?`, token, req.Key)
 	return token, err
 }
 
@@ -307,7 +276,7 @@ func (o liteOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, tt
 		return false, err
 	}
 	defer leave()
-	n, err := execCount(ctx, db, `UPDATE `+o.n.table+` SET expires_at = `+liteNow+` + ?
+	n, err := execCount(ctx, db, `UPDATE `+o.n.Table+` SET expires_at = `+liteNow+` + ?
 WHERE lock_key = ? AND owner = ? AND expires_at > `+liteNow, ttl, req.Key, req.Owner)
 	if n == 1 || err != nil {
 		return n == 1, err
@@ -334,10 +303,10 @@ func (o liteOps) release(ctx context.Context, db *sql.DB, req driver.Request) (f
 	// entry: otherwise the transaction below leaves the waiters' marker.
 	cond := ""
 	if o.fair {
-		cond = ` AND NOT EXISTS (SELECT 1 FROM ` + o.n.holds + ` WHERE lock_key = ?1 AND waiting = 1
+		cond = ` AND NOT EXISTS (SELECT 1 FROM ` + o.n.Holds + ` WHERE lock_key = ?1 AND waiting = 1
 	AND expires_at > ` + liteNow + `)`
 	}
-	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ?1 AND owner = ?2`+cond+`
+	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.Table+` WHERE lock_key = ?1 AND owner = ?2`+cond+`
 RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
 	if err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return err == nil, live, err
@@ -372,7 +341,7 @@ func (o liteOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int,
 	}
 	defer rollback(tx)
 	var live bool
-	err = tx.QueryRowContext(ctx, `DELETE FROM `+o.n.table+` WHERE lock_key = ?
+	err = tx.QueryRowContext(ctx, `DELETE FROM `+o.n.Table+` WHERE lock_key = ?
 RETURNING owner <> '' AND expires_at > `+liteNow, key).Scan(&live)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, err
@@ -381,7 +350,7 @@ RETURNING owner <> '' AND expires_at > `+liteNow, key).Scan(&live)
 	if live {
 		n = 1
 	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ? AND waiting = 0 AND expires_at > `+liteNow, key)
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND waiting = 0 AND expires_at > `+liteNow, key)
 	if err != nil {
 		return 0, err
 	}
@@ -389,7 +358,7 @@ RETURNING owner <> '' AND expires_at > `+liteNow, key).Scan(&live)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.holds+` WHERE lock_key = ?`, key); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ?`, key); err != nil {
 		return 0, err
 	}
 	return n + int(m), tx.Commit()
@@ -409,10 +378,10 @@ func keyRange(prefix string) (string, []any) {
 func (o liteOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
 	cond, args := keyRange(prefix)
 	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, expires_at - `+liteNow+`
-FROM `+o.n.table+` WHERE `+cond+` AND owner <> '' AND expires_at > `+liteNow+`
+FROM `+o.n.Table+` WHERE `+cond+` AND owner <> '' AND expires_at > `+liteNow+`
 UNION ALL
 SELECT lock_key, owner, mode, lim, token, info, expires_at - `+liteNow+`
-FROM `+o.n.holds+` WHERE `+cond+` AND waiting = 0 AND expires_at > `+liteNow+`
+FROM `+o.n.Holds+` WHERE `+cond+` AND waiting = 0 AND expires_at > `+liteNow+`
 ORDER BY 1, 5`, append(args, args...)...)
 	if err != nil {
 		return nil, err
@@ -423,8 +392,8 @@ ORDER BY 1, 5`, append(args, args...)...)
 func (o liteOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	cond, args := keyRange(prefix)
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.table+` WHERE `+cond+`)
-	+ (SELECT count(*) FROM `+o.n.holds+` WHERE `+cond+`)`, append(args, args...)...).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.Table+` WHERE `+cond+`)
+	+ (SELECT count(*) FROM `+o.n.Holds+` WHERE `+cond+`)`, append(args, args...)...).Scan(&n)
 	return n, err
 }
 
@@ -436,15 +405,15 @@ func (o liteOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, lim
 	defer leave()
 	// An expired Exclusive hold with live waiters behind it stays: it
 	// keeps their places until one of them turns it into their marker.
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.table+` WHERE lock_key IN (
-	SELECT lock_key FROM `+o.n.table+` AS l WHERE expires_at < `+liteNow+` - ?
-	AND NOT EXISTS (SELECT 1 FROM `+o.n.holds+` AS h WHERE h.lock_key = l.lock_key AND h.expires_at > `+liteNow+`)
+	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key IN (
+	SELECT lock_key FROM `+o.n.Table+` AS l WHERE expires_at < `+liteNow+` - ?
+	AND NOT EXISTS (SELECT 1 FROM `+o.n.Holds+` AS h WHERE h.lock_key = l.lock_key AND h.expires_at > `+liteNow+`)
 	LIMIT ?)`, grace.Milliseconds(), limit)
 	if err != nil {
 		return int(n), err
 	}
-	m, err := execCount(ctx, db, `DELETE FROM `+o.n.holds+` WHERE (lock_key, owner) IN (
-	SELECT lock_key, owner FROM `+o.n.holds+` WHERE expires_at < `+liteNow+` - ?
+	m, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+` WHERE (lock_key, owner) IN (
+	SELECT lock_key, owner FROM `+o.n.Holds+` WHERE expires_at < `+liteNow+` - ?
 	AND (waiting = 0 OR expires_at < `+liteNow+` - ?) LIMIT ?)`, grace.Milliseconds(), max(grace, goneFor).Milliseconds(), limit)
 	return int(n + m), err
 }
