@@ -47,7 +47,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Su
 			continue
 		}
 		pending++
-		d.spawn(func() {
+		d.pool.Go(func() {
 			sub, err := timed(ctx, timeout, func(ctx context.Context) (driver.Subscription, error) { return nt.Subscribe(ctx, req) })
 			d.note(ctx, i, err)
 			replies <- reply{i, sub, err}
@@ -91,7 +91,7 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Su
 	if pending > 0 {
 		// The others join when they answer (or are closed, if the
 		// subscription has ended by then).
-		d.spawn(func() {
+		d.pool.Go(func() {
 			for range pending {
 				if r := <-replies; r.err == nil {
 					s.add(r.sub)
