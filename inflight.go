@@ -7,15 +7,11 @@ import (
 	"github.com/dlockhq/dlock/internal/inflight"
 )
 
-// This file ties the Client to the one piece of machinery for driver
-// requests that outlive their caller's wait (package internal/inflight): a
-// caller whose context ends gets its answer at once, while the request,
-// which may already be on the wire, runs to completion on a goroutine of its
-// own (bounded by the driver's own network timeouts), and whatever it left
-// on the store is cleaned up after it. Drivers therefore need not return
-// promptly on cancellation (go-redis, gomemcache and go-zookeeper cannot),
-// and never see a Release for an owner while an Acquire for that owner still
-// runs: see "Contexts" in package driver.
+// This file ties the Client to package internal/inflight, the one piece of
+// machinery for driver requests that outlive their caller's wait. Drivers
+// therefore need not return promptly on cancellation (go-redis, gomemcache
+// and go-zookeeper cannot), and never see a Release for an owner while an
+// Acquire for that owner still runs: see "Contexts" in package driver.
 
 // call is one driver request running on a goroutine of its own.
 type call[T any] struct{ inflight.Call[T] }

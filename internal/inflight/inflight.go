@@ -21,13 +21,15 @@ import (
 type Tracker struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{} // made by Idle, closed when n drops to zero
+	idle chan struct{} // made by Idle, closed when n is zero
 }
 
 // Add counts one more piece of work.
 func (t *Tracker) Add() {
 	t.mu.Lock()
-	t.n++
+	if t.n++; t.n == 1 {
+		t.idle = nil // closed, if anyone waited: the next wait needs another
+	}
 	t.mu.Unlock()
 }
 
@@ -36,7 +38,6 @@ func (t *Tracker) Done() {
 	t.mu.Lock()
 	if t.n--; t.n == 0 && t.idle != nil {
 		close(t.idle)
-		t.idle = nil
 	}
 	t.mu.Unlock()
 }
@@ -45,20 +46,13 @@ func (t *Tracker) Done() {
 func (t *Tracker) Idle() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.n == 0 {
-		return closed
-	}
 	if t.idle == nil {
-		t.idle = make(chan struct{})
+		if t.idle = make(chan struct{}); t.n == 0 {
+			close(t.idle)
+		}
 	}
 	return t.idle
 }
-
-var closed = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // Pool runs tasks on worker goroutines: an idle one if there is one, else a
 // new one. Workers are kept for a while after their task, because a fresh
@@ -89,11 +83,6 @@ func (p Pool) work(f func()) {
 	defer idle.Stop()
 	for {
 		f()
-		select {
-		case <-p.Closing:
-			return
-		default:
-		}
 		idle.Reset(p.Idle)
 		select {
 		case f = <-p.Tasks:
