@@ -163,7 +163,7 @@ func (d *Driver) note(ctx context.Context, i int, err error) {
 	switch {
 	case err == nil:
 		d.stalled[i].Store(false)
-	case errors.Is(err, inflight.ErrBusy), ctx.Err() != nil:
+	case errors.Is(err, inflight.ErrBusy), errors.Is(err, errNotAsked), ctx.Err() != nil:
 	case errors.Is(err, context.DeadlineExceeded):
 		d.stalled[i].Store(true)
 	default:
@@ -283,19 +283,13 @@ func (d *Driver) each(ctx context.Context, picked []int, call func(ctx context.C
 // should undo (the late grant would then stay until its lease ends), and a
 // clean-up release left by a failed attempt could remove the hold that a
 // later attempt of the same owner has just been granted there. So the
-// Driver orders the calls of one request (one key and owner) on one node,
-// in an inflight.Order:
-//
-//   - every call waits until the calls registered before it on that node
-//     have returned (or given up at their node timeout), then is sent;
-//   - an acquisition is not made at all if two calls of the request are in
-//     flight or waiting on that node already: the node counts as failed
-//     for it (it is slow or hung), and calls do not pile up;
-//   - a clean-up release in the background is not registered behind another
-//     one (with no other call between them): the first does the work.
-//
-// A call that gave up may still sit in a hung node's socket; the release,
-// sent after it, reaches the node after it.
+// Driver orders the calls of one request (one key and owner) on one node in
+// an inflight.Order: each waits until the calls before it there have
+// returned (or given up at their node timeout); an acquisition behind two
+// calls is not made (the node counts as failed for it: it is slow or hung),
+// nor is a clean-up right behind another. A call that gave up may still sit
+// in a hung node's socket; the release, sent after it, reaches the node
+// after it.
 
 // opKey names the calls of one request on one node.
 type opKey struct {
