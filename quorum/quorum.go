@@ -309,40 +309,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 	answers := d.acquireRound(ctx, req)
 	yesN, noN, _ := count(answers)
 	if yesN >= d.quorum {
-		var res driver.Result
-		base := req.TTL
-		for _, a := range answers {
-			if a.vote == yes {
-				res.Token = max(res.Token, a.res.Token)
-				if a.res.TTL > 0 && a.res.TTL < base {
-					base = a.res.TTL
-				}
-			}
-		}
-		if d.raise {
-			if err := d.settleToken(ctx, req, answers, res.Token); err != nil {
-				// The caller releases after an error.
-				return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
-			}
-		}
-		if d.fence {
-			tok, ok, err := d.takeToken(ctx, req)
-			switch {
-			case err != nil:
-				// The caller releases after an error, fence included.
-				return driver.Result{}, fmt.Errorf("quorum: acquire %q: taking the fencing token: %w", req.Key, err)
-			case ok:
-				res.Token = tok
-			default:
-				d.log.Warn("quorum: every node holds a stale fence; the token is the largest lock token, which may not exceed the previous holder's",
-					"key", req.Key)
-			}
-		}
-		res.Acquired = true
-		if ttl := d.validTTL(base); ttl != req.TTL {
-			res.TTL = ttl
-		}
-		return res, nil
+		return d.granted(ctx, req, answers)
 	}
 	if err := ctxerr.Err(ctx); err != nil {
 		// The caller releases after an error (driver contract).
@@ -356,6 +323,47 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 		return driver.Result{}, err
 	}
 	return driver.Result{RetryAfter: d.retryAfter(answers)}, nil
+}
+
+// granted returns the result of an acquisition that a majority granted,
+// with answers: the largest lock token, raised on the nodes that lag behind
+// it or replaced by a fencing token from a fence round (see Acquire), and
+// the lease that is left after the drift margin.
+func (d *Driver) granted(ctx context.Context, req driver.Request, answers []answer) (driver.Result, error) {
+	var res driver.Result
+	base := req.TTL
+	for _, a := range answers {
+		if a.vote == yes {
+			res.Token = max(res.Token, a.res.Token)
+			if a.res.TTL > 0 && a.res.TTL < base {
+				base = a.res.TTL
+			}
+		}
+	}
+	if d.raise {
+		if err := d.settleToken(ctx, req, answers, res.Token); err != nil {
+			// The caller releases after an error.
+			return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
+		}
+	}
+	if d.fence {
+		tok, ok, err := d.takeToken(ctx, req)
+		switch {
+		case err != nil:
+			// The caller releases after an error, fence included.
+			return driver.Result{}, fmt.Errorf("quorum: acquire %q: taking the fencing token: %w", req.Key, err)
+		case ok:
+			res.Token = tok
+		default:
+			d.log.Warn("quorum: every node holds a stale fence; the token is the largest lock token, which may not exceed the previous holder's",
+				"key", req.Key)
+		}
+	}
+	res.Acquired = true
+	if ttl := d.validTTL(base); ttl != req.TTL {
+		res.TTL = ttl
+	}
+	return res, nil
 }
 
 // validTTL returns the lease to report for a hold whose shortest node lease
