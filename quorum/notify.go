@@ -21,10 +21,9 @@ import (
 // holds the lock) and the others had as long again (at least 5ms) to
 // confirm, or once every node has answered (see fanout), and keeps
 // listening to nodes that confirm later; a node that is hung does not hold
-// it up. It
-// fails only if no node could subscribe, and returns an error wrapping
-// driver.ErrUnsupported if no node is a Notifier (package dlock then
-// polls).
+// it up. It fails only if no node could subscribe, and returns an error
+// wrapping driver.ErrUnsupported if no node is a Notifier (package dlock
+// then polls).
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Subscription, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.enter(ctx, &req); err != nil {
