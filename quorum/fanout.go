@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/inflight"
 )
 
 // vote is one node's answer to a request.
@@ -112,7 +113,7 @@ func (d *Driver) fanout(ctx context.Context, grace time.Duration, waitStalled bo
 	}
 	replies := make(chan reply, len(d.nodes)) // the calls never block
 	for i := range d.nodes {
-		d.spawn(func() {
+		d.pool.Go(func() {
 			a := call(ctx, i)
 			d.note(ctx, i, a.err)
 			replies <- reply{i, a}
@@ -162,7 +163,7 @@ func (d *Driver) note(ctx context.Context, i int, err error) {
 	switch {
 	case err == nil:
 		d.stalled[i].Store(false)
-	case errors.Is(err, errBusy), ctx.Err() != nil:
+	case errors.Is(err, inflight.ErrBusy), errors.Is(err, errNotAsked), ctx.Err() != nil:
 	case errors.Is(err, context.DeadlineExceeded):
 		d.stalled[i].Store(true)
 	default:
@@ -228,7 +229,7 @@ func giveUp(answers []answer, answered []bool, cause error) []answer {
 func (d *Driver) all(ctx context.Context, call func(i int)) error {
 	done := make(chan struct{}, len(d.nodes)) // the calls never block
 	for i := range d.nodes {
-		d.spawn(func() {
+		d.pool.Go(func() {
 			call(i)
 			done <- struct{}{}
 		})
@@ -255,7 +256,7 @@ func (d *Driver) each(ctx context.Context, picked []int, call func(ctx context.C
 	}
 	replies := make(chan reply, len(picked))
 	for _, i := range picked {
-		d.spawn(func() { replies <- reply{i, call(ctx, i)} })
+		d.pool.Go(func() { replies <- reply{i, call(ctx, i)} })
 	}
 	errs := make([]error, len(d.nodes))
 	done := make([]bool, len(d.nodes))
@@ -282,18 +283,13 @@ func (d *Driver) each(ctx context.Context, picked []int, call func(ctx context.C
 // should undo (the late grant would then stay until its lease ends), and a
 // clean-up release left by a failed attempt could remove the hold that a
 // later attempt of the same owner has just been granted there. So the
-// Driver orders the calls of one request (one key and owner) on one node:
-//
-//   - every call waits until the calls registered before it on that node
-//     have returned (or given up at their node timeout), then is sent;
-//   - an acquisition is not made at all if two calls of the request are in
-//     flight or waiting on that node already: the node counts as failed
-//     for it (it is slow or hung), and calls do not pile up;
-//   - a clean-up release in the background is not registered behind another
-//     one (with no other call between them): the first does the work.
-//
-// A call that gave up may still sit in a hung node's socket; the release,
-// sent after it, reaches the node after it.
+// Driver orders the calls of one request (one key and owner) on one node in
+// an inflight.Order: each waits until the calls before it there have
+// returned (or given up at their node timeout); an acquisition behind two
+// calls is not made (the node counts as failed for it: it is slow or hung),
+// nor is a clean-up right behind another. A call that gave up may still sit
+// in a hung node's socket; the release, sent after it, reaches the node
+// after it.
 
 // opKey names the calls of one request on one node.
 type opKey struct {
@@ -301,116 +297,45 @@ type opKey struct {
 	node       int
 }
 
-// nodeOps are the calls of one request on one node that are in flight or
-// waiting.
-type nodeOps struct {
-	n       int           // calls registered and not ended
-	last    chan struct{} // closed when the latest registered call ends
-	cleanup bool          // the latest registered call is a clean-up
-}
-
-// opKind is the kind of a call registered with register.
-type opKind uint8
-
-const (
-	opAcquire opKind = iota // refused behind two calls or more
-	opRelease               // never refused
-	opCleanup               // refused right behind another clean-up
-)
-
-// errBusy is the error of an acquisition not made because earlier calls of
-// the same request on the node have not ended.
-var errBusy = errors.New("earlier calls for this owner are still in flight on the node")
-
-// slot is a registered call: wait for prev (if not nil), make the call,
-// then call end.
-type slot struct {
-	prev <-chan struct{}
-	end  func()
-}
-
-// register registers a call of req on node i (see Ordering on one node). It
-// returns nil if the call must not be made. Register before the call is
-// handed to another goroutine, so that the order of registration is the
-// order in which the calls were issued.
-func (d *Driver) register(req driver.Request, i int, kind opKind) *slot {
-	k := opKey{req.Key, req.Owner, i}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ops := d.ops[k]
-	switch {
-	case ops == nil:
-		ops = &nodeOps{}
-		d.ops[k] = ops
-	case kind == opAcquire && ops.n > 1, kind == opCleanup && ops.cleanup:
-		// An acquisition queues behind one call at most: behind more, the
-		// node is slow or hung, and calls would pile up.
-		return nil
-	}
-	mine := make(chan struct{})
-	sl := &slot{prev: ops.last}
-	ops.last = mine
-	ops.n++
-	ops.cleanup = kind == opCleanup
-	sl.end = func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		close(mine)
-		if ops.n--; ops.n == 0 {
-			delete(d.ops, k)
-		}
-	}
-	return sl
+// register enters a call of req on node i in the order of the request's
+// calls there (see Ordering on one node), or returns nil if the call must
+// not be made. Register before the call is handed to another goroutine, so
+// that the order of registration is the order in which the calls were
+// issued.
+func (d *Driver) register(req driver.Request, i int, kind inflight.Kind) *inflight.Turn {
+	return d.turns.Enter(opKey{req.Key, req.Owner, i}, kind)
 }
 
 // registerAll registers a call of req of kind on every node.
-func (d *Driver) registerAll(req driver.Request, kind opKind) []*slot {
-	slots := make([]*slot, len(d.nodes))
+func (d *Driver) registerAll(req driver.Request, kind inflight.Kind) []*inflight.Turn {
+	turns := make([]*inflight.Turn, len(d.nodes))
 	for i := range d.nodes {
-		slots[i] = d.register(req, i, kind)
+		turns[i] = d.register(req, i, kind)
 	}
-	return slots
+	return turns
 }
 
-// wait waits for the calls registered before sl to end, or for ctx to end.
-func (sl *slot) wait(ctx context.Context) error {
-	if sl.prev == nil {
-		return nil
-	}
-	select {
-	case <-sl.prev:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for an earlier call on the node: %w", context.Cause(ctx))
-	}
-}
-
-// acquireOn acquires req on node i within timeout, in the slot registered
-// for it, once the calls registered before it have ended; a nil slot fails
-// with errBusy.
-func (d *Driver) acquireOn(ctx context.Context, sl *slot, i int, req driver.Request, timeout time.Duration) (driver.Result, error) {
-	if sl == nil {
-		return driver.Result{}, errBusy
-	}
-	defer sl.end()
-	if err := sl.wait(ctx); err != nil {
+// acquireOn acquires req on node i within timeout, in its turn (once the
+// calls registered before it have ended); a nil turn fails with
+// inflight.ErrBusy.
+func (d *Driver) acquireOn(ctx context.Context, t *inflight.Turn, i int, req driver.Request, timeout time.Duration) (driver.Result, error) {
+	defer t.End()
+	if err := t.Wait(ctx); err != nil {
 		return driver.Result{}, err
 	}
 	return timed(ctx, timeout, func(ctx context.Context) (driver.Result, error) { return d.nodes[i].Acquire(ctx, req) })
 }
 
-// releaseOn releases req on node i within timeout, in the slot registered
-// for it, once the calls registered before it have ended. If ctx ends
-// first, or the node does not answer, the release is left to a clean-up in
-// the background (see cleanupOn).
-func (d *Driver) releaseOn(ctx context.Context, sl *slot, i int, req driver.Request, timeout time.Duration) error {
-	if err := sl.wait(ctx); err != nil {
-		sl.end()
-		d.cleanupOn(i, req)
-		return err
+// releaseOn releases req on node i within timeout, in its turn (once the
+// calls registered before it have ended). If ctx ends first, or the node
+// does not answer, the release is left to a clean-up in the background (see
+// cleanupOn).
+func (d *Driver) releaseOn(ctx context.Context, t *inflight.Turn, i int, req driver.Request, timeout time.Duration) error {
+	err := t.Wait(ctx)
+	if err == nil {
+		_, err = timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Release(ctx, req) })
 	}
-	_, err := timed(ctx, timeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, d.nodes[i].Release(ctx, req) })
-	sl.end()
+	t.End()
 	if err != nil && !errors.Is(err, driver.ErrNotOwner) {
 		d.cleanupOn(i, req)
 	}
@@ -429,15 +354,13 @@ func (d *Driver) releaseOn(ctx context.Context, sl *slot, i int, req driver.Requ
 // does with the request when it resumes is left to the lease), or until
 // Close. Failures are logged only: what stays expires with its lease.
 func (d *Driver) cleanupOn(i int, req driver.Request) {
-	sl := d.register(req, i, opCleanup)
-	if sl == nil {
+	t := d.register(req, i, inflight.Cleanup)
+	if t == nil {
 		return
 	}
-	d.spawn(func() {
-		defer sl.end()
-		if sl.prev != nil {
-			<-sl.prev // the calls before it are bounded
-		}
+	d.pool.Go(func() {
+		defer t.End()
+		_ = t.Wait(context.Background()) // the calls before it are bounded
 		timeout := nodeTimeout(req.TTL)
 		giveUp := time.Now().Add(req.TTL)
 		pause := timeout

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/inflight"
 )
 
 // fenceSuffix turns a lock key into its fence key. The unit separator keeps
@@ -153,19 +154,15 @@ const fenceGrace = 5 * time.Millisecond
 func (d *Driver) takeToken(ctx context.Context, req driver.Request) (token uint64, ok bool, err error) {
 	f := d.fenceReq(req)
 	timeout := nodeTimeout(f.TTL)
-	slots := d.registerAll(f, opAcquire)
+	turns := d.registerAll(f, inflight.Acquire)
 	// Decided once a majority granted the fence; the others get as long
 	// again (at least fenceGrace), stalled ones too, so that the largest
 	// counter of the nodes that are up is counted. A hung node costs that
 	// grace.
 	granted := func(yesN, _, _ int) bool { return yesN >= d.quorum }
 	answers := d.fanout(ctx, fenceGrace, true, granted, func(ctx context.Context, i int) answer {
-		sl := slots[i]
-		if sl == nil {
-			return answer{vote: failed, err: errBusy}
-		}
-		defer sl.end()
-		if err := sl.wait(ctx); err != nil {
+		defer turns[i].End()
+		if err := turns[i].Wait(ctx); err != nil {
 			return answer{vote: failed, err: err}
 		}
 		n := d.nodes[i]
@@ -193,7 +190,7 @@ func (d *Driver) takeToken(ctx context.Context, req driver.Request) (token uint6
 		switch {
 		case a.vote == yes:
 			token = max(token, a.res.Token)
-		case a.vote == failed && !errors.Is(a.err, errBusy):
+		case a.vote == failed && !errors.Is(a.err, inflight.ErrBusy):
 			// The node may grant the fence yet (a call that waited
 			// in a hung node's socket) or have granted it with the
 			// answer lost: release it there once its call returned,

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/inflight"
 )
 
 // The lead of a key.
@@ -37,9 +38,9 @@ var errNotAsked = errors.New("not asked: the outcome was decided without it")
 // nodes are asked at once.
 func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer {
 	timeout := nodeTimeout(req.TTL)
-	slots := make([]*slot, len(d.nodes))
+	turns := make([]*inflight.Turn, len(d.nodes))
 	ask := func(ctx context.Context, i int) answer {
-		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
+		res, err := d.acquireOn(ctx, turns[i], i, req, timeout)
 		switch {
 		case err != nil:
 			return answer{vote: failed, err: err}
@@ -53,7 +54,7 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 	asked := make([]bool, len(d.nodes))
 	failedN := 0
 	for _, i := range d.order(req.Key) {
-		slots[i] = d.register(req, i, opAcquire)
+		turns[i] = d.register(req, i, inflight.Acquire)
 		a := d.one(ctx, i, ask)
 		answers[i], asked[i] = a, true
 		if a.vote == failed {
@@ -81,7 +82,7 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 	}
 	for i := range d.nodes {
 		if !asked[i] {
-			slots[i] = d.register(req, i, opAcquire)
+			turns[i] = d.register(req, i, inflight.Acquire)
 		}
 	}
 	return d.fanout(ctx, acquireGrace, false, d.acquired, func(ctx context.Context, i int) answer {
@@ -96,7 +97,7 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 // with ctx's cause once ctx ends (the call then ends in the background).
 func (d *Driver) one(ctx context.Context, i int, call func(ctx context.Context, i int) answer) answer {
 	reply := make(chan answer, 1) // the call never blocks
-	d.spawn(func() {
+	d.pool.Go(func() {
 		a := call(ctx, i)
 		d.note(ctx, i, a.err)
 		reply <- a

@@ -19,95 +19,47 @@ import (
 // nodes that held the lock is enough to hear it. It returns as soon as a
 // majority of nodes listen (a majority shares a node with the majority that
 // holds the lock) and the others had as long again (at least 5ms) to
-// confirm, or once every node has answered, and keeps listening to nodes
-// that confirm later; a node that is hung does not hold it up. It
-// fails only if no node could subscribe, and returns an error wrapping
-// driver.ErrUnsupported if no node is a Notifier (package dlock then
-// polls).
+// confirm, or once every node has answered (see fanout), and keeps
+// listening to nodes that confirm later; a node that is hung does not hold
+// it up. It fails only if no node could subscribe, and returns an error
+// wrapping driver.ErrUnsupported if no node is a Notifier (package dlock
+// then polls).
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (_ driver.Subscription, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := d.enter(ctx, &req); err != nil {
 		return nil, err
 	}
 	defer d.calls.Done()
-	type reply struct {
-		i   int
-		sub driver.Subscription
-		err error
-	}
-	start := time.Now()
 	timeout := nodeTimeout(req.TTL)
-	replies := make(chan reply, len(d.nodes))
-	answered := make([]bool, len(d.nodes))
-	pending := 0
-	for i, n := range d.nodes {
-		nt, ok := n.(driver.Notifier)
-		if !ok {
-			answered[i] = true
-			continue
-		}
-		pending++
-		d.spawn(func() {
-			sub, err := timed(ctx, timeout, func(ctx context.Context) (driver.Subscription, error) { return nt.Subscribe(ctx, req) })
-			d.note(ctx, i, err)
-			replies <- reply{i, sub, err}
-		})
-	}
-	if pending == 0 {
-		return nil, fmt.Errorf("quorum: no node notifies releases: %w", driver.ErrUnsupported)
-	}
 	s := &subscription{c: make(chan struct{}, 1), done: make(chan struct{})}
+	listening := func(yesN, _, _ int) bool { return yesN >= d.quorum }
+	answers := d.fanout(ctx, acquireGrace, false, listening, func(ctx context.Context, i int) answer {
+		nt, ok := d.nodes[i].(driver.Notifier)
+		if !ok {
+			return answer{vote: no, err: errNotAsked}
+		}
+		sub, err := timed(ctx, timeout, func(ctx context.Context) (driver.Subscription, error) { return nt.Subscribe(ctx, req) })
+		if err != nil {
+			return answer{vote: failed, err: err}
+		}
+		// A node that answers after the round joins then (or is
+		// closed, if the subscription has ended by then).
+		s.add(sub)
+		return answer{vote: yes}
+	})
 	var failures []error
-	listening := 0
-	var graceC <-chan time.Time
-	for pending > 0 && ctx.Err() == nil {
-		if graceC == nil && listening >= d.quorum {
-			// Decided. The others get as long again, at least
-			// acquireGrace, unless they are known to be hung.
-			if d.allStalled(answered) {
-				break
-			}
-			t := time.NewTimer(max(time.Since(start), acquireGrace))
-			defer t.Stop()
-			graceC = t.C
+	for i, a := range answers {
+		if a.vote == failed && !errors.Is(a.err, errNoAnswer) {
+			failures = append(failures, fmt.Errorf("%s: %w", d.name(i), a.err))
 		}
-		select {
-		case r := <-replies:
-			pending--
-			answered[r.i] = true
-			if r.err != nil {
-				failures = append(failures, fmt.Errorf("%s: %w", d.name(r.i), r.err))
-				continue
-			}
-			s.add(r.sub)
-			listening++
-			continue
-		case <-graceC:
-			d.markStalled(answered)
-		case <-ctx.Done():
-		}
-		break
 	}
-	if pending > 0 {
-		// The others join when they answer (or are closed, if the
-		// subscription has ended by then).
-		d.spawn(func() {
-			for range pending {
-				if r := <-replies; r.err == nil {
-					s.add(r.sub)
-				}
-			}
-		})
-	}
-	if err := ctx.Err(); err != nil {
+	switch yesN, noN, _ := count(answers); {
+	case noN == len(d.nodes):
+		return nil, fmt.Errorf("quorum: no node notifies releases: %w", driver.ErrUnsupported)
+	case yesN == 0 || ctx.Err() != nil:
 		s.Close()
-		return nil, fmt.Errorf("quorum: subscribe %q: %w", req.Key, err)
-	}
-	if listening == 0 {
-		s.Close()
-		return nil, fmt.Errorf("quorum: subscribe %q: %w", req.Key, errors.Join(failures...))
-	}
-	if len(failures) > 0 {
+		return nil, fmt.Errorf("quorum: subscribe %q: %w", req.Key, cmp.Or(ctx.Err(), errors.Join(failures...)))
+	case len(failures) > 0:
 		d.log.Warn("quorum: some nodes cannot notify releases; listening to the others", "key", req.Key, "err", errors.Join(failures...))
 	}
 	return s, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
+	"github.com/dlockhq/dlock/internal/inflight"
 )
 
 // Defaults of the drift options.
@@ -43,11 +44,12 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	closing chan struct{}      // closed when Close begins
-	tasks   chan func()        // to idle workers (see spawn)
-	stalled []atomic.Bool      // per node: its latest call ran out of time
-	calls   sync.WaitGroup     // calls and the work they leave in the background
-	ops     map[opKey]*nodeOps // calls in flight, per request and node
+	closing chan struct{}         // closed when Close begins
+	stalled []atomic.Bool         // per node: its latest call ran out of time
+	calls   sync.WaitGroup        // calls in progress
+	pool    inflight.Pool         // workers for node calls and the work they leave
+	workers inflight.Tracker      // the pool's workers, and so the work calls leave behind
+	turns   inflight.Order[opKey] // the calls of each request on each node (see Ordering on one node)
 }
 
 var (
@@ -147,11 +149,10 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		log:         cfg.log,
 		fence:       !cfg.noFence && !raisers(nodes),
 		raise:       !cfg.noFence && raisers(nodes),
-		ops:         map[opKey]*nodeOps{},
 		closing:     make(chan struct{}),
-		tasks:       make(chan func()),
 		stalled:     make([]atomic.Bool, len(nodes)),
 	}
+	d.pool = inflight.Pool{Tasks: make(chan func()), Workers: &d.workers, Closing: d.closing, Idle: workerIdle}
 	d.caps = d.capabilities()
 	if len(nodes)%2 == 0 {
 		d.log.Warn("quorum: even number of nodes; an odd number tolerates as many failures with one server fewer",
@@ -255,47 +256,11 @@ func (d *Driver) enter(ctx context.Context, req *driver.Request) error {
 	return err
 }
 
-// spawn runs f on a worker goroutine that Close waits for: an idle one if
-// there is one, else a new one. It may only be called within a call
-// registered by enter (or by work spawned from one). Workers are kept for
-// workerIdle after their task, because a fresh goroutine must grow its
-// stack through a node's deep call chain (a client library, a protocol, a
-// connection pool) on every call: that copying took a tenth of the client's
-// CPU time of an uncontended lock over three Redis servers. Close ends the
-// idle workers.
-func (d *Driver) spawn(f func()) {
-	select {
-	case d.tasks <- f:
-		return
-	default:
-	}
-	d.calls.Add(1)
-	go d.work(f)
-}
-
-// workerIdle is how long a worker waits for its next task before it ends.
+// workerIdle is how long a worker of the pool waits for its next task
+// before it ends. A fresh goroutine's stack growth through a node's call
+// chain took a tenth of the client's CPU time of an uncontended lock over
+// three Redis servers (see inflight.Pool).
 const workerIdle = 2 * time.Second
-
-func (d *Driver) work(f func()) {
-	defer d.calls.Done()
-	var idle *time.Timer
-	for {
-		f()
-		if idle == nil {
-			idle = time.NewTimer(workerIdle)
-		} else {
-			idle.Reset(workerIdle)
-		}
-		select {
-		case f = <-d.tasks:
-			idle.Stop()
-		case <-idle.C:
-			return
-		case <-d.closing:
-			return
-		}
-	}
-}
 
 // name names node i in errors and logs: "node i", followed by the node's
 // address when the node is a fmt.Stringer (the nodes a redlock:// URL
@@ -344,40 +309,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 	answers := d.acquireRound(ctx, req)
 	yesN, noN, _ := count(answers)
 	if yesN >= d.quorum {
-		var res driver.Result
-		base := req.TTL
-		for _, a := range answers {
-			if a.vote == yes {
-				res.Token = max(res.Token, a.res.Token)
-				if a.res.TTL > 0 && a.res.TTL < base {
-					base = a.res.TTL
-				}
-			}
-		}
-		if d.raise {
-			if err := d.settleToken(ctx, req, answers, res.Token); err != nil {
-				// The caller releases after an error.
-				return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
-			}
-		}
-		if d.fence {
-			tok, ok, err := d.takeToken(ctx, req)
-			switch {
-			case err != nil:
-				// The caller releases after an error, fence included.
-				return driver.Result{}, fmt.Errorf("quorum: acquire %q: taking the fencing token: %w", req.Key, err)
-			case ok:
-				res.Token = tok
-			default:
-				d.log.Warn("quorum: every node holds a stale fence; the token is the largest lock token, which may not exceed the previous holder's",
-					"key", req.Key)
-			}
-		}
-		res.Acquired = true
-		if ttl := d.validTTL(base); ttl != req.TTL {
-			res.TTL = ttl
-		}
-		return res, nil
+		return d.granted(ctx, req, answers)
 	}
 	if err := ctxerr.Err(ctx); err != nil {
 		// The caller releases after an error (driver contract).
@@ -391,6 +323,47 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 		return driver.Result{}, err
 	}
 	return driver.Result{RetryAfter: d.retryAfter(answers)}, nil
+}
+
+// granted returns the result of an acquisition that a majority granted,
+// with answers: the largest lock token, raised on the nodes that lag behind
+// it or replaced by a fencing token from a fence round (see Acquire), and
+// the lease that is left after the drift margin.
+func (d *Driver) granted(ctx context.Context, req driver.Request, answers []answer) (driver.Result, error) {
+	var res driver.Result
+	base := req.TTL
+	for _, a := range answers {
+		if a.vote == yes {
+			res.Token = max(res.Token, a.res.Token)
+			if a.res.TTL > 0 && a.res.TTL < base {
+				base = a.res.TTL
+			}
+		}
+	}
+	if d.raise {
+		if err := d.settleToken(ctx, req, answers, res.Token); err != nil {
+			// The caller releases after an error.
+			return driver.Result{}, fmt.Errorf("quorum: acquire %q: %w", req.Key, err)
+		}
+	}
+	if d.fence {
+		tok, ok, err := d.takeToken(ctx, req)
+		switch {
+		case err != nil:
+			// The caller releases after an error, fence included.
+			return driver.Result{}, fmt.Errorf("quorum: acquire %q: taking the fencing token: %w", req.Key, err)
+		case ok:
+			res.Token = tok
+		default:
+			d.log.Warn("quorum: every node holds a stale fence; the token is the largest lock token, which may not exceed the previous holder's",
+				"key", req.Key)
+		}
+	}
+	res.Acquired = true
+	if ttl := d.validTTL(base); ttl != req.TTL {
+		res.TTL = ttl
+	}
+	return res, nil
 }
 
 // validTTL returns the lease to report for a hold whose shortest node lease
@@ -432,7 +405,7 @@ func (d *Driver) rollback(ctx context.Context, req driver.Request, answers []ans
 		switch {
 		case a.vote == yes:
 			granted = append(granted, i)
-		case a.vote == no, errors.Is(a.err, errBusy), errors.Is(a.err, errNotAsked):
+		case a.vote == no, errors.Is(a.err, inflight.ErrBusy), errors.Is(a.err, errNotAsked):
 			// Refused, or not asked.
 		case errors.Is(a.err, errNoAnswer), errors.Is(a.err, context.DeadlineExceeded):
 			// The node has not answered, or is hung: it may grant the
@@ -445,12 +418,12 @@ func (d *Driver) rollback(ctx context.Context, req driver.Request, answers []ans
 			granted = append(granted, i)
 		}
 	}
-	slots := make([]*slot, len(d.nodes))
+	turns := make([]*inflight.Turn, len(d.nodes))
 	for _, i := range granted {
-		slots[i] = d.register(req, i, opRelease)
+		turns[i] = d.register(req, i, inflight.Release)
 	}
 	var errs []error
-	for i, err := range d.each(ctx, granted, func(ctx context.Context, i int) error { return d.releaseOn(ctx, slots[i], i, req, timeout) }) {
+	for i, err := range d.each(ctx, granted, func(ctx context.Context, i int) error { return d.releaseOn(ctx, turns[i], i, req, timeout) }) {
 		if err != nil && !errors.Is(err, driver.ErrNotOwner) && answers[i].vote == yes {
 			errs = append(errs, fmt.Errorf("%s: %w", d.name(i), err))
 		}
@@ -534,16 +507,16 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) (err error) {
 // is safe; a node held by someone else refuses. Failures are logged only.
 func (d *Driver) heal(ctx context.Context, req driver.Request, answers []answer) {
 	timeout := nodeTimeout(req.TTL)
-	slots := make([]*slot, len(d.nodes))
+	turns := make([]*inflight.Turn, len(d.nodes))
 	var lost []int
 	for i, a := range answers {
 		if a.vote == no {
 			lost = append(lost, i)
-			slots[i] = d.register(req, i, opAcquire)
+			turns[i] = d.register(req, i, inflight.Acquire)
 		}
 	}
 	errs := d.each(ctx, lost, func(ctx context.Context, i int) error {
-		res, err := d.acquireOn(ctx, slots[i], i, req, timeout)
+		res, err := d.acquireOn(ctx, turns[i], i, req, timeout)
 		if err == nil && !res.Acquired {
 			err = errors.New("held by another owner")
 		}
@@ -575,16 +548,16 @@ func (d *Driver) releaseLeft(ctx context.Context, req driver.Request, answers []
 		}
 		up = append(up, i)
 	}
-	slots := make([][]*slot, len(d.nodes))
+	turns := make([][]*inflight.Turn, len(d.nodes))
 	for _, i := range up {
 		for _, r := range reqs {
-			slots[i] = append(slots[i], d.register(r, i, opRelease))
+			turns[i] = append(turns[i], d.register(r, i, inflight.Release))
 		}
 	}
 	d.each(ctx, up, func(ctx context.Context, i int) error {
 		var errs []error
 		for j, r := range reqs {
-			errs = append(errs, d.releaseOn(ctx, slots[i][j], i, r, timeout))
+			errs = append(errs, d.releaseOn(ctx, turns[i][j], i, r, timeout))
 		}
 		return errors.Join(errs...)
 	})
@@ -606,17 +579,17 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) (err error) {
 	}
 	defer d.calls.Done()
 	timeout := nodeTimeout(req.TTL)
-	slots := d.registerAll(req, opRelease)
-	var fenceSlots []*slot
+	turns := d.registerAll(req, inflight.Release)
+	var fenceTurns []*inflight.Turn
 	if d.fence {
-		fenceSlots = d.registerAll(d.fenceReq(req), opRelease)
+		fenceTurns = d.registerAll(d.fenceReq(req), inflight.Release)
 	}
 	answers := d.fanout(ctx, releaseGrace, false, d.renewed, func(ctx context.Context, i int) answer {
 		return voteOf(d.withFence(ctx, req, func(ctx context.Context, r driver.Request) error {
 			if r.Key != req.Key {
-				return d.releaseOn(ctx, fenceSlots[i], i, r, timeout)
+				return d.releaseOn(ctx, fenceTurns[i], i, r, timeout)
 			}
-			return d.releaseOn(ctx, slots[i], i, r, timeout)
+			return d.releaseOn(ctx, turns[i], i, r, timeout)
 		}))
 	})
 	yesN, noN, _ := count(answers)
@@ -671,6 +644,7 @@ func (d *Driver) Close() error {
 	}
 	closeNodes(true)
 	d.calls.Wait()
+	<-d.workers.Idle()
 	closeNodes(false)
 	wg.Wait()
 	for i, err := range errs {

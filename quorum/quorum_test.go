@@ -893,3 +893,43 @@ func TestListMajority(t *testing.T) {
 		t.Errorf("ForceRelease of a free key = %d, %v; want 0", n, err)
 	}
 }
+
+// A release does not overtake an acquisition still in flight on a node: a
+// node's acquisition that lands after its round was decided without it is
+// undone by the release that follows, which waits for it there.
+func TestReleaseWaitsForAcquisitionInFlight(t *testing.T) {
+	stores, nodes := memNodes(3)
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	hung := make(chan int, 1)
+	for i, inner := range nodes {
+		nodes[i] = &node{Driver: inner, acquire: func(ctx context.Context, r driver.Request) (driver.Result, error) {
+			// The lead answers first, alone; of the other two, the
+			// later one hangs on the wire, and lands when the node
+			// resumes, whatever its context says.
+			if calls.Add(1) == 3 {
+				hung <- i
+				<-gate
+				ctx = context.WithoutCancel(ctx)
+			}
+			return inner.Acquire(ctx, r)
+		}}
+	}
+	q := newQuorum(t, nodes, quorum.WithoutFenceRound())
+	var once sync.Once
+	resume := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(resume) // before q.Close
+	r := req(key(t))
+	if res, err := q.Acquire(ctx(t), r); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v; want acquired by the majority that answered", res, err)
+	}
+	if err := q.Release(ctx(t), r); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	resume()
+	q.Close() // waits for the calls left in the background
+	i := <-hung
+	if hs, err := stores[i].List(ctx(t), r.Key); err != nil || len(hs) > 0 {
+		t.Errorf("node %d after the release: holders %+v, %v; want none (the release overtook the acquisition)", i, hs, err)
+	}
+}

@@ -2,10 +2,12 @@ package quorum
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,19 +49,9 @@ func init() {
 //
 // Nodes that do not answer a PING are tolerated as long as a majority does.
 func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	hosts, err := urlutil.Hosts(u, "6379")
+	hosts, err := redlockHosts(u)
 	if err != nil {
 		return nil, err
-	}
-	seen := map[string]bool{}
-	for _, h := range hosts {
-		if seen[h] {
-			return nil, urlutil.Error(u, "names %s twice; every node must be a separate server", h)
-		}
-		seen[h] = true
-	}
-	if len(hosts) == 0 {
-		return nil, urlutil.Error(u, "names no server; write redlock://host:port,host:port,host:port")
 	}
 	q := u.Query()
 	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
@@ -69,104 +61,145 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []Option
-	var nodeOpts []redisdlock.Option
-	useRueidis, mode := false, "script"
+	var c redlockConfig
 	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "client":
-			switch v {
-			case "go-redis", "goredis":
-			case "rueidis":
-				useRueidis = true
-			default:
-				return nil, urlutil.Error(u, "client=%q (want go-redis or rueidis)", v)
+		if set, ok := redlockParams[k]; ok {
+			if err := set(&c, vs[len(vs)-1]); err != nil {
+				return nil, urlutil.Error(u, "%v", err)
 			}
-		case "prefix":
-			nodeOpts = append(nodeOpts, redisdlock.WithPrefix(v))
-		case "mode":
-			mode = v
-			switch v {
-			case "script":
-				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Script))
-			case "tx", "transaction":
-				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Transaction))
-			case "legacy":
-				nodeOpts = append(nodeOpts, redisdlock.WithProtocol(redisdlock.Legacy))
-			default:
-				return nil, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", v)
-			}
-		case "drift_factor":
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return nil, urlutil.Error(u, "drift_factor=%q is not a number", v)
-			}
-			opts = append(opts, WithDriftFactor(f))
-		case "drift_margin":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return nil, urlutil.Error(u, "drift_margin=%q is not a duration (write 2ms)", v)
-			}
-			opts = append(opts, WithDriftMargin(d))
-		case "fence":
-			switch v {
-			case "on":
-			case "off":
-				opts = append(opts, WithoutFenceRound())
-			default:
-				return nil, urlutil.Error(u, "fence=%q (want on or off)", v)
-			}
-		default:
-			continue
+			q.Del(k)
 		}
-		q.Del(k)
 	}
-	if useRueidis && mode != "script" {
+	if c.rueidis && c.mode != "" && c.mode != "script" {
 		// Refused before any node is dialled: a usage error, whether the
 		// nodes answer or not.
-		return nil, urlutil.Error(u, "mode=%s needs client=go-redis: a rueidis client runs script mode", mode)
+		return nil, urlutil.Error(u, "mode=%s needs client=go-redis: a rueidis client runs script mode", c.mode)
 	}
-	nodes := make([]driver.Driver, 0, len(hosts))
-	closeAll := func() {
-		for _, n := range nodes {
-			n.Close()
-		}
+	ropts, err := redisOptions(u, hosts, q, tc)
+	if err != nil {
+		return nil, err
 	}
-	var ropts []rueidis.ClientOption // client=rueidis: every node's options
+	nodes, err := newNodes(c.rueidis, ropts, c.nodeOpts)
+	if err != nil {
+		return nil, err
+	}
 	hint := "use redlocks:// (or add cacert= to the URL)"
 	if u.Scheme != "redlock" {
 		hint = "add tls=true or cacert= to the URL"
 	}
-	conn := urlutil.Connect{Endpoints: hosts, TLS: tc, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
-	for _, h := range hosts {
+	conn := urlutil.Connect{Endpoints: hosts, TLS: tc, Timeout: ropts[0].DialTimeout, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
+	var d *Driver
+	if err = pingMajority(ctx, u, conn, nodes); err == nil {
+		d, err = New(nodes, c.opts...)
+	}
+	if err != nil {
+		closeNodes(nodes)
+		return nil, err
+	}
+	return d, nil
+}
+
+// redlockHosts returns the servers that a redlock URL names, each once.
+func redlockHosts(u *url.URL) ([]string, error) {
+	hosts, err := urlutil.Hosts(u, "6379")
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hosts {
+		if slices.Contains(hosts[:i], h) {
+			return nil, urlutil.Error(u, "names %s twice; every node must be a separate server", h)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, urlutil.Error(u, "names no server; write redlock://host:port,host:port,host:port")
+	}
+	return hosts, nil
+}
+
+// redlockConfig is what the parameters that a redlock URL takes for itself
+// configure.
+type redlockConfig struct {
+	opts     []Option
+	nodeOpts []redisdlock.Option
+	rueidis  bool
+	mode     string
+}
+
+// redlockParams are the parameters that a redlock URL takes for itself
+// (the others go to go-redis): each sets its value in c, or says what is
+// wrong with it.
+var redlockParams = map[string]func(c *redlockConfig, v string) error{
+	"client": func(c *redlockConfig, v string) error {
+		if c.rueidis = v == "rueidis"; !c.rueidis && v != "go-redis" && v != "goredis" {
+			return fmt.Errorf("client=%q (want go-redis or rueidis)", v)
+		}
+		return nil
+	},
+	"prefix": func(c *redlockConfig, v string) error {
+		c.nodeOpts = append(c.nodeOpts, redisdlock.WithPrefix(v))
+		return nil
+	},
+	"mode": func(c *redlockConfig, v string) error {
+		p, ok := map[string]redisdlock.Protocol{"script": redisdlock.Script, "tx": redisdlock.Transaction, "transaction": redisdlock.Transaction, "legacy": redisdlock.Legacy}[v]
+		if !ok {
+			return fmt.Errorf("unknown mode %q (want script, tx or legacy)", v)
+		}
+		c.mode, c.nodeOpts = v, append(c.nodeOpts, redisdlock.WithProtocol(p))
+		return nil
+	},
+	"drift_factor": func(c *redlockConfig, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("drift_factor=%q is not a number", v)
+		}
+		c.opts = append(c.opts, WithDriftFactor(f))
+		return nil
+	},
+	"drift_margin": func(c *redlockConfig, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("drift_margin=%q is not a duration (write 2ms)", v)
+		}
+		c.opts = append(c.opts, WithDriftMargin(d))
+		return nil
+	},
+	"fence": func(c *redlockConfig, v string) error {
+		switch v {
+		case "on":
+		case "off":
+			c.opts = append(c.opts, WithoutFenceRound())
+		default:
+			return fmt.Errorf("fence=%q (want on or off)", v)
+		}
+		return nil
+	},
+}
+
+// redisOptions returns the go-redis options of the node on each host: the
+// URL's user, database and remaining parameters q, and the TLS
+// configuration tc.
+func redisOptions(u *url.URL, hosts []string, q url.Values, tc *tls.Config) ([]*redis.Options, error) {
+	all := make([]*redis.Options, len(hosts))
+	for i, h := range hosts {
 		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
 		if tc != nil {
 			ru.Scheme = "rediss" // go-redis then also takes skip_verify
 		}
 		o, err := redis.ParseURL(ru.String())
-		if err != nil {
-			closeAll()
+		switch {
+		case err != nil:
 			return nil, urlutil.Error(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
-		}
-		if tc != nil {
+		case o.ReadTimeout < 0 || o.WriteTimeout < 0:
+			// go-redis watches deadlines, not cancellation: a call
+			// cancelled on a hung server would never return.
+			return nil, urlutil.Error(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
+		case tc != nil:
 			// The node's own copy, without a server name unless
 			// servername is given: the TLS dial then verifies each
 			// node's certificate against the node's own host.
 			skip := o.TLSConfig.InsecureSkipVerify
 			o.TLSConfig = tc.Clone()
 			o.TLSConfig.InsecureSkipVerify = skip
-		}
-		conn.Timeout = o.DialTimeout
-		if o.ReadTimeout < 0 || o.WriteTimeout < 0 {
-			closeAll()
-			// go-redis watches deadlines, not cancellation: a call
-			// cancelled on a hung server would never return.
-			return nil, urlutil.Error(u, "read_timeout or write_timeout turns the network timeout off; a call on a hung server could then never return (give a positive duration)")
-		}
-		if useRueidis {
-			ropts = append(ropts, rueidisopt.Single(o))
-			continue
 		}
 		if !q.Has("max_retries") {
 			o.MaxRetries = -1 // dlock retries; a retried release can misreport
@@ -175,35 +208,27 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		// A node that is down must fail fast: the majority carries on, and
 		// go-redis would otherwise try to connect five times, 100ms apart.
 		o.DialerRetries = 1
-		client := redis.NewClient(o)
-		d, err := redisdlock.New(client, nodeOpts...)
-		if err != nil {
-			client.Close()
-			closeAll()
-			return nil, err
-		}
-		nodes = append(nodes, &redisNode{Driver: d, client: client})
+		all[i] = o
 	}
-	if useRueidis {
-		var err error
-		if nodes, err = rueidisNodes(hosts, ropts, nodeOpts); err != nil {
-			return nil, err
-		}
-	}
-	// Every node gets a PING; a minority may be down or hung. Open
-	// returns as soon as a majority answered (or can no longer answer): a
-	// PING to a hung server ends at its read timeout, or when its client
-	// is closed.
+	return all, nil
+}
+
+// pingMajority sends every node a PING, and returns as soon as a majority
+// answered, or an *openError once a majority can no longer answer: a
+// minority may be down or hung (a PING to a hung server ends at its read
+// timeout, or when its client is closed). It logs the nodes that failed
+// before a majority answered.
+func pingMajority(ctx context.Context, u *url.URL, conn urlutil.Connect, nodes []driver.Driver) error {
 	majority := len(nodes)/2 + 1
 	var failures []error
-	err = conn.Do(ctx, func(ctx context.Context) error {
+	err := conn.Do(ctx, func(ctx context.Context) error {
 		pongs := make(chan pong, len(nodes))
 		for i, n := range nodes {
-			go func() { pongs <- pong{i, n.(pinger).ping(ctx)} }()
+			go func() { pongs <- pong{i, n.(*redisNode).ping(ctx)} }()
 		}
 		for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
 			if p := <-pongs; p.err != nil {
-				failures = append(failures, fmt.Errorf("%s: %w", hosts[p.i], p.err))
+				failures = append(failures, fmt.Errorf("%s: %w", conn.Endpoints[p.i], p.err))
 			} else {
 				up++
 			}
@@ -213,19 +238,10 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	if len(failures) > 0 {
+	if err == nil && len(failures) > 0 {
 		slog.Default().Warn("quorum: some servers do not answer; the majority carries on", "url", redact.URL(u), "err", errors.Join(failures...))
 	}
-	d, err := New(nodes, opts...)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	return d, nil
+	return err
 }
 
 // pong is the answer of node i to Open's PING.
@@ -267,85 +283,71 @@ func (openClassifier) Permanent(err error) bool {
 	return n > oe.nodes-(oe.nodes/2+1)
 }
 
-// redisNode is a redisdlock driver that owns its client. Embedding keeps
-// the driver's optional interfaces (Notifier, Lister, ForceReleaser).
-type redisNode struct {
-	*redisdlock.Driver
-	client *redis.Client
-}
-
-// String returns the server's address, which names the node in errors.
-func (n *redisNode) String() string { return n.client.Options().Addr }
-
-// Close closes the driver, then its client.
-func (n *redisNode) Close() error {
-	return errors.Join(n.Driver.Close(), n.client.Close())
-}
-
-func (n *redisNode) ping(ctx context.Context) error { return n.client.Ping(ctx).Err() }
-
-// pinger is a node of a URL-opened quorum, which Open pings.
-type pinger interface {
-	ping(ctx context.Context) error
-}
-
-// rueidisNodes makes a driver over a rueidis client for each host, with
-// the client options of the same index. The clients are made at once,
-// since rueidis dials the server before it returns: a node that is down or
-// hung costs Open one dial timeout, not one per node. It still gets its
-// client, which connects once the node is back.
-func rueidisNodes(hosts []string, ropts []rueidis.ClientOption, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
-	clients := make([]rueidis.Client, len(hosts))
+// newNodes makes a driver for each of opts over a client of its own: a
+// go-redis client, or a rueidis one if useRueidis. The clients are made at
+// once, since rueidis dials the server before it returns: a node that is
+// down or hung costs Open one dial timeout, not one per node. It still gets
+// its client, which connects once the node is back.
+func newNodes(useRueidis bool, opts []*redis.Options, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
+	nodes := make([]driver.Driver, len(opts))
+	errs := make([]error, len(opts))
 	var wg sync.WaitGroup
-	for i := range hosts {
-		wg.Go(func() { clients[i], _ = rueidis.NewClient(ropts[i]) })
+	for i, o := range opts {
+		wg.Go(func() { nodes[i], errs[i] = newNode(useRueidis, o, nodeOpts) })
 	}
 	wg.Wait()
-	nodes := make([]driver.Driver, 0, len(hosts))
-	var err error
-	for i, c := range clients {
-		if c == nil {
-			err = errors.Join(err, fmt.Errorf("quorum: no rueidis client could be made for %s", hosts[i]))
-			continue
-		}
-		if err != nil {
-			c.Close()
-			continue
-		}
-		d, derr := redisdlock.NewRueidis(c, nodeOpts...)
-		if derr != nil {
-			c.Close()
-			err = derr
-			continue
-		}
-		nodes = append(nodes, &rueidisNode{Driver: d, client: c, addr: hosts[i]})
-	}
-	if err != nil {
-		for _, n := range nodes {
-			n.Close()
-		}
+	if err := errors.Join(errs...); err != nil {
+		closeNodes(nodes)
 		return nil, err
 	}
 	return nodes, nil
 }
 
-// rueidisNode is redisNode over a rueidis client.
-type rueidisNode struct {
+// newNode makes a driver over a client made with o (see newNodes).
+func newNode(useRueidis bool, o *redis.Options, nodeOpts []redisdlock.Option) (driver.Driver, error) {
+	n := &redisNode{addr: o.Addr}
+	var err error
+	if useRueidis {
+		c, _ := rueidis.NewClient(rueidisopt.Single(o)) // made even if the dial failed
+		if c == nil {
+			return nil, fmt.Errorf("quorum: no rueidis client could be made for %s", o.Addr)
+		}
+		n.closeClient = func() error { c.Close(); return nil }
+		n.ping = func(ctx context.Context) error { return c.Do(ctx, c.B().Ping().Build()).Error() }
+		n.Driver, err = redisdlock.NewRueidis(c, nodeOpts...)
+	} else {
+		c := redis.NewClient(o)
+		n.closeClient, n.ping = c.Close, func(ctx context.Context) error { return c.Ping(ctx).Err() }
+		n.Driver, err = redisdlock.New(c, nodeOpts...)
+	}
+	if err != nil {
+		n.closeClient()
+		return nil, err
+	}
+	return n, nil
+}
+
+// closeNodes closes nodes that no Driver owns (nil ones are skipped).
+func closeNodes(nodes []driver.Driver) {
+	for _, n := range nodes {
+		if n != nil {
+			n.Close()
+		}
+	}
+}
+
+// redisNode is a redisdlock driver that owns its client, which Open pings.
+// Embedding keeps the driver's optional interfaces (Notifier, Lister,
+// ForceReleaser).
+type redisNode struct {
 	*redisdlock.Driver
-	client rueidis.Client
-	addr   string
+	addr        string
+	closeClient func() error
+	ping        func(context.Context) error
 }
 
 // String returns the server's address, which names the node in errors.
-func (n *rueidisNode) String() string { return n.addr }
+func (n *redisNode) String() string { return n.addr }
 
 // Close closes the driver, then its client.
-func (n *rueidisNode) Close() error {
-	err := n.Driver.Close()
-	n.client.Close()
-	return err
-}
-
-func (n *rueidisNode) ping(ctx context.Context) error {
-	return n.client.Do(ctx, n.client.B().Ping().Build()).Error()
-}
+func (n *redisNode) Close() error { return errors.Join(n.Driver.Close(), n.closeClient()) }
