@@ -21,14 +21,19 @@ var storeModules = map[string][]string{
 	"sqldlock/sqlite":   {"modernc.org/"},
 }
 
+// recipes are the recipe packages that import no store's client.
+var recipes = []string{"job", "leader", "fill", "ratelimit"}
+
 // TestConsumersDownloadOnlyTheirStore checks that a program that imports
-// package dlock and one backend downloads no other store's client library
-// when it runs `go mod tidy`, which loads the program's packages, their
-// imports, and the tests of all of them (and what those tests import).
+// package dlock, one backend and the recipes downloads no other store's
+// client library when it runs `go mod tidy`, which loads the program's
+// packages, their imports, and the tests of all of them (and what those
+// tests import).
 //
 // The SQL dialects share package sqldlock, whose own tests run every
 // dialect: a program that uses one of them still downloads the other two
-// drivers (docs/releasing.md), and they are not checked here yet.
+// drivers (docs/releasing.md), and they are not checked here yet; nor is
+// package fence, whose tests guard SQL databases and Redis.
 func TestConsumersDownloadOnlyTheirStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -39,7 +44,11 @@ func TestConsumersDownloadOnlyTheirStore(t *testing.T) {
 			continue
 		}
 		t.Run(backend, func(t *testing.T) {
-			pkgs := goList(t, "-deps", mod, mod+"/"+backend)
+			imports := []string{mod, mod + "/" + backend}
+			for _, r := range recipes {
+				imports = append(imports, mod+"/"+r)
+			}
+			pkgs := goList(t, append([]string{"-deps"}, imports...)...)
 			var ours []string
 			for _, p := range pkgs {
 				if p == mod || strings.HasPrefix(p, mod+"/") {
