@@ -123,7 +123,7 @@ func mysqlDSN(port int, db, params string) string {
 }
 
 // runMariaDB runs sql with the MariaDB client as root, without a password
-// or TLS, connecting as the options where say. An error carries the
+// or TLS, connecting where the options in where say. An error carries the
 // client's message ("ERROR 1045 (28000): Access denied ...").
 func runMariaDB(ctx context.Context, client, sql string, where ...string) error {
 	args := append([]string{
