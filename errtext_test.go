@@ -3,55 +3,29 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"net"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/fill"
+	"github.com/dlockhq/dlock/internal/dlocktest"
 	"github.com/dlockhq/dlock/job"
 	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/memdlock"
 	"github.com/dlockhq/dlock/ratelimit"
-	"github.com/dlockhq/dlock/redisdlock"
 )
-
-// prefixRE matches the package prefix "dlock:" as a word ("redisdlock:"
-// and "sqldlock:" are other packages' prefixes).
-var prefixRE = regexp.MustCompile(`(^|[^a-z])dlock:`)
 
 // TestErrorsNameKeyOnce collects the errors of the common failure paths
 // and checks that each names the key exactly once and carries the
 // "dlock:" prefix at most once, however many layers wrapped it, and that
-// errors.Is still finds the sentinels.
+// errors.Is still finds the sentinels. (Its case of a backend whose store
+// is down is in internal/integration.)
 func TestErrorsNameKeyOnce(t *testing.T) {
 	const key = "order:42"
 	ctx := context.Background()
-	quoted := strconv.Quote(key)
 	check := func(t *testing.T, what string, err error, targets ...error) {
 		t.Helper()
-		if err == nil {
-			t.Errorf("%s: no error", what)
-			return
-		}
-		msg := err.Error()
-		t.Logf("%s: %s", what, msg)
-		if n := strings.Count(msg, quoted); n != 1 {
-			t.Errorf("%s: %q names the key %d times; want once", what, msg, n)
-		}
-		if n := len(prefixRE.FindAllString(msg, -1)); n > 1 {
-			t.Errorf("%s: %q has the dlock: prefix %d times; want at most once", what, msg, n)
-		}
-		for _, target := range targets {
-			if !errors.Is(err, target) {
-				t.Errorf("%s: %q does not wrap %v", what, msg, target)
-			}
-		}
+		dlocktest.ErrorNamesKeyOnce(t, what, key, err, targets...)
 	}
 	hold := func(t *testing.T, c *dlock.Client, opts ...dlock.LockOption) *dlock.Lock {
 		t.Helper()
@@ -224,24 +198,5 @@ func TestErrorsNameKeyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, "Resign of a lost term", term.Resign(ctx), dlock.ErrLost)
-	})
-	t.Run("unreachable redis", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-		defer rc.Close()
-		d, err := redisdlock.New(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := newClient(t, d)
-		_, err = c.TryLock(ctx, key)
-		check(t, "TryLock on a Redis that is down", err, dlock.ErrUnavailable)
-		_, err = c.Lock(ctx, key)
-		check(t, "Lock on a Redis that is down", err, dlock.ErrUnavailable)
 	})
 }

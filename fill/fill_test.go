@@ -10,13 +10,12 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/fill"
-	"github.com/dlockhq/dlock/internal/testsrv"
 	"github.com/dlockhq/dlock/memdlock"
+	"go.uber.org/goleak"
 )
 
-// TestMain starts memcached, for its lease clock of whole seconds (see
-// hostile_test.go), and fails the run if goroutines are left over.
-func TestMain(m *testing.M) { testsrv.Main(m, testsrv.Memcached) }
+// TestMain fails the run if goroutines are left over.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // mapCache is a cache entry in memory, with counters.
 type mapCache struct {

@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,34 @@ func Ctx(tb testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	tb.Cleanup(cancel)
 	return c
+}
+
+// prefixRE matches the package prefix "dlock:" as a word ("redisdlock:"
+// and "sqldlock:" are other packages' prefixes).
+var prefixRE = regexp.MustCompile(`(^|[^a-z])dlock:`)
+
+// ErrorNamesKeyOnce checks the error err of what, an operation on key: it
+// names the key exactly once and carries the "dlock:" prefix at most once,
+// however many layers wrapped it, and errors.Is finds each of targets.
+func ErrorNamesKeyOnce(t *testing.T, what, key string, err error, targets ...error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", what)
+		return
+	}
+	msg := err.Error()
+	t.Logf("%s: %s", what, msg)
+	if n := strings.Count(msg, strconv.Quote(key)); n != 1 {
+		t.Errorf("%s: %q names the key %d times; want once", what, msg, n)
+	}
+	if n := len(prefixRE.FindAllString(msg, -1)); n > 1 {
+		t.Errorf("%s: %q has the dlock: prefix %d times; want at most once", what, msg, n)
+	}
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Errorf("%s: %q does not wrap %v", what, msg, target)
+		}
+	}
 }
 
 // Request returns an exclusive request for key with a new owner and a

@@ -6,26 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // memberTimeout bounds each question Leader and Master ask one member, so
 // that a paused member does not hold up the answer.
 const memberTimeout = time.Second
-
-// newQuickRedisClient is newRedisClient for a question that must not
-// outlive its context's deadline.
-func newQuickRedisClient(addr string) *redis.Client {
-	o := redisOptions(addr)
-	o.ContextTimeoutEnabled = true
-	return redis.NewClient(o)
-}
 
 // Leader returns the member that leads an etcd cluster (etcd,
 // etcd-cluster) or a ZooKeeper ensemble (zookeeper, zookeeper-ensemble):
@@ -204,16 +193,12 @@ func (s *Server) Master(ctx context.Context) (*Server, error) {
 // name as master and that reports itself master.
 func sentinelMaster(ctx context.Context, servers, sentinels []*Server) (*Server, error) {
 	named, errs := askMembers(ctx, sentinels, func(ctx context.Context, m *Server) (string, error) {
-		c := newQuickRedisClient(m.Addr)
-		defer c.Close()
-		addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
+		c, err := dialRedis(ctx, m.Addr, nil)
 		if err != nil {
 			return "", err
 		}
-		if len(addr) != 2 {
-			return "", fmt.Errorf("master address %q", addr)
-		}
-		return net.JoinHostPort(addr[0], addr[1]), nil
+		defer c.Close()
+		return c.sentinelMasterAddr(ctx)
 	})
 	votes := map[string]int{}
 	for i, a := range named {
@@ -230,9 +215,12 @@ func sentinelMaster(ctx context.Context, servers, sentinels []*Server) (*Server,
 		}
 		ctx, cancel := context.WithTimeout(ctx, memberTimeout)
 		defer cancel()
-		c := newQuickRedisClient(m.Addr)
+		c, err := dialRedis(ctx, m.Addr, nil)
+		if err != nil {
+			return nil, fmt.Errorf("sentinels name %s: %w", m.Addr, err)
+		}
 		defer c.Close()
-		info, err := c.Info(ctx, "replication").Result()
+		info, err := c.text(ctx, "INFO", "replication")
 		if err != nil {
 			return nil, fmt.Errorf("sentinels name %s: %w", m.Addr, err)
 		}

@@ -2,8 +2,6 @@ package testsrv
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // StartMariaDB initialises a MariaDB data directory in a new temporary
@@ -21,13 +17,14 @@ import (
 // connections, and creates the database "dlock". The error wraps ErrMissing
 // if mariadbd/mysqld or mariadb-install-db/mysql_install_db cannot be found.
 func StartMariaDB(ctx context.Context) (*Server, error) {
-	return startMariaDB(ctx, MariaDB, nil)
+	return startMariaDB(ctx, MariaDB, nil, "")
 }
 
 // startMariaDB starts a MariaDB server as StartMariaDB documents, named
-// name, with the more server options extra.
-func startMariaDB(ctx context.Context, name string, extra []string) (_ *Server, err error) {
-	mysqld, installDB, err := findMariaDB()
+// name, with the more server options extra, and runs the SQL setup as root
+// once it has created the default database.
+func startMariaDB(ctx context.Context, name string, extra []string, setup string) (_ *Server, err error) {
+	mysqld, installDB, client, err := findMariaDB()
 	if err != nil {
 		return nil, err
 	}
@@ -82,13 +79,16 @@ func startMariaDB(ctx context.Context, name string, extra []string) (_ *Server, 
 		}, common...)
 		return startProcess(mysqld, append(args, extra...), dir, nil, log)
 	}
+	// root runs SQL as root over TCP.
+	root := func(ctx context.Context, port int, sql string) error {
+		return runMariaDB(ctx, client, sql, "--host=127.0.0.1", "--port="+strconv.Itoa(port))
+	}
 	ready := func(ctx context.Context, port int) error {
-		err := pingMySQL(ctx, mysqlDSN(port, "", "timeout=2s"))
-		var myErr *mysql.MySQLError
-		if errors.As(err, &myErr) && (myErr.Number == 1045 || myErr.Number == 1130) {
+		err := root(ctx, port, "SELECT 1")
+		if err != nil && (strings.Contains(err.Error(), "ERROR 1045 ") || strings.Contains(err.Error(), "ERROR 1130 ")) {
 			// Up, but root may not log in over TCP (another install-db
 			// default): allow it through the unix socket, then retry.
-			if fixErr := allowRootOverTCP(ctx, socket); fixErr != nil {
+			if fixErr := allowRootOverTCP(ctx, client, socket); fixErr != nil {
 				return fmt.Errorf("%v; allowing root over TCP: %v", err, fixErr)
 			}
 		}
@@ -105,20 +105,14 @@ func startMariaDB(ctx context.Context, name string, extra []string) (_ *Server, 
 		return fmt.Sprintf("mysql://root@127.0.0.1:%d/%s", port, db), mysqlDSN(port, db, "parseTime=true")
 	}
 	s.newDB = func(ctx context.Context, db string) error {
-		conn, err := sql.Open("mysql", mysqlDSN(port, "", "timeout=5s"))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
 		ident := "`" + strings.ReplaceAll(db, "`", "``") + "`"
-		if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+ident); err != nil {
-			return err
-		}
-		_, err = conn.ExecContext(ctx, "CREATE DATABASE "+ident)
-		return err
+		return root(ctx, port, "DROP DATABASE IF EXISTS "+ident+"; CREATE DATABASE "+ident+";")
 	}
 	if err := s.newDB(ctx, DefaultDatabase); err != nil {
 		return nil, fmt.Errorf("creating database %s: %w%s", DefaultDatabase, err, s.logTail())
+	}
+	if err := root(ctx, port, setup); err != nil {
+		return nil, fmt.Errorf("setting up: %w%s", err, s.logTail())
 	}
 	s.URL, s.DSN = s.dbURL(DefaultDatabase)
 	return s, nil
@@ -128,52 +122,46 @@ func mysqlDSN(port int, db, params string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?%s", port, db, params)
 }
 
-func pingMySQL(ctx context.Context, dsn string) error {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	return db.PingContext(ctx)
+// runMariaDB runs sql with the MariaDB client as root, without a password
+// or TLS, connecting where the options in where say. An error carries the
+// client's message ("ERROR 1045 (28000): Access denied ...").
+func runMariaDB(ctx context.Context, client, sql string, where ...string) error {
+	args := append([]string{
+		"--no-defaults", // must come first: ignore /etc/mysql and ~/.my.cnf
+		"--user=root",
+		"--skip-ssl",
+		"--connect-timeout=2",
+		"--batch",
+	}, where...)
+	_, err := runClient(ctx, client, args, sql)
+	return err
 }
 
 // allowRootOverTCP connects as root through the unix socket and creates
 // root@127.0.0.1 without a password.
-func allowRootOverTCP(ctx context.Context, socket string) error {
-	db, err := sql.Open("mysql", "root@unix("+socket+")/?timeout=2s")
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	for _, q := range []string{
-		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''",
-		"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return err
-		}
-	}
-	return nil
+func allowRootOverTCP(ctx context.Context, client, socket string) error {
+	return runMariaDB(ctx, client, "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';\n"+
+		"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;\n", "--socket="+socket)
 }
 
 // mariadbDirs are searched for MariaDB programs after PATH.
 var mariadbDirs = []string{"/usr/sbin", "/usr/bin", "/usr/libexec", "/usr/local/mysql/bin", "/usr/local/mysql/scripts", "/usr/local/bin"}
 
-// findMariaDB finds the server (mariadbd or mysqld) and the data directory
-// bootstrap script (mariadb-install-db or mysql_install_db) in PATH or the
-// usual system directories.
-func findMariaDB() (mysqld, installDB string, err error) {
-	mysqld = lookPath([]string{"mariadbd", "mysqld"}, mariadbDirs...)
-	installDB = lookPath([]string{"mariadb-install-db", "mysql_install_db"}, mariadbDirs...)
-	if mysqld == "" || installDB == "" {
-		var missing []string
-		if mysqld == "" {
-			missing = append(missing, "mariadbd/mysqld")
+// findMariaDB finds the server (mariadbd or mysqld), the data directory
+// bootstrap script (mariadb-install-db or mysql_install_db) and the client
+// (mariadb or mysql) in PATH or the usual system directories.
+func findMariaDB() (mysqld, installDB, client string, err error) {
+	var missing []string
+	find := func(names ...string) string {
+		p := lookPath(names, mariadbDirs...)
+		if p == "" {
+			missing = append(missing, strings.Join(names, "/"))
 		}
-		if installDB == "" {
-			missing = append(missing, "mariadb-install-db/mysql_install_db")
-		}
-		return "", "", fmt.Errorf("%w: mariadb (%s not found in PATH or /usr/sbin, /usr/bin)", ErrMissing, strings.Join(missing, " and "))
+		return p
 	}
-	return mysqld, installDB, nil
+	mysqld, installDB, client = find("mariadbd", "mysqld"), find("mariadb-install-db", "mysql_install_db"), find("mariadb", "mysql")
+	if len(missing) > 0 {
+		return "", "", "", fmt.Errorf("%w: mariadb (%s not found in PATH or /usr/sbin, /usr/bin)", ErrMissing, strings.Join(missing, " and "))
+	}
+	return mysqld, installDB, client, nil
 }

@@ -2,12 +2,9 @@ package testsrv
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlockhq/dlock/internal/testcert"
 )
@@ -45,16 +42,13 @@ type MariaDBTLS struct {
 // "mysql://dlock_tls:password@127.0.0.1:port/db?cacert=CA", with cert and
 // key (the client certificate of cfg.Certs) when cfg.ClientCerts is set.
 // Server.DSN and the DSNs of NewDatabase are go-sql-driver/mysql DSNs of the
-// same account with tls= a configuration registered with
-// mysql.RegisterTLSConfig that trusts Certs.CA (and presents the client
-// certificate).
+// same account with tls=mariadb-tls (MariaDBTLSName): the caller registers
+// under that name, with mysql.RegisterTLSConfig, a configuration that
+// trusts Certs.CA (and presents the client certificate); testsrv imports
+// no MySQL client library to do it.
 func StartMariaDBTLS(ctx context.Context, cfg MariaDBTLS) (_ *Server, err error) {
 	if cfg.Certs == nil {
 		return nil, errors.New("testsrv: StartMariaDBTLS: MariaDBTLS.Certs is nil")
-	}
-	client, err := cfg.Certs.ClientConfig()
-	if err != nil {
-		return nil, err
 	}
 	q := url.Values{"cacert": {cfg.Certs.CA}}
 	require := "SSL"
@@ -62,25 +56,17 @@ func StartMariaDBTLS(ctx context.Context, cfg MariaDBTLS) (_ *Server, err error)
 		q.Set("cert", cfg.Certs.ClientCert)
 		q.Set("key", cfg.Certs.ClientKey)
 		require = "X509"
-	} else {
-		client.Certificates = nil
 	}
+	// The account that must use TLS.
+	account := fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s' REQUIRE %s;\nGRANT ALL PRIVILEGES ON *.* TO '%s'@'%%';\n",
+		MariaDBTLSUser, MariaDBTLSPassword, require, MariaDBTLSUser)
 	s, err := startMariaDB(ctx, MariaDBTLSName, []string{
 		"--ssl-cert=" + cfg.Certs.ServerCert,
 		"--ssl-key=" + cfg.Certs.ServerKey,
 		"--ssl-ca=" + cfg.Certs.CA,
-	})
+	}, account)
 	if err != nil {
 		return nil, err
-	}
-	defer s.abandonOnError(&err)
-	port := s.port
-	tlsName := fmt.Sprintf("testsrv-%s-%d", MariaDBTLSName, port)
-	if err := mysql.RegisterTLSConfig(tlsName, client); err != nil {
-		return nil, err
-	}
-	if err := createTLSUser(ctx, mysqlDSN(port, "", "timeout=5s"), require); err != nil {
-		return nil, fmt.Errorf("creating the account %s: %w%s", MariaDBTLSUser, err, s.logTail())
 	}
 	s.dbURL = func(db string) (string, string) {
 		u := url.URL{
@@ -90,28 +76,9 @@ func StartMariaDBTLS(ctx context.Context, cfg MariaDBTLS) (_ *Server, err error)
 			Path:     "/" + db,
 			RawQuery: q.Encode(),
 		}
-		dsn := fmt.Sprintf("%s:%s@tcp(%s)/%s?parseTime=true&tls=%s", MariaDBTLSUser, MariaDBTLSPassword, s.Addr, db, tlsName)
+		dsn := fmt.Sprintf("%s:%s@tcp(%s)/%s?parseTime=true&tls=%s", MariaDBTLSUser, MariaDBTLSPassword, s.Addr, db, MariaDBTLSName)
 		return u.String(), dsn
 	}
 	s.URL, s.DSN = s.dbURL(DefaultDatabase)
 	return s, nil
-}
-
-// createTLSUser creates the account MariaDBTLSUser, which must connect with
-// REQUIRE require (SSL or X509), through the root account at dsn.
-func createTLSUser(ctx context.Context, dsn, require string) error {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	for _, q := range []string{
-		fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s' REQUIRE %s", MariaDBTLSUser, MariaDBTLSPassword, require),
-		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO '%s'@'%%'", MariaDBTLSUser),
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return err
-		}
-	}
-	return nil
 }

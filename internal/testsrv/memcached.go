@@ -1,16 +1,15 @@
 package testsrv
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/bradfitz/gomemcache/memcache"
 )
 
 // memcachedDirs are searched for memcached after PATH.
@@ -52,17 +51,36 @@ func StartMemcached(ctx context.Context) (_ *Server, err error) {
 		}
 		return startProcess(bin, args, dir, nil, log)
 	}
-	ready := func(ctx context.Context, port int) error {
-		c := memcache.New(loopbackAddr(port))
-		c.Timeout = 2 * time.Second
-		defer c.Close()
-		return c.Ping()
-	}
-	if err := s.launch(ctx, start, ready); err != nil {
+	if err := s.launch(ctx, start, pingMemcached); err != nil {
 		return nil, err
 	}
 	s.Addr = loopbackAddr(s.port)
 	s.Addrs = []string{s.Addr}
 	s.URL = "memcached://" + s.Addr
 	return s, nil
+}
+
+// pingMemcached is the readiness check of memcached: a "version" request
+// over a new connection, in the text protocol.
+func pingMemcached(ctx context.Context, port int) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", loopbackAddr(port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("version\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("version: %w", err)
+	}
+	if !strings.HasPrefix(line, "VERSION ") {
+		return fmt.Errorf("version: reply %q", strings.TrimSpace(line))
+	}
+	return nil
 }

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // StartPostgres initialises a PostgreSQL cluster in a new temporary
@@ -43,7 +41,7 @@ type postgresOptions struct {
 // startPostgres starts a PostgreSQL server as StartPostgres documents, with
 // opts.
 func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err error) {
-	initdb, postgres, err := findPostgres()
+	initdb, postgres, psql, err := findPostgres()
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +68,11 @@ func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err er
 		}
 	}
 	pgURL := func(port int, db string) string { return pgURLParams(port, db, opts.params) }
+	// query runs SQL with psql on the server's database "postgres".
+	query := func(ctx context.Context, port int, sql string) error {
+		_, err := runClient(ctx, psql, []string{"-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-d", pgURL(port, "postgres")}, sql)
+		return err
+	}
 
 	start := func(port int, log *os.File) (*exec.Cmd, error) {
 		return startProcess(postgres, append([]string{
@@ -86,13 +89,7 @@ func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err er
 			"-c", "log_min_messages=warning",
 		}, opts.args...), dir, cred, log)
 	}
-	ready := func(ctx context.Context, port int) error {
-		conn, err := pgx.Connect(ctx, pgURL(port, "postgres"))
-		if err != nil {
-			return err
-		}
-		return conn.Close(ctx)
-	}
+	ready := func(ctx context.Context, port int) error { return query(ctx, port, "SELECT 1") }
 	if err := s.launch(ctx, start, ready); err != nil {
 		return nil, err
 	}
@@ -105,25 +102,17 @@ func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err er
 		return u, u
 	}
 	s.newDB = func(ctx context.Context, db string) error {
-		conn, err := pgx.Connect(ctx, pgURL(port, "postgres"))
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		ident := pgx.Identifier{db}.Sanitize()
-		drop := "DROP DATABASE IF EXISTS " + ident
-		var version int
-		if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-			return err
-		}
-		if version >= 130000 {
-			drop += " WITH (FORCE)" // also drop a previous test's leftover connections
-		}
-		if _, err := conn.Exec(ctx, drop); err != nil {
-			return err
-		}
-		_, err = conn.Exec(ctx, "CREATE DATABASE "+ident)
-		return err
+		ident := `"` + strings.ReplaceAll(db, `"`, `""`) + `"`
+		// WITH (FORCE), from PostgreSQL 13 on, also drops a previous
+		// test's leftover connections.
+		return query(ctx, port, `SELECT current_setting('server_version_num')::int >= 130000 AS force \gset
+\if :force
+DROP DATABASE IF EXISTS `+ident+` WITH (FORCE);
+\else
+DROP DATABASE IF EXISTS `+ident+`;
+\endif
+CREATE DATABASE `+ident+`;
+`)
 	}
 	if err := s.newDB(ctx, DefaultDatabase); err != nil {
 		return nil, fmt.Errorf("creating database %s: %w%s", DefaultDatabase, err, s.logTail())
@@ -158,10 +147,26 @@ func postgresCredential() (*syscall.Credential, error) {
 // postgresGlobs are the distribution directories searched for PostgreSQL.
 var postgresGlobs = []string{"/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin"}
 
-// findPostgres finds initdb and postgres: the newest version in the
+// findPostgres finds initdb, postgres and psql: the newest version in the
 // distribution directories (/usr/lib/postgresql/*/bin on Debian,
 // /usr/pgsql-*/bin on RHEL), else in PATH, else next to pg_config --bindir.
-func findPostgres() (initdb, postgres string, err error) {
+// psql is the one beside postgres, else the one in PATH.
+func findPostgres() (initdb, postgres, psql string, err error) {
+	initdb, postgres, err = findPostgresServer()
+	if err != nil {
+		return "", "", "", err
+	}
+	if psql = firstExisting(filepath.Join(filepath.Dir(postgres), "psql")); psql == "" {
+		psql = lookPath([]string{"psql"})
+	}
+	if psql == "" {
+		return "", "", "", fmt.Errorf("%w: postgres (psql not found beside %s or in PATH)", ErrMissing, postgres)
+	}
+	return initdb, postgres, psql, nil
+}
+
+// findPostgresServer finds initdb and postgres as findPostgres does.
+func findPostgresServer() (initdb, postgres string, err error) {
 	var dirs []string
 	for _, pattern := range postgresGlobs {
 		m, _ := filepath.Glob(pattern)

@@ -3,8 +3,10 @@ package testsrv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,9 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // SentinelMaster is the name under which the sentinels of
@@ -238,16 +237,7 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	// The sentinels start once the replica is in sync: a sentinel learns
 	// of the replicas from the master's INFO, which it asks for when it
 	// connects and then only every 10 s.
-	if err := waitRedis(ctx, "replica in sync with the master", replica.Addr, func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return err
-		}
-		if v := infoField(info, "master_link_status"); v != "up" {
-			return fmt.Errorf("master_link_status:%s", v)
-		}
-		return nil
-	}); err != nil {
+	if err := waitRedis(ctx, "replica in sync with the master", replica.Addr, replicaInSync); err != nil {
 		return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
 	}
 	if err := s.startMembers(ctx, sentinels, func(ctx context.Context, i int) (*Server, error) {
@@ -259,7 +249,7 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 	for _, a := range sentinelAddrs {
 		// The sentinels find each other through the master and replica
 		// (every sentinel announces itself there every 2 s).
-		if err := waitRedis(ctx, "sentinel to report the master, its replica and the other sentinels", a, func(ctx context.Context, c *redis.Client) error {
+		if err := waitRedis(ctx, "sentinel to report the master, its replica and the other sentinels", a, func(ctx context.Context, c *redisConn) error {
 			return sentinelReady(ctx, c, master.Addr, replica.Addr)
 		}); err != nil {
 			return nil, fmt.Errorf("%w%s", err, s.membersLogTail())
@@ -272,15 +262,15 @@ func StartRedisSentinel(ctx context.Context) (_ *Server, err error) {
 // sentinelReady checks that the sentinel reports master as the address of
 // SentinelMaster, sees it up, knows the other sentinels, and knows
 // replica.
-func sentinelReady(ctx context.Context, c *redis.Client, master, replica string) error {
-	addr, err := c.Do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster).StringSlice()
+func sentinelReady(ctx context.Context, c *redisConn, master, replica string) error {
+	addr, err := c.sentinelMasterAddr(ctx)
 	if err != nil {
 		return err
 	}
-	if len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != master {
-		return fmt.Errorf("sentinel reports master %q, want %s", addr, master)
+	if addr != master {
+		return fmt.Errorf("sentinel reports master %s, want %s", addr, master)
 	}
-	m, err := c.Do(ctx, "SENTINEL", "master", SentinelMaster).Result()
+	m, err := c.do(ctx, "SENTINEL", "master", SentinelMaster)
 	if err != nil {
 		return err
 	}
@@ -291,10 +281,11 @@ func sentinelReady(ctx context.Context, c *redis.Client, master, replica string)
 	if n := fields["num-other-sentinels"]; n != strconv.Itoa(sentinels-1) {
 		return fmt.Errorf("sentinel knows %s other sentinels, want %d", n, sentinels-1)
 	}
-	replicas, err := c.Do(ctx, "SENTINEL", "replicas", SentinelMaster).Slice()
+	reply, err := c.do(ctx, "SENTINEL", "replicas", SentinelMaster)
 	if err != nil {
 		return err
 	}
+	replicas, _ := reply.([]any)
 	for _, r := range replicas {
 		f := redisFields(r)
 		if net.JoinHostPort(f["ip"], f["port"]) == replica && f["flags"] == "slave" {
@@ -304,19 +295,13 @@ func sentinelReady(ctx context.Context, c *redis.Client, master, replica string)
 	return fmt.Errorf("sentinel does not know replica %s yet (%d replicas known)", replica, len(replicas))
 }
 
-// redisFields turns a reply that is a flat field/value array (RESP2) or a
-// map (RESP3) into a map of strings.
+// redisFields turns a reply that is a flat field/value array into a map of
+// strings.
 func redisFields(reply any) map[string]string {
 	out := map[string]string{}
-	switch r := reply.(type) {
-	case []any:
-		for i := 0; i+1 < len(r); i += 2 {
-			out[fmt.Sprint(r[i])] = fmt.Sprint(r[i+1])
-		}
-	case map[any]any:
-		for k, v := range r {
-			out[fmt.Sprint(k)] = fmt.Sprint(v)
-		}
+	r, _ := reply.([]any)
+	for i := 0; i+1 < len(r); i += 2 {
+		out[fmt.Sprint(r[i])] = fmt.Sprint(r[i+1])
 	}
 	return out
 }
@@ -481,63 +466,171 @@ func clusterPort() (int, error) {
 	return port, nil
 }
 
-// newRedisClient returns a client for the harness's own connections: one
-// connection, no retries (callers poll), RESP2, no identity or maintenance
-// handshakes.
-func newRedisClient(addr string) *redis.Client { return redis.NewClient(redisOptions(addr)) }
-
-// redisOptions returns the options of newRedisClient.
-func redisOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr:                     addr,
-		Protocol:                 2,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		MaxRetries:               -1,
-		DialTimeout:              2 * time.Second,
-		DialerRetries:            1, // the callers poll themselves
-		DialerRetryTimeout:       10 * time.Millisecond,
-		ReadTimeout:              5 * time.Second,
-		WriteTimeout:             5 * time.Second,
-		PoolSize:                 1,
-	}
+// redisConn is a connection of the harness's own to a Redis process. It
+// speaks RESP2 itself, one command at a time, so that testsrv imports no
+// client library (and a program that imports a backend does not download
+// the others' through the backends' tests).
+type redisConn struct {
+	net.Conn
+	r *bufio.Reader
 }
 
-// pingRedisPort is the readiness check of a Redis process: a PING over a
-// new connection. It speaks the protocol itself rather than through
-// go-redis, whose connection pool logs every refused connection.
-func pingRedisPort(ctx context.Context, port int) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", loopbackAddr(port))
+// redisTimeout bounds each command of a redisConn whose context has no
+// earlier deadline.
+const redisTimeout = 5 * time.Second
+
+// dialRedis connects to the Redis process at addr, over TLS if cfg is not
+// nil.
+func dialRedis(ctx context.Context, addr string, cfg *tls.Config) (*redisConn, error) {
+	var d interface {
+		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+	} = &net.Dialer{}
+	if cfg != nil {
+		d = &tls.Dialer{Config: cfg}
+	}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &redisConn{Conn: conn, r: bufio.NewReader(conn)}, nil
+}
+
+// do sends a command and returns its reply: a string (simple or bulk), an
+// int64, nil, or a []any of those; an error reply is returned as an error.
+func (c *redisConn) do(ctx context.Context, args ...any) (any, error) {
+	deadline := time.Now().Add(redisTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		s := fmt.Sprint(a)
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(s), s)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return nil, err
+	}
+	reply, err := c.reply()
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", args[0], err)
+	}
+	return reply, nil
+}
+
+// reply reads one RESP2 reply.
+func (c *redisConn) reply() (any, error) {
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty reply")
+	}
+	switch kind, rest := line[0], line[1:]; kind {
+	case '+':
+		return rest, nil
+	case '-':
+		return nil, errors.New(rest)
+	case ':':
+		return strconv.ParseInt(rest, 10, 64)
+	case '$', '*':
+		n, err := strconv.Atoi(rest)
+		if err != nil || n < 0 {
+			return nil, err // a null reply is nil
+		}
+		if kind == '$' {
+			b := make([]byte, n+2)
+			_, err := io.ReadFull(c.r, b)
+			return string(b[:n]), err
+		}
+		items := make([]any, n)
+		for i := range items {
+			if items[i], err = c.reply(); err != nil {
+				return nil, err
+			}
+		}
+		return items, nil
+	}
+	return nil, fmt.Errorf("reply %q", line)
+}
+
+// text runs a command whose reply is a string.
+func (c *redisConn) text(ctx context.Context, args ...any) (string, error) {
+	reply, err := c.do(ctx, args...)
+	if s, ok := reply.(string); ok || err != nil {
+		return s, err
+	}
+	return "", fmt.Errorf("%v: reply %v, want a string", args[0], reply)
+}
+
+// sentinelMasterAddr asks a sentinel for the address of SentinelMaster.
+func (c *redisConn) sentinelMasterAddr(ctx context.Context) (string, error) {
+	reply, err := c.do(ctx, "SENTINEL", "get-master-addr-by-name", SentinelMaster)
+	if err != nil {
+		return "", err
+	}
+	if addr, _ := reply.([]any); len(addr) == 2 {
+		return net.JoinHostPort(fmt.Sprint(addr[0]), fmt.Sprint(addr[1])), nil
+	}
+	return "", fmt.Errorf("sentinel reports master address %v", reply)
+}
+
+// replicaInSync checks that the server is a replica whose link to its
+// master is up.
+func replicaInSync(ctx context.Context, c *redisConn) error {
+	info, err := c.text(ctx, "INFO", "replication")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(deadline)
-	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("PING: %w", err)
-	}
-	if line = strings.TrimSpace(line); line != "+PONG" {
-		return fmt.Errorf("PING: reply %q", line)
+	if v := infoField(info, "master_link_status"); v != "up" {
+		return fmt.Errorf("master_link_status:%s", v)
 	}
 	return nil
 }
 
-// waitRedis polls check on a connection to addr until it succeeds or the
-// deadline (readyTimeout, or ctx's if earlier) passes.
-func waitRedis(ctx context.Context, what, addr string, check func(ctx context.Context, c *redis.Client) error) error {
+// pingRedisPort is the readiness check of a Redis process: a PING over a
+// new connection.
+func pingRedisPort(ctx context.Context, port int) error {
+	return pingRedis(ctx, port, nil, "", "")
+}
+
+// pingRedis sends PING over a new connection (TLS if cfg is not nil), after
+// AUTH if password is set.
+func pingRedis(ctx context.Context, port int, cfg *tls.Config, user, password string) error {
+	c, err := dialRedis(ctx, loopbackAddr(port), cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if password != "" {
+		args := []any{"AUTH", password}
+		if user != "" {
+			args = []any{"AUTH", user, password}
+		}
+		if _, err := c.do(ctx, args...); err != nil {
+			return errors.New("AUTH failed") // the reply may quote the password
+		}
+	}
+	if pong, err := c.text(ctx, "PING"); err != nil || pong != "PONG" {
+		return fmt.Errorf("PING: reply %q, %v", pong, err)
+	}
+	return nil
+}
+
+// waitRedis polls check, on a new connection to addr each time, until it
+// succeeds or the deadline (readyTimeout, or ctx's if earlier) passes.
+func waitRedis(ctx context.Context, what, addr string, check func(ctx context.Context, c *redisConn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	c := newRedisClient(addr)
-	defer c.Close()
 	for {
-		err := check(ctx, c)
+		c, err := dialRedis(ctx, addr, nil)
+		if err == nil {
+			err = check(ctx, c)
+			c.Close()
+		}
 		if err == nil {
 			return nil
 		}
@@ -569,14 +662,18 @@ func infoField(info, field string) string {
 func createCluster(ctx context.Context, masters, replicas []string) error {
 	const slots = 16384
 	addrs := append(append([]string(nil), masters...), replicas...)
-	clients := map[string]*redis.Client{}
+	conns := map[string]*redisConn{}
 	for _, a := range addrs {
-		clients[a] = newRedisClient(a)
-		defer clients[a].Close()
+		c, err := dialRedis(ctx, a, nil)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conns[a] = c
 	}
 	ids := map[string]string{}
 	for _, a := range addrs {
-		id, err := clients[a].ClusterMyID(ctx).Result()
+		id, err := conns[a].text(ctx, "CLUSTER", "MYID")
 		if err != nil {
 			return fmt.Errorf("CLUSTER MYID on %s: %w", a, err)
 		}
@@ -584,31 +681,36 @@ func createCluster(ctx context.Context, masters, replicas []string) error {
 	}
 	for i, a := range masters {
 		first, last := i*slots/len(masters), (i+1)*slots/len(masters)-1
-		if err := clients[a].Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+		if _, err := conns[a].do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1); err != nil {
 			return fmt.Errorf("CLUSTER SET-CONFIG-EPOCH on %s: %w", a, err)
 		}
-		if err := clients[a].ClusterAddSlotsRange(ctx, first, last).Err(); err != nil {
+		add := []any{"CLUSTER", "ADDSLOTS"}
+		for slot := first; slot <= last; slot++ {
+			add = append(add, slot)
+		}
+		if _, err := conns[a].do(ctx, add...); err != nil {
 			return fmt.Errorf("CLUSTER ADDSLOTS %d..%d on %s: %w", first, last, a, err)
 		}
 	}
 	for _, a := range addrs[1:] {
 		host, port, _ := net.SplitHostPort(a)
-		if err := clients[addrs[0]].ClusterMeet(ctx, host, port).Err(); err != nil {
+		if _, err := conns[addrs[0]].do(ctx, "CLUSTER", "MEET", host, port); err != nil {
 			return fmt.Errorf("CLUSTER MEET %s from %s: %w", a, addrs[0], err)
 		}
 	}
 	for i, a := range replicas {
 		// A node replicates only a master it knows: wait for the MEET to
 		// reach it.
-		if err := waitRedis(ctx, "replica to replicate its master", a, func(ctx context.Context, c *redis.Client) error {
-			return c.ClusterReplicate(ctx, ids[masters[i]]).Err()
+		if err := waitRedis(ctx, "replica to replicate its master", a, func(ctx context.Context, c *redisConn) error {
+			_, err := c.do(ctx, "CLUSTER", "REPLICATE", ids[masters[i]])
+			return err
 		}); err != nil {
 			return err
 		}
 	}
 	for _, a := range addrs {
-		if err := waitRedis(ctx, "cluster_state:ok with every replica known", a, func(ctx context.Context, c *redis.Client) error {
-			info, err := c.ClusterInfo(ctx).Result()
+		if err := waitRedis(ctx, "cluster_state:ok with every replica known", a, func(ctx context.Context, c *redisConn) error {
+			info, err := c.text(ctx, "CLUSTER", "INFO")
 			if err != nil {
 				return err
 			}
@@ -616,7 +718,7 @@ func createCluster(ctx context.Context, masters, replicas []string) error {
 				return fmt.Errorf("cluster_state:%s, cluster_known_nodes:%s, cluster_slots_assigned:%s",
 					v, infoField(info, "cluster_known_nodes"), infoField(info, "cluster_slots_assigned"))
 			}
-			nodes, err := c.ClusterNodes(ctx).Result()
+			nodes, err := c.text(ctx, "CLUSTER", "NODES")
 			if err != nil {
 				return err
 			}
@@ -626,16 +728,7 @@ func createCluster(ctx context.Context, masters, replicas []string) error {
 		}
 	}
 	for _, a := range replicas {
-		if err := waitRedis(ctx, "replica in sync with its master", a, func(ctx context.Context, c *redis.Client) error {
-			info, err := c.Info(ctx, "replication").Result()
-			if err != nil {
-				return err
-			}
-			if v := infoField(info, "master_link_status"); v != "up" {
-				return fmt.Errorf("master_link_status:%s", v)
-			}
-			return nil
-		}); err != nil {
+		if err := waitRedis(ctx, "replica in sync with its master", a, replicaInSync); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,31 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
+
+// redisOptions are the options of the tests' own go-redis clients: one
+// connection, no retries (callers poll), RESP2, no identity or maintenance
+// handshakes, and no question outliving its context's deadline.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                     addr,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		MaxRetries:               -1,
+		DialTimeout:              2 * time.Second,
+		DialerRetries:            1, // the callers poll themselves
+		DialerRetryTimeout:       10 * time.Millisecond,
+		ReadTimeout:              5 * time.Second,
+		WriteTimeout:             5 * time.Second,
+		PoolSize:                 1,
+		ContextTimeoutEnabled:    true,
+	}
+}
+
+// newQuickRedisClient returns a go-redis client with redisOptions.
+func newQuickRedisClient(addr string) *redis.Client { return redis.NewClient(redisOptions(addr)) }
 
 // wantAddrs is how many processes each kind has.
 var wantAddrs = map[string]int{Redis: 1, RedisCluster: 6, RedisSentinel: 5, RedisQuorum: 5, Memcached: 1}

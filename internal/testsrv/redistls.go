@@ -1,12 +1,9 @@
 package testsrv
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -150,7 +147,7 @@ func startRedisTLSProcess(ctx context.Context, bin, name, dir string, cfg RedisT
 		return args, nil
 	}
 	return startRedisProcessReady(ctx, bin, name, dir, nil, extra, func(ctx context.Context, port int) error {
-		return pingRedisTLS(ctx, port, client, cfg.User, cfg.Password)
+		return pingRedis(ctx, port, client, cfg.User, cfg.Password)
 	})
 }
 
@@ -169,50 +166,4 @@ func (cfg RedisTLS) url(scheme, hosts, path string) string {
 		u.User = url.UserPassword("", cfg.Password)
 	}
 	return u.String()
-}
-
-// pingRedisTLS is the readiness check of a TLS Redis process: a PING (after
-// AUTH if password is set) over a new TLS connection.
-func pingRedisTLS(ctx context.Context, port int, cfg *tls.Config, user, password string) error {
-	d := tls.Dialer{Config: cfg}
-	conn, err := d.DialContext(ctx, "tcp", loopbackAddr(port))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(deadline)
-	}
-	r := bufio.NewReader(conn)
-	if password != "" {
-		args := []string{"AUTH", password}
-		if user != "" {
-			args = []string{"AUTH", user, password}
-		}
-		if err := redisCommand(conn, r, "+OK", args...); err != nil {
-			return errors.New("AUTH failed") // the reply may quote the password
-		}
-	}
-	return redisCommand(conn, r, "+PONG", "PING")
-}
-
-// redisCommand sends a command as a RESP array and checks that the reply
-// line is want.
-func redisCommand(conn net.Conn, r *bufio.Reader, want string, args ...string) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return err
-	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("%s: %w", args[0], err)
-	}
-	if line = strings.TrimSpace(line); line != want {
-		return fmt.Errorf("%s: reply %q", args[0], line)
-	}
-	return nil
 }

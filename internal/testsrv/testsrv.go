@@ -22,6 +22,14 @@
 //
 // Redis, memcached, etcd and ZooKeeper servers have no databases to create:
 // tests use Server.URL (or Addr/Addrs) directly and keep apart by key names.
+//
+// The package imports no client library of the stores: it checks that a
+// server is ready and sets it up with the server's own command-line client
+// (psql, mariadb) or a few lines of its protocol (RESP, memcached's text
+// protocol, ZooKeeper's four-letter words, etcd's JSON gateway). Every
+// backend's tests import it, and `go mod tidy` in a program that imports
+// one backend loads that backend's tests: the program must not download the
+// other stores' clients through them.
 package testsrv
 
 import (
@@ -340,6 +348,22 @@ func runTool(ctx context.Context, path string, args []string, dir string, cred *
 		return fmt.Errorf("%s: %w%s", filepath.Base(path), err, logTailOf(logPath, start))
 	}
 	return nil
+}
+
+// runClient runs a server's own command-line client (psql, mariadb) with
+// input on its standard input and returns its standard output; its error
+// carries the client's standard error.
+func runClient(ctx context.Context, path string, args []string, input string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = strings.NewReader(input)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", filepath.Base(path), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // cleanEnv returns the environment for server processes, without the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
@@ -52,6 +53,21 @@ func query(t *testing.T, name, dsn, q string) string {
 		}
 	}
 	return out
+}
+
+// pingMySQL connects to a MariaDB server with a go-sql-driver/mysql DSN.
+func pingMySQL(ctx context.Context, dsn string) error {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	return db.PingContext(ctx)
 }
 
 // checks holds, for each kind of server, what the tests check of a running
@@ -329,7 +345,11 @@ func TestAllowRootOverTCP(t *testing.T) {
 	} else {
 		t.Logf("without root@127.0.0.1: %v", err)
 	}
-	if err := allowRootOverTCP(ctx, s.Dir+"/mysql.sock"); err != nil {
+	_, _, client, err := findMariaDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := allowRootOverTCP(ctx, client, s.Dir+"/mysql.sock"); err != nil {
 		t.Fatal(err)
 	}
 	if err := pingMySQL(ctx, s.DSN); err != nil {

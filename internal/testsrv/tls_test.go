@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
@@ -144,11 +145,20 @@ func TestPostgresTLS(t *testing.T) {
 func TestMariaDBTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := StartMariaDBTLS(ctx, MariaDBTLS{Certs: newCerts(t)})
+	certs := newCerts(t)
+	s, err := StartMariaDBTLS(ctx, MariaDBTLS{Certs: certs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopLater(t, s)
+	client, err := certs.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Certificates = nil
+	if err := mysql.RegisterTLSConfig(MariaDBTLSName, client); err != nil {
+		t.Fatal(err)
+	}
 	_, dsn, err := s.NewDatabase(ctx, "tls_db")
 	if err != nil {
 		t.Fatal(err)

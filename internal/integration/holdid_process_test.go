@@ -1,6 +1,6 @@
 //go:build unix
 
-package dlock_test
+package integration_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package dlock_test
+package integration_test
 
 import (
 	"os"

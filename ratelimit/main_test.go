@@ -1,0 +1,11 @@
+package ratelimit_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the run if goroutines are left over. (The tests that run
+// on real stores are in internal/integration/ratelimit.)
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
