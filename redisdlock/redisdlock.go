@@ -43,11 +43,6 @@ const (
 // (WithProtocol). It is not a lock mode (dlock.ModeShared and the others).
 type Protocol int
 
-// Mode is the former name of Protocol.
-//
-// Deprecated: use Protocol.
-type Mode = Protocol
-
 const (
 	// Script (the default) runs acquire, refresh and release as Lua
 	// scripts (EVALSHA, falling back to EVAL after NOSCRIPT). Leases expire
@@ -110,11 +105,6 @@ func WithPrefix(prefix string) Option {
 func WithProtocol(p Protocol) Option {
 	return func(c *config) { c.mode = p }
 }
-
-// WithMode is the former name of WithProtocol.
-//
-// Deprecated: use WithProtocol.
-func WithMode(m Protocol) Option { return WithProtocol(m) }
 
 // WithReplicaAck makes every successful Acquire wait until n replicas have
 // acknowledged the write (Redis WAIT n timeout). If fewer do within timeout,
@@ -286,11 +276,6 @@ func (d *Driver) configure(opts []Option) error {
 
 // Protocol returns the driver's protocol.
 func (d *Driver) Protocol() Protocol { return d.cfg.mode }
-
-// Mode is the former name of Protocol.
-//
-// Deprecated: use Protocol.
-func (d *Driver) Mode() Protocol { return d.cfg.mode }
 
 // Client returns the go-redis client the driver uses, or nil for a driver
 // over rueidis (see Rueidis).
