@@ -254,9 +254,10 @@ func (s *store) acquire(req driver.Request, now time.Time) (driver.Result, error
 	if h := l.holderOf(req.Owner); h != nil {
 		return s.rehold(h, req, now)
 	}
-	if err := l.clash(req); err != nil {
+	if !l.fits(req) {
 		s.dropIfEmpty(req.Key, l)
-		return driver.Result{}, err
+		return driver.Result{}, fmt.Errorf("memdlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
+			req.Key, l.mode(), l.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
 	}
 	pos := l.waiterAt(req.Owner)
 	if pos < 0 {
@@ -307,14 +308,9 @@ func (s *store) rehold(h *holder, req driver.Request, now time.Time) (driver.Res
 	return driver.Result{Acquired: true, Token: h.token}, nil
 }
 
-// clash returns an ErrModeMismatch error if the key is in use in a mode (or
-// as a semaphore of a limit) other than req's.
-func (l *lock) clash(req driver.Request) error {
-	if len(l.holders)+len(l.queue) > 0 && ((req.Mode == driver.Semaphore) != l.semaphore() || req.Mode == driver.Semaphore && req.Limit != l.limit) {
-		return fmt.Errorf("memdlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
-			req.Key, l.mode(), l.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
-	}
-	return nil
+// fits reports whether req asks for the key's mode (and limit), if in use.
+func (l *lock) fits(req driver.Request) bool {
+	return len(l.holders)+len(l.queue) == 0 || (req.Mode == driver.Semaphore) == l.semaphore() && (req.Mode != driver.Semaphore || req.Limit == l.limit)
 }
 
 // mode returns the mode the key is in use as.
