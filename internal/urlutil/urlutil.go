@@ -42,7 +42,7 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 func Servers(u *url.URL, defaultPort string) ([]string, error) {
 	hosts, err := Hosts(u, defaultPort)
 	if err == nil && len(hosts) == 0 {
-		err = Error(u, "names no server")
+		err = Error(u, "names no server (no host:port)")
 	}
 	return hosts, err
 }
