@@ -224,7 +224,15 @@ var catchUpPolls = []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8
 func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan struct{}) watchEnd {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := d.watch(wctx, w, b)
+	var wch clientv3.WatchChan
+	switch w.mode {
+	case driver.Semaphore:
+		wch = d.cli.Watch(wctx, d.queuePrefix(w.key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	case driver.Shared:
+		wch = d.cli.Watch(wctx, b.name, clientv3.WithCreatedNotify())
+	default:
+		wch = d.cli.Watch(wctx, b.name, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	}
 	var poll catchUp
 	for {
 		select {
@@ -233,8 +241,10 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 		case <-ended:
 			return sessionEnded
 		case <-poll.tick:
-			if _, end, over := d.look(ctx, w, b); over {
-				return end
+			if gone, _, err := d.recheck(ctx, w, b); err != nil {
+				return changed
+			} else if gone {
+				return b.end()
 			}
 			poll.next()
 		case wr, ok := <-wch:
@@ -245,22 +255,11 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 	}
 }
 
-// watch starts await's watch: of w's queue for a permit, else of b's entry,
-// with its Puts for a reader (a downgrade lets it in).
-func (d *Driver) watch(ctx context.Context, w waiter, b *blocker) clientv3.WatchChan {
-	switch w.mode {
-	case driver.Semaphore:
-		return d.cli.Watch(ctx, d.queuePrefix(w.key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	case driver.Shared:
-		return d.cli.Watch(ctx, b.name, clientv3.WithCreatedNotify())
-	}
-	return d.cli.Watch(ctx, b.name, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-}
-
 // heard handles a reply wr of await's watch (ok is false once the watch is
 // closed) and reports whether the wait is over, and how: an event that ends
 // b, or the watch's creation, after which the store is read again (and read
-// on poll's schedule if it has moved on since the watch's start).
+// on poll's schedule if it has moved on since the watch's start). A read
+// that fails is a possible change: the waiter then asks.
 func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.WatchResponse, ok bool, poll *catchUp) (watchEnd, bool) {
 	switch {
 	case !ok && ctx.Err() != nil:
@@ -272,25 +271,16 @@ func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.Wa
 	case !wr.Created:
 		return changed, false
 	}
-	rev, end, over := d.look(ctx, w, b)
-	if !over && rev > wr.Header.Revision && poll.tick == nil {
+	switch gone, rev, err := d.recheck(ctx, w, b); {
+	case err != nil:
+		return changed, true
+	case gone:
+		return b.end(), true
+	case rev > wr.Header.Revision && poll.tick == nil:
 		poll.left = catchUpPolls
 		poll.next()
 	}
-	return end, over
-}
-
-// look reads the store again (recheck) and reports whether the wait is
-// over, and how: b has ended, or the read failed (the waiter then asks).
-func (d *Driver) look(ctx context.Context, w waiter, b *blocker) (rev int64, _ watchEnd, over bool) {
-	gone, rev, err := d.recheck(ctx, w, b)
-	switch {
-	case err != nil:
-		return rev, changed, true
-	case gone:
-		return rev, b.end(), true
-	}
-	return rev, changed, false
+	return changed, false
 }
 
 // catchUp is await's schedule of reads while its watch may be catching up:
