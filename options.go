@@ -212,8 +212,8 @@ type Event struct {
 }
 
 // Observer receives events about locks. Adapters for Prometheus
-// (github.com/dlockhq/dlock/observe/prometheus) and OpenTelemetry
-// (github.com/dlockhq/dlock/observe/otel) implement it in modules of their
+// (github.com/dlockhq/dlock/observe/dlockprom) and OpenTelemetry
+// (github.com/dlockhq/dlock/observe/dlockotel) implement it in modules of their
 // own, so that the core does not depend on them.
 //
 // Observe is called synchronously, on the goroutine that acquires, renews

@@ -73,25 +73,9 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		d.lose(id, rec)
 		return driver.Result{}, notHeld(req.Key, "the session of its entry ended")
 	}
-	downgrade := false
-	switch {
-	case (rec.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || rec.mode == driver.Semaphore && rec.limit != req.Limit:
-		return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner's entry is %s (limit %d), asked for %s (limit %d): %w",
-			req.Key, rec.mode, rec.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
-	case rec.mode == driver.Shared && req.Mode == driver.Exclusive:
-		return driver.Result{}, fmt.Errorf("etcddlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
-	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
-		if !rec.held {
-			return driver.Result{}, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
-		}
-		downgrade = true
-	}
-	var then []clientv3.Op
-	switch {
-	case downgrade:
-		then = append(then, clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease()))
-	case !rec.held:
-		then = append(then, d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive))
+	then, downgrade, err := d.again(req, rec)
+	if err != nil {
+		return driver.Result{}, err
 	}
 	start := time.Now()
 	p := d.renewal(ctx, rec.sess, start, req)
@@ -107,12 +91,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 	}
 	if downgrade {
 		// The entry is shared now, whatever the renewal's outcome.
-		d.table.Update(id, func(r record) record {
-			if r.rev == rec.rev {
-				r.mode = driver.Shared
-			}
-			return r
-		})
+		d.mark(id, rec, func(r *record) { r.mode = driver.Shared })
 	}
 	if kerr != nil {
 		if isLeaseNotFound(kerr) {
@@ -124,12 +103,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 	}
 	held := rec.held || admits(d.queue(req.Key, resp.Responses[0]), rec.name)
 	if held && !rec.held {
-		d.table.Update(id, func(r record) record {
-			if r.rev == rec.rev {
-				r.held = true
-			}
-			return r
-		})
+		d.mark(id, rec, func(r *record) { r.held = true })
 	}
 	if !d.table.Touch(id, req.TTL) {
 		return driver.Result{}, notHeld(req.Key, "its lease ran out")
@@ -138,6 +112,36 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		return driver.Result{}, nil
 	}
 	return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, rec.sess, start)}, nil
+}
+
+// again checks that req may ask rec's entry again, and returns what the
+// transaction that does it runs: a downgrade rewrites the entry's value, a
+// waiter reads the queue ahead of it, a holder needs nothing.
+func (d *Driver) again(req driver.Request, rec record) (then []clientv3.Op, downgrade bool, _ error) {
+	switch {
+	case (rec.mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || rec.mode == driver.Semaphore && rec.limit != req.Limit:
+		return nil, false, fmt.Errorf("etcddlock: %q: the owner's entry is %s (limit %d), asked for %s (limit %d): %w",
+			req.Key, rec.mode, rec.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
+	case rec.mode == driver.Shared && req.Mode == driver.Exclusive:
+		return nil, false, fmt.Errorf("etcddlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	case rec.mode == driver.Exclusive && req.Mode == driver.Shared && !rec.held:
+		return nil, false, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
+	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
+		return []clientv3.Op{clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease())}, true, nil
+	case !rec.held:
+		return []clientv3.Op{d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive)}, false, nil
+	}
+	return nil, false, nil
+}
+
+// mark applies f to the record of id while it is still rec's entry.
+func (d *Driver) mark(id string, rec record, f func(*record)) {
+	d.table.Update(id, func(r record) record {
+		if r.rev == rec.rev {
+			f(&r)
+		}
+		return r
+	})
 }
 
 // create is Acquire for an owner the driver does not know: one transaction
@@ -210,51 +214,63 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast
 		}
 		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	if !resp.Succeeded {
-		if kv := clash(kvs, req.Mode, req.Limit); kv != nil {
-			sl.free()
-			return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
-		}
-		if fast {
-			sl.free()
-			kv := elsewhere(kvs, "", req.Owner)
-			switch {
-			case len(kvs) == 0:
-				return driver.Result{}, true, nil
-			case kv == nil:
-				return driver.Result{}, false, nil // held
-			}
-			res, err := d.heldElsewhere(ctx, req, kv)
-			return res, false, err
-		}
+	switch {
+	case !resp.Succeeded:
+		return d.notCreated(ctx, req, sl, kvs, fast)
+	case rec.held:
+		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
+	}
+	res, err := d.notAdmitted(ctx, req, id, rec, kvs)
+	return res, false, err
+}
+
+// notCreated is create after a transaction that created nothing and read
+// kvs, the queue: the key is in use in another mode, a fast TryLock found
+// the key in use, or the slot's name was taken.
+func (d *Driver) notCreated(ctx context.Context, req driver.Request, sl *slot, kvs []*mvccpb.KeyValue, fast bool) (_ driver.Result, retry bool, _ error) {
+	if kv := clash(kvs, req.Mode, req.Limit); kv != nil {
+		sl.free()
+		return driver.Result{}, false, mismatch(req.Key, kv, req.Mode, req.Limit)
+	}
+	if !fast {
 		// The name is taken by an entry this driver did not know of
 		// (created by a request whose outcome it never learnt): its
 		// slot stays in use for the rest of the session.
 		return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: entry name %q in use", req.Key, sl.name)
 	}
-	if rec.held {
-		return driver.Result{Acquired: true, Token: uint64(rec.rev), TTL: validity(req, s, start)}, false, nil
-	}
-	clashing := clash(kvs, req.Mode, req.Limit)
-	kv := elsewhere(kvs, sl.name, req.Owner)
-	if clashing == nil && kv == nil && req.Queue {
-		return driver.Result{}, false, nil // queued
-	}
-	// A permit behind a lock entry, or a request without Queue, goes
-	// again; and an owner that holds the key through an entry this driver
-	// does not record needs no place in the queue.
-	d.table.Take(id)
-	if _, err := d.remove(ctx, id, rec); err != nil {
-		return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
-	}
+	sl.free()
+	kv := elsewhere(kvs, "", req.Owner)
 	switch {
-	case clashing != nil:
-		return driver.Result{}, false, mismatch(req.Key, clashing, req.Mode, req.Limit)
+	case len(kvs) == 0:
+		return driver.Result{}, true, nil
 	case kv == nil:
-		return driver.Result{}, false, nil
+		return driver.Result{}, false, nil // held
 	}
 	res, err := d.heldElsewhere(ctx, req, kv)
 	return res, false, err
+}
+
+// notAdmitted is create after the creation of rec's entry, which kvs, the
+// queue, does not admit. A permit behind a lock entry, or a request without
+// Queue, goes again; and an owner that holds the key through an entry this
+// driver does not record needs no place in the queue.
+func (d *Driver) notAdmitted(ctx context.Context, req driver.Request, id string, rec record, kvs []*mvccpb.KeyValue) (driver.Result, error) {
+	clashing := clash(kvs, req.Mode, req.Limit)
+	kv := elsewhere(kvs, rec.name, req.Owner)
+	if clashing == nil && kv == nil && req.Queue {
+		return driver.Result{}, nil // queued
+	}
+	d.table.Take(id)
+	if _, err := d.remove(ctx, id, rec); err != nil {
+		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+	}
+	switch {
+	case clashing != nil:
+		return driver.Result{}, mismatch(req.Key, clashing, req.Mode, req.Limit)
+	case kv == nil:
+		return driver.Result{}, nil
+	}
+	return d.heldElsewhere(ctx, req, kv)
 }
 
 // heldElsewhere is Acquire for an owner whose entry kv holds the key but is

@@ -233,62 +233,68 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 	default:
 		wch = d.cli.Watch(wctx, b.name, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	}
-	var poll *time.Timer
-	var polls []time.Duration
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
+	var poll catchUp
 	for {
-		var tick <-chan time.Time
-		if poll != nil {
-			tick = poll.C
-		}
 		select {
 		case <-ctx.Done():
 			return stopped
 		case <-ended:
 			return sessionEnded
-		case <-tick:
+		case <-poll.tick:
 			if gone, _, err := d.recheck(ctx, w, b); err != nil {
 				return changed
 			} else if gone {
 				return b.end()
 			}
-			if len(polls) > 0 {
-				poll.Reset(polls[0])
-				polls = polls[1:]
-			} else {
-				poll = nil
-			}
+			poll.next()
 		case wr, ok := <-wch:
-			switch {
-			case !ok && ctx.Err() != nil:
-				return stopped
-			case !ok || wr.Err() != nil:
-				return changed // the watch failed: look again
-			}
-			for _, ev := range wr.Events {
-				if b.changedBy(ev) {
-					return b.end()
-				}
-			}
-			if !wr.Created {
-				continue
-			}
-			gone, rev, err := d.recheck(ctx, w, b)
-			switch {
-			case err != nil:
-				return changed
-			case gone:
-				return b.end()
-			}
-			if rev > wr.Header.Revision && poll == nil {
-				poll = time.NewTimer(catchUpPolls[0])
-				polls = catchUpPolls[1:]
+			if end, over := d.heard(ctx, w, b, wr, ok, &poll); over {
+				return end
 			}
 		}
+	}
+}
+
+// heard handles a reply wr of await's watch (ok is false once the watch is
+// closed) and reports whether the wait is over, and how: an event that ends
+// b, or the watch's creation, after which the store is read again (and read
+// on poll's schedule if it has moved on since the watch's start). A read
+// that fails is a possible change: the waiter then asks.
+func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.WatchResponse, ok bool, poll *catchUp) (watchEnd, bool) {
+	switch {
+	case !ok && ctx.Err() != nil:
+		return stopped, true
+	case !ok || wr.Err() != nil:
+		return changed, true // the watch failed: look again
+	case slices.ContainsFunc(wr.Events, b.changedBy):
+		return b.end(), true
+	case !wr.Created:
+		return changed, false
+	}
+	switch gone, rev, err := d.recheck(ctx, w, b); {
+	case err != nil:
+		return changed, true
+	case gone:
+		return b.end(), true
+	case rev > wr.Header.Revision && poll.tick == nil:
+		poll.left = catchUpPolls
+		poll.next()
+	}
+	return changed, false
+}
+
+// catchUp is await's schedule of reads while its watch may be catching up:
+// one when tick fires (never while it is nil), then one after each of left.
+type catchUp struct {
+	tick <-chan time.Time
+	left []time.Duration
+}
+
+// next schedules the next read, if any is left.
+func (c *catchUp) next() {
+	c.tick = nil
+	if len(c.left) > 0 {
+		c.tick, c.left = time.After(c.left[0]), c.left[1:]
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,22 +34,15 @@ const (
 
 // open opens etcd://[user:password@]host:port[,host:port...][?session=&prefix=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		return nil, urlutil.Error(u, "has a path (%q); write etcd://host:port[,host:port] and give a key prefix with ?prefix=", u.Path)
-	}
-	hosts, err := urlutil.Hosts(u, defaultPort)
-	if err != nil {
+	if err := urlutil.NoPath(u, "etcd://host:port[,host:port] and give a key prefix with ?prefix="); err != nil {
 		return nil, err
 	}
-	if len(hosts) == 0 {
-		return nil, urlutil.Error(u, "names no server")
+	hosts, err := urlutil.Servers(u, defaultPort)
+	if err != nil {
+		return nil, err
 	}
 	q := u.Query()
 	if err := urlutil.ConnectTimeout(u, q, "dial-timeout"); err != nil {
-		return nil, err
-	}
-	tlsCfg, err := urlutil.TLS(u, q, false)
-	if err != nil {
 		return nil, err
 	}
 	cfg := clientv3.Config{
@@ -59,66 +51,71 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
 		Logger:               zap.NewNop(),
-		TLS:                  tlsCfg,
 	}
-	user, password, err := urlutil.Password(u, q, tlsCfg != nil)
+	if cfg.TLS, err = urlutil.TLS(u, q, false); err != nil {
+		return nil, err
+	}
+	if cfg.Username, cfg.Password, err = urlutil.Password(u, q, cfg.TLS != nil); err != nil {
+		return nil, err
+	}
+	opts, err := takeOptions(u, q, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Username, cfg.Password = user, password
-	var opts []Option
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "session":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, urlutil.Error(u, "session=%q is not a positive duration (write 15s, 1m)", v)
-			}
-			opts = append(opts, WithSessionTTL(d))
-		case "prefix":
-			opts = append(opts, WithPrefix(v))
-		case "dial-timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, urlutil.Error(u, "dial-timeout=%q is not a positive duration (write 500ms, 5s)", v)
-			}
-			cfg.DialTimeout = d
-		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (etcd URLs take session, prefix, connect_timeout (or dial-timeout), %s, tls, cacert, cert, key and servername)", k, urlutil.ParamInsecureAuth)
-		}
-	}
-	// Check the options before dialing.
-	if _, err := configure(opts); err != nil {
-		return nil, err
-	}
-	conn := urlutil.Connect{Endpoints: hosts, TLS: tlsCfg, Timeout: cfg.DialTimeout,
+	conn := urlutil.Connect{Endpoints: hosts, TLS: cfg.TLS, Timeout: cfg.DialTimeout,
 		TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: "add tls=true or cacert= to the URL"}
 	var d *Driver
-	err = conn.Do(ctx, func(ctx context.Context) error {
-		if tlsCfg != nil {
-			if err := urlutil.CheckTLS(ctx, hosts, tlsCfg); err != nil {
-				return err
-			}
-		}
-		cli, err := clientv3.New(cfg)
-		if err != nil {
-			return err
-		}
-		if d, err = newDriver(cli, true, opts); err != nil {
-			cli.Close()
-			return err
-		}
-		// clientv3 dials in the background: ask once, so that a bad
-		// address or bad credentials fail the Open.
-		_, err = cli.Get(ctx, d.prefix, clientv3.WithCountOnly())
+	err = conn.Do(ctx, func(ctx context.Context) (err error) {
+		d, err = dial(ctx, cfg, opts)
 		return err
 	})
 	if err != nil {
-		if d != nil {
-			d.Close()
-		}
 		return nil, fmt.Errorf("etcddlock: connecting: %w", err)
+	}
+	return d, nil
+}
+
+// takeOptions reads the driver's parameters in q, and dial-timeout into
+// cfg, and checks the options they make before anything is dialled.
+func takeOptions(u *url.URL, q url.Values, cfg *clientv3.Config) ([]Option, error) {
+	var opts []Option
+	var session time.Duration
+	err := urlutil.Params(u, q, map[string]func(string) string{
+		"session":      urlutil.Duration(&session, 1, "15s, 1m"),
+		"prefix":       func(v string) string { opts = append(opts, WithPrefix(v)); return "" },
+		"dial-timeout": urlutil.Duration(&cfg.DialTimeout, 1, "500ms, 5s"),
+	}, "etcd URLs take session, prefix, connect_timeout (or dial-timeout), "+urlutil.ParamInsecureAuth+", tls, cacert, cert, key and servername")
+	if err != nil {
+		return nil, err
+	}
+	if session > 0 {
+		opts = append(opts, WithSessionTTL(session))
+	}
+	_, err = configure(opts)
+	return opts, err
+}
+
+// dial makes a driver over a new client of cfg, and asks the cluster once:
+// clientv3 dials in the background, and a bad address, certificate or
+// credentials must fail the Open.
+func dial(ctx context.Context, cfg clientv3.Config, opts []Option) (*Driver, error) {
+	if cfg.TLS != nil {
+		if err := urlutil.CheckTLS(ctx, cfg.Endpoints, cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d, err := newDriver(cli, true, opts)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if _, err := cli.Get(ctx, d.prefix, clientv3.WithCountOnly()); err != nil {
+		d.Close()
+		return nil, err
 	}
 	return d, nil
 }

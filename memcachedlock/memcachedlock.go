@@ -401,6 +401,12 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return err
 	}
 	exp, _ := expiry(req.TTL)
+	return d.renewOwned(ctx, "refresh", req, exp)
+}
+
+// renewOwned renews req's hold with expiry exp (removes it, exp < 0) if it
+// is the owner's, for the operation op.
+func (d *Driver) renewOwned(ctx context.Context, op string, req driver.Request, exp int32) error {
 	err := d.run(ctx, func() error {
 		it, err := d.owned(d.lockKey(req.Key), req.Owner)
 		if err != nil {
@@ -409,7 +415,7 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		return d.renew(it, req.Owner, exp)
 	})
 	if err != nil {
-		return fmt.Errorf("memcachedlock: refresh %q: %w", req.Key, err)
+		return fmt.Errorf("memcachedlock: %s %q: %w", op, req.Key, err)
 	}
 	return nil
 }
@@ -440,17 +446,7 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := check(req); err != nil {
 		return err
 	}
-	err := d.run(ctx, func() error {
-		it, err := d.owned(d.lockKey(req.Key), req.Owner)
-		if err != nil {
-			return err
-		}
-		return d.renew(it, req.Owner, -1)
-	})
-	if err != nil {
-		return fmt.Errorf("memcachedlock: release %q: %w", req.Key, err)
-	}
-	return nil
+	return d.renewOwned(ctx, "release", req, -1)
 }
 
 // ForceRelease implements driver.ForceReleaser: it deletes the lock item,

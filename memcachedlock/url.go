@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -32,15 +30,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.User != nil {
 		return nil, urlutil.Error(u, "has user information; memcached's text protocol has no authentication")
 	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		return nil, urlutil.Error(u, "has a path (%q); write memcached://host:port[,host:port]", u.Path)
-	}
-	hosts, err := urlutil.Hosts(u, defaultPort)
-	if err != nil {
+	if err := urlutil.NoPath(u, "memcached://host:port[,host:port]"); err != nil {
 		return nil, err
 	}
-	if len(hosts) == 0 {
-		return nil, urlutil.Error(u, "names no server")
+	hosts, err := urlutil.Servers(u, defaultPort)
+	if err != nil {
+		return nil, err
 	}
 	// Resolve the addresses now: memcache.New drops the error.
 	sl := new(memcache.ServerList)
@@ -51,32 +46,21 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	mc.MaxIdleConns = defaultMaxIdleConns
 	var opts []Option
 	connect := urlutil.DefaultConnectTimeout
-	for k, vs := range u.Query() {
-		v := vs[len(vs)-1]
-		switch k {
-		case "prefix":
-			opts = append(opts, WithPrefix(v))
-		case "timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, urlutil.Error(u, "timeout=%q is not a positive duration (write 500ms, 2s)", v)
-			}
-			mc.Timeout = d
-		case urlutil.ParamConnectTimeout:
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, urlutil.Error(u, "%s=%q is not a positive duration (write 500ms, 5s)", k, v)
-			}
-			connect = d
-		case "max_idle_conns":
+	err = urlutil.Params(u, u.Query(), map[string]func(string) string{
+		"prefix":                    func(v string) string { opts = append(opts, WithPrefix(v)); return "" },
+		"timeout":                   urlutil.Duration(&mc.Timeout, 1, "500ms, 2s"),
+		urlutil.ParamConnectTimeout: urlutil.Duration(&connect, 1, "500ms, 5s"),
+		"max_idle_conns": func(v string) string {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
-				return nil, urlutil.Error(u, "max_idle_conns=%q is not a positive number", v)
+				return "is not a positive number"
 			}
 			mc.MaxIdleConns = n
-		default:
-			return nil, urlutil.Error(u, "unknown parameter %q (memcached URLs take prefix, timeout, %s and max_idle_conns)", k, urlutil.ParamConnectTimeout)
-		}
+			return ""
+		},
+	}, "memcached URLs take prefix, timeout, "+urlutil.ParamConnectTimeout+" and max_idle_conns")
+	if err != nil {
+		return nil, err
 	}
 	d, err := newDriver(mc, true, opts)
 	if err != nil {

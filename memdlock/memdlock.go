@@ -252,22 +252,12 @@ func (s *store) acquire(req driver.Request, now time.Time) (driver.Result, error
 		s.locks[req.Key] = l
 	}
 	if h := l.holderOf(req.Owner); h != nil {
-		switch {
-		case h.mode == driver.Exclusive && req.Mode == driver.Shared:
-			h.mode = driver.Shared // a downgrade: readers may join
-			s.hub.Notify(req.Key)
-		case h.mode == driver.Shared && req.Mode == driver.Exclusive:
-			return driver.Result{}, fmt.Errorf("memdlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
-		}
-		h.expires = now.Add(req.TTL)
-		return driver.Result{Acquired: true, Token: h.token}, nil
+		return s.rehold(h, req, now)
 	}
-	if len(l.holders)+len(l.queue) > 0 {
-		if (req.Mode == driver.Semaphore) != l.semaphore() || req.Mode == driver.Semaphore && req.Limit != l.limit {
-			s.dropIfEmpty(req.Key, l)
-			return driver.Result{}, fmt.Errorf("memdlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
-				req.Key, l.mode(), l.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
-		}
+	if !l.fits(req) {
+		s.dropIfEmpty(req.Key, l)
+		return driver.Result{}, fmt.Errorf("memdlock: %q is in use as %s (limit %d), asked for %s (limit %d): %w",
+			req.Key, l.mode(), l.limit, req.Mode, req.Limit, driver.ErrModeMismatch)
 	}
 	pos := l.waiterAt(req.Owner)
 	if pos < 0 {
@@ -302,6 +292,25 @@ func (s *store) acquire(req driver.Request, now time.Time) (driver.Result, error
 	}
 	s.dropIfEmpty(req.Key, l)
 	return res, nil
+}
+
+// rehold is acquire for an owner that holds the key: it extends the hold,
+// and downgrades an exclusive hold asked for as shared.
+func (s *store) rehold(h *holder, req driver.Request, now time.Time) (driver.Result, error) {
+	switch {
+	case h.mode == driver.Exclusive && req.Mode == driver.Shared:
+		h.mode = driver.Shared // a downgrade: readers may join
+		s.hub.Notify(req.Key)
+	case h.mode == driver.Shared && req.Mode == driver.Exclusive:
+		return driver.Result{}, fmt.Errorf("memdlock: %q: an upgrade from shared to exclusive: %w", req.Key, driver.ErrModeMismatch)
+	}
+	h.expires = now.Add(req.TTL)
+	return driver.Result{Acquired: true, Token: h.token}, nil
+}
+
+// fits reports whether req asks for the key's mode (and limit), if in use.
+func (l *lock) fits(req driver.Request) bool {
+	return len(l.holders)+len(l.queue) == 0 || (req.Mode == driver.Semaphore) == l.semaphore() && (req.Mode != driver.Semaphore || req.Limit == l.limit)
 }
 
 // mode returns the mode the key is in use as.

@@ -606,7 +606,7 @@ func TestOpenURL(t *testing.T) {
 
 	good := []struct {
 		url  string
-		mode redisdlock.Mode
+		mode redisdlock.Protocol
 		key  string // the Redis key of lock "k", to check the prefix
 		db   int
 	}{

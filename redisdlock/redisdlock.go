@@ -43,11 +43,6 @@ const (
 // (WithProtocol). It is not a lock mode (dlock.ModeShared and the others).
 type Protocol int
 
-// Mode is the former name of Protocol.
-//
-// Deprecated: use Protocol.
-type Mode = Protocol
-
 const (
 	// Script (the default) runs acquire, refresh and release as Lua
 	// scripts (EVALSHA, falling back to EVAL after NOSCRIPT). Leases expire
@@ -67,13 +62,8 @@ const (
 // String returns the protocol's name as used in URLs (mode=): script, tx or
 // legacy.
 func (m Protocol) String() string {
-	switch m {
-	case Script:
-		return "script"
-	case Transaction:
-		return "tx"
-	case Legacy:
-		return "legacy"
+	if m >= Script && m <= Legacy {
+		return [...]string{"script", "tx", "legacy"}[m]
 	}
 	return fmt.Sprintf("Protocol(%d)", int(m))
 }
@@ -110,11 +100,6 @@ func WithPrefix(prefix string) Option {
 func WithProtocol(p Protocol) Option {
 	return func(c *config) { c.mode = p }
 }
-
-// WithMode is the former name of WithProtocol.
-//
-// Deprecated: use WithProtocol.
-func WithMode(m Protocol) Option { return WithProtocol(m) }
 
 // WithReplicaAck makes every successful Acquire wait until n replicas have
 // acknowledged the write (Redis WAIT n timeout). If fewer do within timeout,
@@ -230,16 +215,10 @@ func (d *Driver) configure(opts []Option) error {
 		o(&cfg)
 	}
 	d.cfg = cfg
-	switch cfg.mode {
-	case Script:
-		d.proto = scriptProto{d}
-	case Transaction:
-		d.proto = txProto{d}
-	case Legacy:
-		d.proto = legacyProto{d}
-	default:
+	if cfg.mode < Script || cfg.mode > Legacy {
 		return &dlock.ArgError{Name: "mode", Value: int(cfg.mode), Reason: "must be Script, Transaction or Legacy"}
 	}
+	d.proto = [...]protocol{scriptProto{d}, txProto{d}, legacyProto{d}}[cfg.mode]
 	if cfg.mode != Legacy && strings.ContainsAny(cfg.prefix, "{}") {
 		return &dlock.ArgError{Name: "prefix", Value: cfg.prefix, Reason: "must not contain '{' or '}': the driver puts it inside a Cluster hash tag"}
 	}
@@ -257,7 +236,13 @@ func (d *Driver) configure(opts []Option) error {
 	if cfg.unit != time.Millisecond && cfg.unit != time.Second {
 		return &dlock.ArgError{Name: "legacy unit", Value: cfg.unit, Reason: "must be time.Millisecond or time.Second"}
 	}
-	d.caps = driver.Capabilities{
+	d.caps = capabilities(cfg)
+	return nil
+}
+
+// capabilities returns the capabilities of a driver configured with cfg.
+func capabilities(cfg config) driver.Capabilities {
+	caps := driver.Capabilities{
 		Modes:       driver.Modes(driver.Exclusive),
 		ServerClock: cfg.mode != Legacy,
 		MaxKeyLen:   maxKeyLen,
@@ -268,29 +253,24 @@ func (d *Driver) configure(opts []Option) error {
 	if cfg.mode == Script {
 		// The scripts implement every mode and a FIFO queue natively;
 		// Transaction and Legacy modes have exclusive locks only.
-		d.caps.Modes = driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
-		d.caps.FIFO = true
+		caps.Modes = driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
+		caps.FIFO = true
 		// The scripts compare limits as Lua numbers (doubles, exact to
 		// 2^53) and store them as decimal text: any int32 is safe.
-		d.caps.MaxLimit = maxLimit
+		caps.MaxLimit = maxLimit
 	}
 	if cfg.mode == Legacy {
-		d.caps.MinTTL = max(legacyMinTTL, cfg.unit)
+		caps.MinTTL = max(legacyMinTTL, cfg.unit)
 		if cfg.unit == time.Second {
 			// Leases are whole seconds, rounded down (see grant).
-			d.caps.TTLResolution = cfg.unit
+			caps.TTLResolution = cfg.unit
 		}
 	}
-	return nil
+	return caps
 }
 
 // Protocol returns the driver's protocol.
 func (d *Driver) Protocol() Protocol { return d.cfg.mode }
-
-// Mode is the former name of Protocol.
-//
-// Deprecated: use Protocol.
-func (d *Driver) Mode() Protocol { return d.cfg.mode }
 
 // Client returns the go-redis client the driver uses, or nil for a driver
 // over rueidis (see Rueidis).

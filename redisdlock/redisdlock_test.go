@@ -157,7 +157,7 @@ func TestConformance(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
 		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "legacy", "legacy_unit", "s"))
 	})
-	cluster := func(t *testing.T, mode redisdlock.Mode) drivertest.Config {
+	cluster := func(t *testing.T, mode redisdlock.Protocol) drivertest.Config {
 		prefix := testPrefix(t)
 		return hungConfig(t, testsrv.Get(t, testsrv.RedisCluster), testsrv.RedisCluster,
 			[]string{"prefix", prefix, "mode", mode.String()}, redisdlock.WithPrefix(prefix), redisdlock.WithProtocol(mode))

@@ -42,50 +42,40 @@ const (
 // without wait_timeout.
 const defaultWaitTimeout = time.Second
 
+// protocols and clients are the values of the URL parameters mode and client.
+var (
+	protocols = map[string]Protocol{"script": Script, "tx": Transaction, "transaction": Transaction, "legacy": Legacy}
+	clients   = map[string]bool{"": false, "go-redis": false, "goredis": false, "rueidis": true}
+)
+
 // takeOptions removes the driver's own parameters from q and returns them
-// as Options.
-func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
-	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
-		return nil, err
+// as Options, the TLS configuration of the TLS parameters (nil without
+// TLS), and whether they ask for a rueidis client (client=rueidis) rather
+// than go-redis (client=go-redis, the default).
+func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, rueidisURL bool, _ error) {
+	rueidisURL, ok := clients[q.Get(paramClient)]
+	if !ok {
+		return nil, nil, false, urlutil.Error(u, "client=%q (want go-redis or rueidis)", q.Get(paramClient))
 	}
-	var opts []Option
+	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
+		return nil, nil, false, err
+	}
 	if q.Has(paramPrefix) {
 		opts = append(opts, WithPrefix(q.Get(paramPrefix)))
 	}
-	if q.Has(paramMode) {
-		switch m := q.Get(paramMode); m {
-		case "script":
-			opts = append(opts, WithProtocol(Script))
-		case "tx", "transaction":
-			opts = append(opts, WithProtocol(Transaction))
-		case "legacy":
-			opts = append(opts, WithProtocol(Legacy))
-		default:
-			return nil, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", m)
+	if m := q.Get(paramMode); q.Has(paramMode) {
+		p, ok := protocols[m]
+		if !ok {
+			return nil, nil, false, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", m)
 		}
+		opts = append(opts, WithProtocol(p))
 	}
 	if q.Has(paramWaitReplicas) || q.Has(paramWaitTimeout) {
-		n := 0
-		if q.Has(paramWaitReplicas) {
-			v, err := strconv.Atoi(q.Get(paramWaitReplicas))
-			if err != nil || v < 0 {
-				return nil, urlutil.Error(u, "wait_replicas=%q is not a number of replicas", q.Get(paramWaitReplicas))
-			}
-			n = v
+		o, err := replicaAck(u, q)
+		if err != nil {
+			return nil, nil, false, err
 		}
-		timeout := defaultWaitTimeout
-		if q.Has(paramWaitTimeout) {
-			s := q.Get(paramWaitTimeout)
-			if v, err := strconv.ParseInt(s, 10, 64); err == nil {
-				timeout = time.Duration(v) * time.Millisecond // WAIT's own unit
-			} else if timeout, err = time.ParseDuration(s); err != nil {
-				return nil, urlutil.Error(u, "wait_timeout=%q is not a duration (write 500ms, 2s, or milliseconds)", s)
-			}
-			if n == 0 {
-				return nil, urlutil.Error(u, "wait_timeout without wait_replicas")
-			}
-		}
-		opts = append(opts, WithReplicaAck(n, timeout))
+		opts = append(opts, o)
 	}
 	if q.Has(paramLegacyUnit) {
 		switch s := q.Get(paramLegacyUnit); s {
@@ -94,32 +84,39 @@ func takeOptions(u *url.URL, q url.Values) ([]Option, error) {
 		case "s":
 			opts = append(opts, WithLegacyUnit(time.Second))
 		default:
-			return nil, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
+			return nil, nil, false, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
 		}
 	}
 	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient} {
 		q.Del(p)
 	}
-	return opts, nil
+	tc, err := urlutil.TLS(u, q, u.Scheme == "rediss")
+	return opts, tc, rueidisURL, err
 }
 
-// checkTimeouts refuses read and write timeouts that a URL turned off
-// (zero or negative values): go-redis watches a call's deadline but not
-// its cancellation, so on a hung server a call cancelled without a
-// deadline returns only when the network timeout ends, and would never
-// return without one.
-// takeClient reads the client parameter: whether the URL asks for a
-// rueidis client (client=rueidis) rather than go-redis (client=go-redis,
-// the default).
-func takeClient(u *url.URL, q url.Values) (bool, error) {
-	switch c := q.Get(paramClient); c {
-	case "", "go-redis", "goredis":
-		return false, nil
-	case "rueidis":
-		return true, nil
-	default:
-		return false, urlutil.Error(u, "client=%q (want go-redis or rueidis)", c)
+// replicaAck reads wait_replicas and wait_timeout as WithReplicaAck.
+func replicaAck(u *url.URL, q url.Values) (Option, error) {
+	n := 0
+	if q.Has(paramWaitReplicas) {
+		v, err := strconv.Atoi(q.Get(paramWaitReplicas))
+		if err != nil || v < 0 {
+			return nil, urlutil.Error(u, "wait_replicas=%q is not a number of replicas", q.Get(paramWaitReplicas))
+		}
+		n = v
 	}
+	timeout := defaultWaitTimeout
+	if q.Has(paramWaitTimeout) {
+		s := q.Get(paramWaitTimeout)
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			timeout = time.Duration(v) * time.Millisecond // WAIT's own unit
+		} else if timeout, err = time.ParseDuration(s); err != nil {
+			return nil, urlutil.Error(u, "wait_timeout=%q is not a duration (write 500ms, 2s, or milliseconds)", s)
+		}
+		if n == 0 {
+			return nil, urlutil.Error(u, "wait_timeout without wait_replicas")
+		}
+	}
+	return WithReplicaAck(n, timeout), nil
 }
 
 // openRueidis opens a driver over a rueidis client made with opt (see
@@ -163,6 +160,11 @@ func connectOf(u *url.URL, addrs []string, tc *tls.Config, timeout time.Duration
 	return urlutil.Connect{Endpoints: addrs, TLS: tc, Timeout: timeout, TimeoutParam: urlutil.ParamConnectTimeout, TLSHint: hint}
 }
 
+// checkTimeouts refuses read and write timeouts that a URL turned off
+// (zero or negative values): go-redis watches a call's deadline but not
+// its cancellation, so on a hung server a call cancelled without a
+// deadline returns only when the network timeout ends, and would never
+// return without one.
 func checkTimeouts(u *url.URL, read, write time.Duration) error {
 	for _, t := range []struct {
 		name string
@@ -193,15 +195,7 @@ func redisError(u *url.URL, err error) error {
 // documentation) taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	rueidisURL, err := takeClient(u, q)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := takeOptions(u, q)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := urlutil.TLS(u, q, u.Scheme == "rediss")
+	opts, tc, rueidisURL, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
@@ -233,15 +227,11 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // Other parameters are go-redis's FailoverOptions (ParseFailoverURL).
 func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	rueidisURL, err := takeClient(u, q)
+	opts, tc, rueidisURL, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
-	opts, err := takeOptions(u, q)
-	if err != nil {
-		return nil, err
-	}
-	hosts, err := splitHostList(u, "26379")
+	hosts, err := urlutil.Servers(u, "26379")
 	if err != nil {
 		return nil, err
 	}
@@ -255,10 +245,6 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
 	q.Del("sentinel_username")
 	q.Del("sentinel_password")
-	tc, err := urlutil.TLS(u, q, false)
-	if err != nil {
-		return nil, err
-	}
 	q.Set("master_name", parts[0])
 	for _, h := range hosts[1:] {
 		q.Add("addr", h)
@@ -304,22 +290,14 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // ClusterOptions (ParseClusterURL).
 func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	rueidisURL, err := takeClient(u, q)
+	opts, tc, rueidisURL, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
-	opts, err := takeOptions(u, q)
-	if err != nil {
+	if err := urlutil.NoPath(u, "redis+cluster://host:port[,host:port] (a Cluster has database 0 only)"); err != nil {
 		return nil, err
 	}
-	hosts, err := splitHostList(u, "6379")
-	if err != nil {
-		return nil, err
-	}
-	if strings.Trim(u.Path, "/") != "" {
-		return nil, urlutil.Error(u, "has a path (%q); a Cluster has database 0 only: write redis+cluster://host:port[,host:port]", u.Path)
-	}
-	tc, err := urlutil.TLS(u, q, false)
+	hosts, err := urlutil.Servers(u, "6379")
 	if err != nil {
 		return nil, err
 	}
@@ -379,14 +357,4 @@ func finishOpen(ctx context.Context, conn urlutil.Connect, client redis.Universa
 		return nil, fmt.Errorf("redisdlock: connecting: %w", err)
 	}
 	return d, nil
-}
-
-// splitHostList splits the URL's comma-separated host list, adding port def
-// where it is missing.
-func splitHostList(u *url.URL, def string) ([]string, error) {
-	hosts, err := urlutil.Hosts(u, def)
-	if err == nil && len(hosts) == 0 {
-		err = urlutil.Error(u, "names no host")
-	}
-	return hosts, err
 }

@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 
-nested=(observe/prometheus observe/otel job/gocronlock job/cronjob)
+nested=(observe/dlockprom observe/dlockotel job/gocronlock job/cronjob)
 
 version=${1:-$(awk '/github.com\/dlockhq\/dlock v/ {for (i = 1; i <= NF; i++) if ($i ~ /^v[0-9]/) print $i; exit}' "${nested[0]}/go.mod")}
 echo "release-check: version $version, revision $(git rev-parse --short HEAD)"
@@ -110,7 +110,7 @@ func main() {
 	fmt.Println("ok")
 }'
 
-program prometheus github.com/dlockhq/dlock/observe/prometheus '
+program prometheus github.com/dlockhq/dlock/observe/dlockprom '
 package main
 
 import (
@@ -119,7 +119,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/memdlock"
-	dlockprom "github.com/dlockhq/dlock/observe/prometheus"
+	"github.com/dlockhq/dlock/observe/dlockprom"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -142,7 +142,7 @@ func main() {
 	fmt.Println("ok")
 }'
 
-program otel github.com/dlockhq/dlock/observe/otel '
+program otel github.com/dlockhq/dlock/observe/dlockotel '
 package main
 
 import (
@@ -151,7 +151,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/memdlock"
-	dlockotel "github.com/dlockhq/dlock/observe/otel"
+	"github.com/dlockhq/dlock/observe/dlockotel"
 )
 
 func main() {

@@ -37,3 +37,20 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 	}
 	return hosts, nil
 }
+
+// Servers is Hosts for a URL that must name a server.
+func Servers(u *url.URL, defaultPort string) ([]string, error) {
+	hosts, err := Hosts(u, defaultPort)
+	if err == nil && len(hosts) == 0 {
+		err = Error(u, "names no server (no host:port)")
+	}
+	return hosts, err
+}
+
+// NoPath returns an Error if u has a path; form shows how to write the URL.
+func NoPath(u *url.URL, form string) error {
+	if strings.Trim(u.Path, "/") != "" {
+		return Error(u, "has a path (%q); write %s", u.Path, form)
+	}
+	return nil
+}

@@ -70,3 +70,20 @@ func TestParams(t *testing.T) {
 		}
 	}
 }
+
+func TestServersNoPath(t *testing.T) {
+	u, err := url.Parse("x://user:secret@/path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae *dlock.ArgError
+	if _, err := Servers(u, "9"); !errors.As(err, &ae) || !strings.Contains(err.Error(), "names no server") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Servers of a URL without hosts = %v; want a redacted ArgError that says it names no server", err)
+	}
+	if err := NoPath(u, "x://host"); !errors.As(err, &ae) || !strings.Contains(err.Error(), `"/path"`) || !strings.Contains(err.Error(), "x://host") {
+		t.Errorf("NoPath = %v; want an ArgError naming the path and the form", err)
+	}
+	if err := NoPath(&url.URL{Scheme: "x", Host: "h", Path: "/"}, "x://host"); err != nil {
+		t.Errorf("NoPath of a URL with path / = %v; want nil", err)
+	}
+}

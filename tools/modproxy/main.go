@@ -2,7 +2,7 @@
 // files, served with GOPROXY=file://DIR) holding every published module of
 // a git repository at one revision and version: the root module at VERSION
 // and each nested module at its own path and the same version, as the tags
-// v0.1.0 and observe/prometheus/v0.1.0 name them.
+// v0.1.0 and observe/dlockprom/v0.1.0 name them.
 //
 // It is what the release check uses to act as a stranger would, with the
 // repository's modules fetched from a proxy instead of a work tree:

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/memdlock"
-	dlockotel "github.com/dlockhq/dlock/observe/otel"
+	"github.com/dlockhq/dlock/observe/dlockotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"

@@ -7,7 +7,7 @@
 //	prometheus.MustRegister(obs)
 //	client, err := dlock.New(drv, dlock.WithObserver(obs))
 //
-// It is a module of its own (github.com/dlockhq/dlock/observe/prometheus),
+// It is a module of its own (github.com/dlockhq/dlock/observe/dlockprom),
 // so that dlock itself does not depend on the Prometheus client.
 //
 // # Metrics

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/memdlock"
-	dlockprom "github.com/dlockhq/dlock/observe/prometheus"
+	"github.com/dlockhq/dlock/observe/dlockprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/memdlock"
-	dlockotel "github.com/dlockhq/dlock/observe/otel"
+	"github.com/dlockhq/dlock/observe/dlockotel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

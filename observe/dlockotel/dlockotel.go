@@ -5,8 +5,8 @@
 //	obs, err := dlockotel.New() // the global TracerProvider and MeterProvider
 //	client, err := dlock.New(drv, dlock.WithObserver(obs))
 //
-// It is a module of its own (github.com/dlockhq/dlock/observe/otel), so that
-// dlock itself does not depend on OpenTelemetry.
+// It is a module of its own (github.com/dlockhq/dlock/observe/dlockotel), so
+// that dlock itself does not depend on OpenTelemetry.
 //
 // # Traces
 //
@@ -50,7 +50,7 @@
 // The attributes are dlock.result (acquired, not_acquired), dlock.reason
 // (on not_acquired only), dlock.end (released, lost) and dlock.cause
 // (max_hold, not_held, expired). They match the metrics of package
-// github.com/dlockhq/dlock/observe/prometheus.
+// github.com/dlockhq/dlock/observe/dlockprom.
 package dlockotel
 
 import (
@@ -67,7 +67,7 @@ import (
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter.
-const ScopeName = "github.com/dlockhq/dlock/observe/otel"
+const ScopeName = "github.com/dlockhq/dlock/observe/dlockotel"
 
 // Attribute keys of spans and metrics.
 const (

@@ -1,4 +1,4 @@
-module github.com/dlockhq/dlock/observe/otel
+module github.com/dlockhq/dlock/observe/dlockotel
 
 go 1.26.0
 

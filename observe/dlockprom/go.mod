@@ -1,4 +1,4 @@
-module github.com/dlockhq/dlock/observe/prometheus
+module github.com/dlockhq/dlock/observe/dlockprom
 
 go 1.26.0
 
