@@ -408,13 +408,13 @@ func (c *Client) Driver() driver.Driver { return c.drv }
 // acquisition. Options of a re-entering call are ignored, and re-entering a
 // lock that has ended fails with ErrNotAcquired wrapping the reason.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquire(ctx, key, true, opts, nil)
 }
 
 // TryLock makes one attempt to acquire the lock named key. If the lock is
 // held, it returns an error wrapping ErrNotAcquired at once.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquire(ctx, key, false, opts, nil)
 }
 
 // Do acquires the lock named key (waiting as Lock does), runs fn while holding
