@@ -95,12 +95,11 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 	defer at.finish()
 	leave := func() {} // readers and permits that do not wait ask the store at once
 	if wait {
-		var err error
-		if leave, err = c.gates.enter(at.ctx, req.Key); err != nil {
-			return nil, at.ended(why(parent))
+		if leave = c.gates.enter(at.ctx, req.Key, true); leave == nil {
+			return nil, at.ended(nil)
 		}
 	} else if req.Mode == driver.Exclusive {
-		if leave = c.gates.tryEnter(req.Key); leave == nil {
+		if leave = c.gates.enter(at.ctx, req.Key, false); leave == nil {
 			return nil, fmt.Errorf("dlock: %w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 		}
 	}
@@ -211,9 +210,6 @@ type gate struct {
 func (g *gates) get(key string) *gate {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[string]*gate{}
-	}
 	gt := g.m[key]
 	if gt == nil {
 		gt = &gate{ch: make(chan struct{}, 1)}
@@ -231,29 +227,25 @@ func (g *gates) put(key string, gt *gate) {
 	}
 }
 
-// enter waits until the caller is alone inside the key's gate and returns the
-// function that leaves it.
-func (g *gates) enter(ctx context.Context, key string) (func(), error) {
-	gt := g.get(key)
-	select {
-	case gt.ch <- struct{}{}:
-		return g.leaver(key, gt), nil
-	case <-ctx.Done():
-		g.put(key, gt)
-		return nil, ctx.Err()
-	}
-}
-
-// tryEnter is enter without waiting; it returns nil if the gate is taken.
-func (g *gates) tryEnter(key string) func() {
+// enter returns the function that leaves the key's gate once the caller is
+// alone inside it. If the gate is taken it waits, if wait is set, until it
+// is free or ctx ends; it returns nil if the caller is not let in.
+func (g *gates) enter(ctx context.Context, key string, wait bool) func() {
 	gt := g.get(key)
 	select {
 	case gt.ch <- struct{}{}:
 		return g.leaver(key, gt)
 	default:
-		g.put(key, gt)
-		return nil
 	}
+	if wait {
+		select {
+		case gt.ch <- struct{}{}:
+			return g.leaver(key, gt)
+		case <-ctx.Done():
+		}
+	}
+	g.put(key, gt)
+	return nil
 }
 
 func (g *gates) leaver(key string, gt *gate) func() {

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,19 +17,18 @@ import (
 // outcome, the policy that decides what follows, the pause before the next
 // attempt, and one clean-up that the caller defers (finish).
 type attempts struct {
-	c      *Client
-	parent context.Context // the caller's
-	ctx    context.Context // parent, bound to Close (see newAttempts)
-	unbind context.CancelFunc
-	reqs   []driver.Request
-	cfgs   []lockConfig
-	ma     driver.MultiAcquirer // takes several keys at once
-	keys   string               // names them in errors: ` keys ["a" "b"] at once`
-	many   string               // says there are more in an error naming one
-	wait   bool
-	leaves []func() // leave the keys' gates of this Client
-	kept   int      // the requests whose Locks were handed out
-
+	c         *Client
+	parent    context.Context // the caller's
+	ctx       context.Context // parent, bound to Close (see newAttempts)
+	unbind    context.CancelFunc
+	reqs      []driver.Request
+	cfgs      []lockConfig
+	ma        driver.MultiAcquirer // takes several keys at once
+	keys      string               // names them in errors: ` keys ["a" "b"] at once`
+	many      string               // says there are more in an error naming one
+	wait      bool
+	leaves    []func()  // leave the keys' gates of this Client
+	kept      int       // the requests whose Locks were handed out
 	sent      time.Time // when the latest attempt was sent
 	dirty     bool      // the store may keep something of the owners
 	reached   bool      // the store has answered an attempt
@@ -40,14 +40,7 @@ type attempts struct {
 	bo        backoff
 }
 
-// outcome is what one attempt came back with.
-type outcome struct {
-	driver.MultiResult
-	err       error
-	abandoned bool // still on the wire: it is cleaned up once it lands
-}
-
-// verdict is what the policy makes of an outcome.
+// verdict is what the policy makes of an attempt's outcome.
 type verdict int
 
 const (
@@ -58,9 +51,8 @@ const (
 	await                // wait for a release, then attempt again
 )
 
-// newAttempts starts the attempts for reqs. A wait, and an attempt at
-// several keys, is bound to Close as well as to the caller's context
-// (parent); a single attempt at one key needs no binding: Close waits for it.
+// newAttempts starts the attempts for reqs. A wait, or an attempt at several
+// keys, is bound to Close too; Close waits for a single attempt at one key.
 func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs []lockConfig, wait bool) *attempts {
 	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, reqs: reqs, cfgs: cfgs, wait: wait,
 		subscribe: wait && c.notifier != nil, bo: backoff{min: cfgs[0].minBackoff, max: cfgs[0].maxBackoff}}
@@ -71,17 +63,16 @@ func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs
 }
 
 // run makes attempts until the policy holds the keys or stops, and returns
-// the locks it made (see hold). Several keys are taken at once in one
-// attempt only: when the policy would go on, run returns neither locks nor
-// an error, and the caller takes the keys one by one.
+// the locks (see hold). Several keys are taken at once in one attempt only:
+// when the policy would go on, the caller takes them one by one.
 func (at *attempts) run() ([]*Lock, error) {
 	for {
-		o := at.attempt()
-		if at.ma != nil && errors.Is(o.err, driver.ErrUnsupported) {
+		o, err := at.attempt()
+		if at.ma != nil && errors.Is(err, driver.ErrUnsupported) {
 			at.dirty = false // refused before it touched the store
 			return nil, nil
 		}
-		switch v, err := at.decide(o); {
+		switch v, err := at.decide(o, err); {
 		case v == hold:
 			return at.hold(o)
 		case v == stop:
@@ -89,17 +80,17 @@ func (at *attempts) run() ([]*Lock, error) {
 		case at.ma != nil:
 			return nil, nil
 		case v != again && at.pause(v, o.RetryAfter) != nil:
-			return nil, at.ended(why(at.parent))
+			return nil, at.ended(nil)
 		}
 	}
 }
 
 // attempt makes one attempt, an Acquire or an AcquireAll, unless the wait
-// has ended. One still on the wire when it ends runs on, and whatever it
-// makes of the store is cleared once it completes.
-func (at *attempts) attempt() outcome {
+// has ended, and returns its outcome. One still on the wire when the wait
+// ends runs on, and whatever it makes of the store is cleared once it lands.
+func (at *attempts) attempt() (driver.MultiResult, error) {
 	if err := at.ctx.Err(); err != nil {
-		return outcome{err: err}
+		return driver.MultiResult{}, err
 	}
 	at.dirty, at.sent = true, time.Now()
 	acquire := func(ctx context.Context) (driver.MultiResult, error) {
@@ -118,16 +109,13 @@ func (at *attempts) attempt() outcome {
 		err = errors.New("the driver reported success without a hold for every key")
 	}
 	res.Blocked = max(0, min(res.Blocked, len(at.reqs)-1))
-	return outcome{res, err, inflight != nil}
+	return res, err
 }
 
 // decide is the policy: what follows an attempt's outcome.
-func (at *attempts) decide(o outcome) (verdict, error) {
-	switch {
-	case o.abandoned:
-		return stop, at.ended(why(at.parent))
-	case o.err != nil:
-		return at.failed(o.err)
+func (at *attempts) decide(o driver.MultiResult, err error) (verdict, error) {
+	if err != nil {
+		return at.failed(err)
 	}
 	at.reached, at.failure, at.requeued = true, nil, false
 	if !o.Acquired {
@@ -151,31 +139,25 @@ func (at *attempts) decide(o outcome) (verdict, error) {
 }
 
 // failed is the policy for an attempt whose outcome is unknown (err). A
-// store that fails the first attempt is misconfigured or down, and one
-// that fails for good (a permanent error: refused credentials, a missing
-// table) will not mend: say so at once. Once it has answered, another
-// failure while waiting is taken as a blip and ridden out; a queued waiter
+// store that fails the first attempt is down or misconfigured, and one that
+// fails for good (ErrPermanent) will not mend: say so at once. Once it has
+// answered, a failure while waiting is a blip to ride out; a queued waiter
 // keeps its place, which the next attempt finds again.
 func (at *attempts) failed(err error) (verdict, error) {
 	if at.ctx.Err() != nil {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			at.failure = err // the store failed before the wait ended: say so
-		}
-		return stop, at.ended(why(at.parent))
+		return stop, at.ended(err)
 	}
 	if at.requeue(err) {
 		return again, nil
 	}
-	// ErrBusy: the store answered and changed nothing; the key is as good
-	// as held.
-	answered := at.reached || errors.Is(err, driver.ErrBusy)
+	answered := at.reached || errors.Is(err, driver.ErrBusy) // ErrBusy: the store changed nothing
 	switch {
 	case errors.Is(err, driver.ErrBusy) && !at.wait:
-		return stop, fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, at.keyedAfter(err), err)
+		return stop, fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, at.keyed(":", err), err)
 	case errors.Is(err, driver.ErrUnsupported) || errors.Is(err, driver.ErrModeMismatch) && !(at.wait && answered):
-		return stop, fmt.Errorf("dlock: acquire%s: %w", at.keyed(err), err) // it answered: not unavailable
+		return stop, fmt.Errorf("dlock: acquire%s: %w", at.keyed("", err), err) // it answered: not unavailable
 	case !at.wait || !answered || at.c.permanent(err):
-		return stop, fmt.Errorf("dlock: acquire%s: %w", at.keyed(err), at.c.storeFailure(err))
+		return stop, fmt.Errorf("dlock: acquire%s: %w", at.keyed("", err), at.c.storeFailure(err))
 	}
 	at.reached, at.failure = true, err
 	if !at.reqs[0].Queue {
@@ -185,11 +167,10 @@ func (at *attempts) failed(err error) (verdict, error) {
 	return retry, nil
 }
 
-// requeue handles a queued waiter whose place in the queue ended with its
-// session or lease (err wraps ErrNotOwner: a failover, a connection reset):
-// it queues again, at the back, as a new owner with a subscription of its
-// own, rather than carry on as if it had waited. It reports whether to
-// attempt again at once: not if the new place too ended unanswered.
+// requeue queues a waiter whose place in the queue ended (err wraps
+// ErrNotOwner: a failover, a reset) again, at the back, as a new owner with
+// a subscription of its own. It reports whether to attempt again at once:
+// not if the new place too ended unanswered.
 func (at *attempts) requeue(err error) bool {
 	if !at.reqs[0].Queue || !at.reached || !errors.Is(err, driver.ErrNotOwner) {
 		return false
@@ -208,7 +189,7 @@ func (at *attempts) requeue(err error) bool {
 // late returns an error if the reply that granted the holds came after the
 // lease of one of them, or its max hold (which counts from the same
 // instant), had run out.
-func (at *attempts) late(o outcome) error {
+func (at *attempts) late(o driver.MultiResult) error {
 	for i, req := range at.reqs {
 		ttl, until := lease(req, o.Results[i], at.sent)
 		bound, d := "lease", ttl
@@ -222,22 +203,21 @@ func (at *attempts) late(o outcome) error {
 	return nil
 }
 
-// hold hands out the locks the attempt took, in order. If the Client was
-// closed meanwhile it returns, with an error wrapping ErrClosed, the locks
-// made before, for the caller to report and release; finish clears the rest.
-func (at *attempts) hold(o outcome) ([]*Lock, error) {
+// hold hands out the locks the attempt took. If the Client was closed
+// meanwhile, it returns the locks made before with the error, for the
+// caller to report and release; finish clears the rest.
+func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
 	locks := make([]*Lock, 0, len(at.reqs))
 	for i, req := range at.reqs {
 		ttl, validUntil := lease(req, o.Results[i], at.sent)
 		if req.Mode != driver.Exclusive {
-			// Readers and permits of one Client hold at the same
-			// time: the gate serialises only their waits.
-			at.leaves[i]()
-			at.leaves[i] = func() {}
+			// Readers and permits of one Client hold at once: the gate
+			// serialises only their waits.
+			at.leaves[i]() // (leaving twice is leaving once)
 		}
 		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.leaves[i])
 		if l == nil {
-			return locks, at.ended(ErrClosed)
+			return locks, at.ended(nil)
 		}
 		locks = append(locks, l)
 		at.kept++
@@ -246,10 +226,9 @@ func (at *attempts) hold(o outcome) ([]*Lock, error) {
 }
 
 // pause waits before the next attempt, and returns an error if the wait
-// ends first. After a failure, or a reply that came too late, it waits for
-// the backoff. After a refusal it subscribes to releases first, if it has
-// not tried yet, and then waits for a notification (polling only to cover
-// a lost message), the backoff, or the store's estimate (retryAfter),
+// ends first: for the backoff after a failure or a reply that came too
+// late; after a refusal, for a release notification (polling only to cover
+// a lost message), the backoff or the store's estimate (retryAfter),
 // whichever comes first.
 func (at *attempts) pause(v verdict, retryAfter time.Duration) (err error) {
 	if v == retry {
@@ -257,8 +236,10 @@ func (at *attempts) pause(v verdict, retryAfter time.Duration) (err error) {
 		return err
 	}
 	if at.subscribe {
-		if subscribed, err := at.subscribeNow(); subscribed || err != nil {
-			return err // subscribed: attempt again at once
+		// Once subscribed, attempt again at once: a release between the
+		// attempt and the subscription would otherwise go unnoticed.
+		if err := at.subscribeNow(); at.sub != nil || err != nil {
+			return err
 		}
 	}
 	delay := at.bo.next()
@@ -272,10 +253,9 @@ func (at *attempts) pause(v verdict, retryAfter time.Duration) (err error) {
 		delay = req.TTL / 3 // keep the queue entry alive
 	}
 	if at.woken && !at.reqs[0].Queue {
-		// A release woke this waiter and another one got the lock, or
-		// split the vote with it (a quorum store): wait a random while,
-		// up to twice what the attempt took, before the next release may
-		// wake it, so that waiters do not retry in step.
+		// A release woke this waiter and another got the lock, or split
+		// the vote (a quorum store): wait a random while, up to twice what
+		// the attempt took, so that waiters do not retry in step.
 		pause := min(rand.N(2*time.Since(at.sent)+1), delay)
 		if _, err := sleepWoken(at.ctx, pause, nil); err != nil {
 			return err
@@ -287,10 +267,8 @@ func (at *attempts) pause(v verdict, retryAfter time.Duration) (err error) {
 }
 
 // subscribeNow asks the store to notify the waiter of the key's releases.
-// It reports whether it subscribed: the caller then attempts again at once,
-// since a release between the attempt and the subscription would otherwise
-// go unnoticed.
-func (at *attempts) subscribeNow() (bool, error) {
+// It returns an error only if the wait ended.
+func (at *attempts) subscribeNow() error {
 	at.subscribe = false
 	req := at.reqs[0]
 	s, inflight, err := do(at.c, at.ctx, func(ctx context.Context) (driver.Subscription, error) { return at.c.notifier.Subscribe(ctx, req) })
@@ -304,19 +282,17 @@ func (at *attempts) subscribeNow() (bool, error) {
 	switch {
 	case err == nil:
 		at.sub = s
-		return true, nil
 	case at.ctx.Err() != nil:
-		return false, err
+		return err
 	case !errors.Is(err, driver.ErrUnsupported):
 		at.c.cfg.logger.Warn("dlock: cannot subscribe to releases; polling instead", "key", req.Key, "err", err)
 	}
-	return false, nil
+	return nil
 }
 
-// finish is the one clean-up of the attempts, which their caller defers:
-// it clears what the store may keep of the requests whose locks were not
-// handed out, closes the subscription, leaves those requests' gates and
-// unbinds the context.
+// finish is the one clean-up, which the caller defers: it clears what the
+// store may keep of the requests whose locks were not handed out, and ends
+// the subscription, their gates and the binding.
 func (at *attempts) finish() {
 	if at.dirty {
 		at.cleanup(at.ctx)
@@ -330,38 +306,33 @@ func (at *attempts) finish() {
 	at.unbind()
 }
 
-// cleanup releases whatever the owners of the requests whose locks were not
-// handed out may hold (see Client.cleanup).
+// cleanup releases what the requests whose locks were not handed out may
+// hold (see Client.cleanup).
 func (at *attempts) cleanup(ctx context.Context) {
 	for _, req := range at.reqs[at.kept:] {
 		at.c.cleanup(ctx, req)
 	}
 }
 
-// ended is the error of an acquisition that ended for reason (the
-// context's error, or ErrClosed). If the store failed the last attempt
-// that completed, the error names that failure too and wraps
-// ErrUnavailable: the lock was not found held, the store could not be used.
-func (at *attempts) ended(reason error) error {
+// ended is the error of a wait that ended (its context, or Close) after an
+// attempt that failed with err (or nil). If the store failed the latest
+// attempt that completed, it names that failure and wraps ErrUnavailable.
+func (at *attempts) ended(err error) error {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		at.failure = err
+	}
+	reason := why(at.parent)
 	if at.failure == nil {
-		return fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, at.keyedAfter(nil), reason)
+		return fmt.Errorf("dlock: %w%s: %w", ErrNotAcquired, at.keyed(":", nil), reason)
 	}
-	return fmt.Errorf("dlock: %w%s: %w; the last attempt failed: %w", ErrNotAcquired, at.keyedAfter(at.failure), reason, &unavailableError{at.failure})
+	return fmt.Errorf("dlock: %w%s: %w; the last attempt failed: %w", ErrNotAcquired, at.keyed(":", at.failure), reason, &unavailableError{at.failure})
 }
 
-// keyed names the key for a message that wraps err (see errtext.Keyed), or
-// the keys taken at once.
-func (at *attempts) keyed(err error) string {
-	if at.keys != "" {
-		return at.keys
-	}
-	return keyed(at.reqs[0].Key, err)
-}
-
-// keyedAfter is keyed after a sentinel's text and a colon.
-func (at *attempts) keyedAfter(err error) string {
-	if k := at.keyed(err); k != "" {
-		return ":" + k
+// keyed names the key, or the keys taken at once, after sep for a message
+// that wraps err, or returns "" if err names the key (see errtext.Keyed).
+func (at *attempts) keyed(sep string, err error) string {
+	if k := cmp.Or(at.keys, keyed(at.reqs[0].Key, err)); k != "" {
+		return sep + k
 	}
 	return ""
 }

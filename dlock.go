@@ -189,7 +189,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func())}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {

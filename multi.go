@@ -114,7 +114,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	at.ma, at.keys, at.many = ma, fmt.Sprintf(" keys %q at once", keys), fmt.Sprintf("acquiring %d keys at once: ", len(keys))
 	defer at.finish()
 	for _, k := range keys {
-		lv := c.gates.tryEnter(k)
+		lv := c.gates.enter(ctx, k, false)
 		if lv == nil {
 			return nil, nil, nil
 		}
