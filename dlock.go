@@ -189,7 +189,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func())}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
@@ -408,13 +408,13 @@ func (c *Client) Driver() driver.Driver { return c.drv }
 // acquisition. Options of a re-entering call are ignored, and re-entering a
 // lock that has ended fails with ErrNotAcquired wrapping the reason.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquire(ctx, key, true, opts, nil)
 }
 
 // TryLock makes one attempt to acquire the lock named key. If the lock is
 // held, it returns an error wrapping ErrNotAcquired at once.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquire(ctx, key, false, opts, nil)
 }
 
 // Do acquires the lock named key (waiting as Lock does), runs fn while holding

@@ -162,7 +162,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if (held.Mode != h.mode && !downgraded) || held.Limit != h.limit || held.Token != h.token {
 		return nil, argError("hold ID", hidden(len(holdID)), "does not match the hold on the store: its token, mode or limit was changed")
 	}
-	if m, n := cfg.mode(); (cfg.shared || cfg.limit != nil) && (m != held.Mode || n != held.Limit) {
+	if m, n := cfg.mode(); m != driver.Exclusive && (m != held.Mode || n != held.Limit) {
 		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, held.Mode, m)
 	}
 	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
@@ -173,11 +173,8 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	// A store with a coarse clock grants at least a whole number of its
 	// units less one (memcached), and at least one unit (Redis's legacy
 	// protocol in seconds): the lease may be that much shorter than asked.
-	granted := req.TTL
-	if r := c.caps.TTLResolution; r > 0 {
-		granted = max(req.TTL.Truncate(r)-r, r)
-	}
-	ttl, validUntil := lease(req, driver.Result{TTL: granted}, sent)
+	r := c.caps.TTLResolution
+	ttl, validUntil := lease(req, driver.Result{TTL: max(req.TTL.Truncate(r)-r, r)}, sent)
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}

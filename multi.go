@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/dlockhq/dlock/driver"
 )
@@ -62,188 +61,97 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 			return nil, argError("keys", k, "is given twice")
 		}
 	}
-	// started holds the acquisitions of the keys, in order, once
-	// observers saw them start (with an atomic attempt): taking the keys
-	// one by one then goes on with them.
-	var started []*acquisition
+	// started holds the acquisitions of the keys that observers saw start
+	// (with an atomic attempt): taking the keys one by one goes on with them.
+	started := make([]*acquisition, len(sorted))
 	if ma, ok := c.drv.(driver.MultiAcquirer); ok && len(sorted) > 1 {
-		locks, acqs, done, err := c.acquireAtOnce(ctx, ma, sorted, wait, opts)
+		locks, acqs, err := c.acquireAtOnce(ctx, ma, sorted, wait, opts)
 		if err != nil {
 			return nil, err
 		}
-		if done {
+		if locks != nil {
 			return newMultiLock(locks), nil
 		}
-		started = acqs
+		copy(started, acqs)
 	}
-	var locks []*Lock
+	locks := make([]*Lock, 0, len(sorted))
 	for i, k := range sorted {
-		var a *acquisition
-		if started != nil {
-			a = started[i]
-		}
-		l, err := c.acquireAs(ctx, k, wait, opts, a)
+		l, err := c.acquire(ctx, k, wait, opts, started[i])
 		if err != nil {
-			// Nothing partial stays behind: give back what was taken,
-			// even if ctx has ended.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			for _, held := range slices.Backward(locks) {
-				held.Release(rctx)
-			}
-			cancel()
+			// Nothing partial stays behind: give back what was taken.
+			releaseAll(ctx, locks)
 			err = fmt.Errorf("dlock: acquiring %d keys: %w", len(sorted), bare(err))
-			if started != nil {
-				for _, a := range started[i+1:] {
-					a.failed(c, err)
-				}
-			}
-			return nil, err
+			return nil, failedAll(c, started[i+1:], err)
 		}
 		locks = append(locks, l)
 	}
 	return newMultiLock(locks), nil
 }
 
-// acquireAtOnce makes one atomic attempt to take every key through ma. It
-// reports done when it acquired them all; when it returns neither locks nor
+// acquireAtOnce makes one atomic attempt to take every key through ma, and
+// returns the locks if it took them all. When it returns neither locks nor
 // an error, the caller takes the keys one by one: a key that ctx holds
 // already (re-entry), another goroutine of this Client in a key's gate, a
 // set of keys the driver cannot take at once, or a key held by someone else
-// while the caller is willing to wait. Observers see the acquisition of
-// every key start once the attempt is made; if the caller is to go on one
-// by one, started returns those acquisitions, whose outcomes the caller
-// then reports.
-func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, started []*acquisition, done bool, _ error) {
+// (or a store that failed) while the caller is willing to wait. Observers
+// see the acquisition of every key start once the attempt is made: started
+// returns those acquisitions, whose outcomes the caller then reports.
+func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, started []*acquisition, _ error) {
 	reqs := make([]driver.Request, len(keys))
 	cfgs := make([]lockConfig, len(keys))
 	for i, k := range keys {
 		req, cfg, held, err := c.prepare(ctx, k, opts)
 		if err != nil || held != nil {
-			return nil, nil, false, nil // the one-by-one path re-enters or reports it
+			return nil, nil, nil // the one-by-one path re-enters or reports it
 		}
 		reqs[i], cfgs[i] = req, cfg
 	}
-	var leaves []func()
-	leave := func(from int) {
-		for _, lv := range slices.Backward(leaves[from:]) {
-			lv()
-		}
-	}
-	for _, k := range keys {
-		lv := c.gates.tryEnter(k)
-		if lv == nil {
-			leave(0)
-			return nil, nil, false, nil
-		}
-		leaves = append(leaves, lv)
-	}
-	cleanup := func(from int) {
-		for _, req := range reqs[from:] {
-			c.cleanup(ctx, req)
-		}
-		leave(from)
-	}
-
 	if !c.enter() {
-		leave(0)
-		return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
+		return nil, nil, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
 	}
 	defer c.ops.done()
+	at := c.newAttempts(ctx, reqs, cfgs, wait)
+	at.ma, at.keys, at.many = ma, fmt.Sprintf(" keys %q at once", keys), fmt.Sprintf("acquiring %d keys at once: ", len(keys))
+	defer at.finish()
+	for _, k := range keys {
+		lv := c.gates.enter(ctx, k, false)
+		if lv == nil {
+			return nil, nil, nil
+		}
+		at.leaves = append(at.leaves, lv)
+	}
 	acqs := make([]*acquisition, len(keys))
 	for i, req := range reqs {
 		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
 		cfgs[i].id = acqs[i].id
 	}
-	// failed reports that the acquisitions from index from on failed.
-	failed := func(from int, err error) error {
-		for _, a := range acqs[from:] {
-			a.failed(c, err)
-		}
-		return err
-	}
-	bctx, unbind := c.bind(ctx)
-	defer unbind()
-	begin := time.Now()
-	res, inflight, err := do(c, bctx, func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, reqs) })
-	if inflight != nil {
-		// Still on the wire: clear what it takes once it lands.
-		inflight.after(c, func(driver.MultiResult, error) {
-			for _, req := range reqs {
-				c.cleanup(context.Background(), req)
-			}
-		})
-		leave(0)
-		err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
-		return nil, nil, false, failed(0, err)
-	}
-	switch {
-	case errors.Is(err, driver.ErrUnsupported):
-		leave(0)
-		return nil, acqs, false, nil
-	case err != nil:
-		cleanup(0)
-		if bctx.Err() != nil {
-			err = fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, why(ctx))
-		} else {
-			err = fmt.Errorf("dlock: acquiring keys %q at once: %w", keys, c.storeFailure(err))
-		}
-		return nil, nil, false, failed(0, err)
-	case !res.Acquired:
-		leave(0)
-		if wait {
-			return nil, acqs, false, nil
-		}
-		k := keys[0]
-		if res.Blocked >= 0 && res.Blocked < len(keys) {
-			k = keys[res.Blocked]
-		}
-		err := fmt.Errorf("dlock: acquiring %d keys at once: %w: %q is held", len(keys), ErrNotAcquired, k)
-		return nil, nil, false, failed(0, err)
-	case len(res.Results) != len(reqs) || slices.ContainsFunc(res.Results, func(r driver.Result) bool { return !r.Acquired }):
-		cleanup(0)
-		return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring keys %q at once: the driver reported success without a hold for every key", keys))
-	}
-	for i, r := range res.Results {
-		if _, validUntil := lease(reqs[i], r, begin); !time.Now().Before(validUntil) {
-			// The reply came too late to leave any validity: never hand
-			// those locks out.
-			cleanup(0)
-			if wait {
-				return nil, acqs, false, nil
-			}
-			return nil, nil, false, failed(0, fmt.Errorf("dlock: acquiring %d keys at once: %w: %q: the store answered after the lease of %v had run out", len(keys), ErrNotAcquired, keys[i], reqs[i].TTL))
-		}
-	}
-	locks := make([]*Lock, 0, len(reqs))
-	for i, req := range reqs {
-		ttl, validUntil := lease(req, res.Results[i], begin)
-		lv := leaves[i]
-		if req.Mode != driver.Exclusive {
-			lv() // as in acquireLoop: only exclusive holds keep the gate
-			lv = func() {}
-		}
-		l := newLock(c, ctx, req, res.Results[i].Token, ttl, cfgs[i], begin, validUntil, lv)
-		if l == nil {
-			cleanup(i)
-			// The locks made already were held: they are reported
-			// acquired, then released.
-			for j, held := range locks {
-				acqs[j].acquired(c, held)
-			}
-			failed(i, notAcquired(req.Key, ErrClosed))
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			for _, held := range locks {
-				held.Release(rctx)
-			}
-			cancel()
-			return nil, nil, false, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
-		}
-		locks = append(locks, l)
-	}
+	locks, err := at.run()
 	for i, l := range locks {
 		acqs[i].acquired(c, l)
 	}
-	return locks, nil, true, nil
+	if err != nil {
+		releaseAll(ctx, locks)
+		return nil, nil, failedAll(c, acqs[len(locks):], err)
+	}
+	return locks, acqs, nil
+}
+
+// failedAll reports that the acquisitions acqs failed, and returns err.
+func failedAll(c *Client, acqs []*acquisition, err error) error {
+	for _, a := range acqs {
+		a.failed(c, err)
+	}
+	return err
+}
+
+// releaseAll gives back the locks taken for an acquisition that failed,
+// in the reverse order, even if ctx has ended.
+func releaseAll(ctx context.Context, locks []*Lock) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	for _, l := range slices.Backward(locks) {
+		l.Release(rctx)
+	}
 }
 
 // newMultiLock joins held locks into a MultiLock.
