@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/fill"
-	"github.com/dlockhq/dlock/internal/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
 	"github.com/dlockhq/dlock/job"
 	"github.com/dlockhq/dlock/leader"
 	"github.com/dlockhq/dlock/memdlock"
@@ -19,7 +19,7 @@ import (
 // and checks that each names the key exactly once and carries the
 // "dlock:" prefix at most once, however many layers wrapped it, and that
 // errors.Is still finds the sentinels. (Its case of a backend whose store
-// is down is in internal/integration.)
+// is down is in internal/testing/integration.)
 func TestErrorsNameKeyOnce(t *testing.T) {
 	const key = "order:42"
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
 	"github.com/dlockhq/dlock/memdlock"
 )
 

@@ -39,7 +39,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 type config struct {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 func TestPermanentClassifies(t *testing.T) {

@@ -3,8 +3,8 @@ package etcddlock
 import (
 	"testing"
 
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // TestLeaderFailover runs the failover workload on a three-member cluster

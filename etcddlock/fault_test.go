@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // A holder cut off from etcd loses its lock (its context ends with ErrLost)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // quiet is how long a test waits to see that a subscription is NOT

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // waiterOf returns the waiter that a subscription of r on d follows.

@@ -14,9 +14,9 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testcert"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // startTLS starts an etcd member of its own serving TLS with client

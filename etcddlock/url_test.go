@@ -8,8 +8,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 func TestURL(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock/fence"
-	"github.com/dlockhq/dlock/internal/dlocktest/bounds"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest/bounds"
 )
 
 // TestHostileInputSQL: nil contexts and databases, resource names that are

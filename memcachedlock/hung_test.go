@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // hungTimeout is the client's network timeout in the hung-server tests.

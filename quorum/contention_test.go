@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // contenderEnv makes the test binary a contender of

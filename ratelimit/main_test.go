@@ -7,5 +7,5 @@ import (
 )
 
 // TestMain fails the run if goroutines are left over. (The tests that run
-// on real stores are in internal/integration/ratelimit.)
+// on real stores are in internal/testing/integration/ratelimit.)
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/dlockhq/dlock/redisdlock"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // BenchmarkClusterPubSub measures what the choice of PUBLISH over sharded

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // TestRacingReleases checks, in every mode on a standalone server and a

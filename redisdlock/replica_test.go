@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/dlockhq/dlock/redisdlock"
 )
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testcert"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // tlsPassword is the password of the TLS servers of these tests; no error

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the database servers the tests start (see internal/testsrv:
+# Installs the database servers the tests start (see internal/testing/testsrv:
 # PostgreSQL, MariaDB, Redis — redis-server also runs the sentinel, with
 # --sentinel —, memcached, etcd and ZooKeeper), and the foreign lock clients
 # the interop tests run against them (Apache Curator with a JDK to compile

@@ -47,7 +47,7 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	name=dlock_${version#v}_${os}_${arch}
 	mkdir -p "$stage/$name"
 	GOWORK=off CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -buildvcs=false \
-		-ldflags "-s -w -buildid= -X github.com/dlockhq/dlock/internal/cli.releaseVersion=$version" \
+		-ldflags "-s -w -buildid= -X github.com/dlockhq/dlock/cmd/dlock/internal/cli.releaseVersion=$version" \
 		-o "$stage/$name/dlock" ./cmd/dlock
 	cp LICENSE README.md CHANGELOG.md "$stage/$name/"
 	touch -d "@$epoch" "$stage/$name" "$stage/$name"/*

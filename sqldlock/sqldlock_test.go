@@ -12,7 +12,7 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
 	"github.com/dlockhq/dlock/internal/sqldialect"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
 	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
 	"github.com/dlockhq/dlock/sqldlock/internal/sqlitesupport"

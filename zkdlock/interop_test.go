@@ -18,7 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // Interop with the real foreign clients: Apache Curator's recipes (Java,

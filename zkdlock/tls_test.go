@@ -14,9 +14,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/dlocktest"
-	"github.com/dlockhq/dlock/internal/testcert"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // connect opens a ZooKeeper connection of the test's own to addr, over TLS

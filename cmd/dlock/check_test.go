@@ -20,9 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/check"
-	"github.com/dlockhq/dlock/internal/cli"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/check"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // checkArgs are the arguments of a brief check with every fault: holds of

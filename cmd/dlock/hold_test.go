@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlockhq/dlock/internal/cli"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
 )
 
 // runIn runs dlock to completion with stdin and extra environment.

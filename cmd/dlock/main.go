@@ -1,11 +1,11 @@
 // Command dlock takes distributed locks from the command line; see
-// 'dlock --help' and package internal/cli.
+// 'dlock --help' and package cmd/dlock/internal/cli.
 package main
 
 import (
 	"os"
 
-	"github.com/dlockhq/dlock/internal/cli"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
 )
 
 func main() {

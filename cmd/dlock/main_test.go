@@ -24,8 +24,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/cli"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // dlockBin is the dlock binary under test, built by TestMain.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlockhq/dlock/internal/cli"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
 )
 
 // TestMaxHold runs a command that would run until it is signalled under

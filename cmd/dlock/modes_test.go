@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/cli"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/cli"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	_ "github.com/dlockhq/dlock/memdlock" // mem:// for the table of lock types
 )
 

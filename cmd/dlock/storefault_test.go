@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockhq/dlock/internal/check"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/cmd/dlock/internal/check"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
 // Store faults: dlock check's lost-update workload (worker processes, each

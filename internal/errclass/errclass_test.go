@@ -14,7 +14,7 @@ import (
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/errclass"
-	"github.com/dlockhq/dlock/internal/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
 	"github.com/dlockhq/dlock/memdlock"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
 )
 
 func TestPassword(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
 )
 
 func TestTLS(t *testing.T) {

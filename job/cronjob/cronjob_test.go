@@ -10,7 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/dlockhq/dlock"
-	"github.com/dlockhq/dlock/internal/testsrv"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/dlockhq/dlock/job"
 	"github.com/dlockhq/dlock/job/cronjob"
 	_ "github.com/dlockhq/dlock/redisdlock"

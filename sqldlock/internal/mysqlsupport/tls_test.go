@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/dlockhq/dlock/internal/testcert"
+	"github.com/dlockhq/dlock/internal/testing/testcert"
 )
 
 // TestMySQLURLTLS checks the TLS configuration of mysql:// URLs: the TLS
