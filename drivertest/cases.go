@@ -408,13 +408,17 @@ func (s *suite) testCancelledWait(t *testing.T) {
 	}
 }
 
+// testNotification checks that a waiter is woken by the change that admits
+// it: the release of an exclusive lock ahead of a writer or a reader, the
+// downgrade of a write lock ahead of a reader, the release of a permit ahead
+// of a permit. Polling would take minutes: only a notification can wake the
+// waiter before its deadline.
 func (s *suite) testNotification(t *testing.T) {
-	key := prefix(t) + "k"
 	n, ok := s.driver(t).(driver.Notifier)
 	if !ok {
 		t.Skip("driver does not implement driver.Notifier")
 	}
-	sub, err := n.Subscribe(ctx(t), s.request(key))
+	sub, err := n.Subscribe(ctx(t), s.request(prefix(t)+"k"))
 	if errors.Is(err, driver.ErrUnsupported) {
 		t.Skip("driver.Notifier reports ErrUnsupported")
 	}
@@ -422,37 +426,59 @@ func (s *suite) testNotification(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	sub.Close()
-	a := s.client(t)
-	sp := newSpy(s.cfg.NewDriver(t))
-	b, err := dlock.New(sp)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name      string
+		mode      driver.Mode // the waiter's
+		downgrade bool        // the holder downgrades rather than releases
+	}{
+		{"Exclusive", driver.Exclusive, false},
+		{"Shared", driver.Shared, false},
+		{"SharedAfterDowngrade", driver.Shared, true},
+		{"Semaphore", driver.Semaphore, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.needMode(t, c.mode)
+			key := prefix(t) + "k"
+			opts := []dlock.LockOption{dlock.WithTTL(longTTL)}
+			if c.mode == driver.Semaphore {
+				opts = append(opts, dlock.WithLimit(1))
+			}
+			l, err := s.client(t).Lock(ctx(t), key, opts...)
+			if err != nil {
+				t.Fatalf("Lock: %v", err)
+			}
+			if c.mode == driver.Shared {
+				opts = append(opts, dlock.Shared())
+			}
+			b, sp := s.spyClient(t)
+			got := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				lb, err := b.Lock(wctx, key, append(opts, dlock.WithBackoff(time.Hour, time.Hour))...)
+				if err == nil {
+					err = lb.Release(context.Background())
+				}
+				got <- err
+			}()
+			<-sp.waiting
+			if c.downgrade {
+				err = l.Downgrade(ctx(t))
+			} else {
+				err = l.Release(ctx(t))
+			}
+			if err != nil {
+				t.Fatalf("admitting the waiter: %v", err)
+			}
+			if err := <-got; err != nil {
+				t.Errorf("waiter not woken: %v", err)
+			}
+			if c.downgrade {
+				mustRelease(t, l)
+			}
+			s.assertNoResidue(t, key)
+		})
 	}
-	defer b.Close()
-	l, err := a.Lock(ctx(t), key, dlock.WithTTL(longTTL))
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		// Polling would take minutes: only a notification can wake
-		// this waiter before its deadline.
-		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		lb, err := b.Lock(wctx, key, dlock.WithTTL(longTTL), dlock.WithBackoff(time.Hour, time.Hour))
-		if err == nil {
-			err = lb.Release(context.Background())
-		}
-		got <- err
-	}()
-	<-sp.waiting
-	if err := l.Release(ctx(t)); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if err := <-got; err != nil {
-		t.Errorf("waiter not woken by the release: %v", err)
-	}
-	s.assertNoResidue(t, key)
 }
 
 // spy forwards to a driver and closes waiting once an Acquire has failed

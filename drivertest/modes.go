@@ -241,6 +241,21 @@ func (s *suite) testUpgradeRefused(t *testing.T) {
 		t.Errorf("driver: Release of the shared hold: %v", err)
 	}
 	mustRelease(t, rl)
+	// So does it once an exclusive hold was downgraded: the hold is shared.
+	req = s.request(key)
+	for _, m := range []driver.Mode{driver.Exclusive, driver.Shared} {
+		req.Mode = m
+		if res, err := d.Acquire(ctx(t), req); err != nil || !res.Acquired {
+			t.Fatalf("driver: %s Acquire (a write hold, then its downgrade) = %+v, %v", m, res, err)
+		}
+	}
+	req.Mode = driver.Exclusive
+	if res, err := d.Acquire(ctx(t), req); !errors.Is(err, driver.ErrModeMismatch) {
+		t.Errorf("driver: exclusive Acquire by the owner of a downgraded hold = %+v, %v; want ErrModeMismatch", res, err)
+	}
+	if err := d.Release(ctx(t), req); err != nil {
+		t.Errorf("driver: Release of the downgraded hold: %v", err)
+	}
 	s.assertNoResidue(t, key)
 }
 

@@ -1,7 +1,13 @@
 package etcddlock
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
@@ -121,4 +127,128 @@ func TestRecheckSeesAnotherIncarnation(t *testing.T) {
 	mustAcquire(t, d1, h2, true)
 	mustRelease(t, d1, h2)
 	assertEmpty(t, admin(t), k)
+}
+
+// tap is the KV and watch API of a client that closes reread once the
+// driver, after a watch it opened was established, has read the store again.
+// From then on only the watch's events can wake a waiter whose driver reads
+// no more on its own (see TestWaiterWokenByEvent).
+type tap struct {
+	clientv3.KV
+	clientv3.Watcher
+	created atomic.Bool
+	reread  chan struct{}
+	once    sync.Once
+}
+
+// newTappedDriver returns a driver whose client's reads and watches go
+// through a tap, closed when t ends.
+func newTappedDriver(t *testing.T, addr string) (*Driver, *tap) {
+	t.Helper()
+	cli := newClient(t, addr)
+	tp := &tap{KV: cli.KV, Watcher: cli.Watcher, reread: make(chan struct{})}
+	cli.KV, cli.Watcher = tp, tp
+	d, err := newDriver(cli, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, tp
+}
+
+func (tp *tap) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in, out := tp.Watcher.Watch(ctx, key, opts...), make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			if wr.Created {
+				tp.created.Store(true)
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+func (tp *tap) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	defer tp.read(tp.created.Load())
+	return tp.KV.Get(ctx, key, opts...)
+}
+
+func (tp *tap) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	defer tp.read(tp.created.Load())
+	return tp.KV.Do(ctx, op)
+}
+
+// read notes a read that has returned; after is whether it was sent after a
+// watch was established.
+func (tp *tap) read(after bool) {
+	if after {
+		tp.once.Do(func() { close(tp.reread) })
+	}
+}
+
+// A waiter is woken by the watch event of the change that admits it: the
+// deletion of an exclusive waiter's predecessor, the deletion or the
+// downgrade of the writer ahead of a reader, the deletion of a permit ahead
+// of a full semaphore's waiting permit. The change comes after the waiter's
+// watch was established and the store read again, and the reads that cover
+// a watch still catching up are turned off, so nothing but the event can
+// signal the waiter before the (generous) deadline.
+func TestWaiterWokenByEvent(t *testing.T) {
+	polls := catchUpPolls
+	catchUpPolls = nil
+	t.Cleanup(func() { catchUpPolls = polls })
+	srv := testsrv.Get(t, testsrv.Etcd)
+	d1 := newTestDriver(t, srv.Addr)
+	defer d1.Close()
+	queued := func(k string) driver.Request { r := req(k); r.Queue = true; return r }
+	reader := func(k string) driver.Request { return shared(k, true) }
+	for _, c := range []struct {
+		name      string
+		waiter    func(k string) driver.Request
+		downgrade bool // the holder downgrades rather than releases
+	}{
+		{"exclusive", queued, false},
+		{"reader", reader, false},
+		{"reader after a downgrade", reader, true},
+		{"permit", func(k string) driver.Request { return permit(k, 1, true) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k := key(t)
+			w, h := c.waiter(k), req(k)
+			if w.Mode == driver.Semaphore {
+				h = permit(k, 1, true)
+			}
+			d2, tp := newTappedDriver(t, srv.Addr)
+			mustAcquire(t, d1, h, true)
+			mustAcquire(t, d2, w, false)
+			s := subscribe(t, d2, w)
+			select {
+			case <-tp.reread:
+			case <-ctx(t).Done():
+				t.Fatal("the waiter's watch was never established")
+			}
+			if c.downgrade {
+				h.Mode = driver.Shared
+				mustAcquire(t, d1, h, true)
+			} else {
+				mustRelease(t, d1, h)
+			}
+			select {
+			case <-s.C():
+			case <-time.After(20 * time.Second):
+				t.Fatal("waiter not woken by the change that admits it")
+			}
+			mustAcquire(t, d2, w, true)
+			mustRelease(t, d2, w)
+			if c.downgrade {
+				mustRelease(t, d1, h)
+			}
+			assertEmpty(t, admin(t), k)
+		})
+	}
 }
