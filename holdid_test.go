@@ -426,7 +426,7 @@ func FuzzParseHoldID(f *testing.F) {
 		if !errors.As(err, &ae) && !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("Resume(%q) = %v; want an *ArgError or ErrNotHeld", s, err)
 		}
-		if len(s) > 12 && strings.Contains(err.Error(), strings.TrimSpace(s)) {
+		if id := strings.TrimSpace(s); len(id) > 12 && strings.Contains(err.Error(), id) {
 			t.Errorf("the error %q shows the hold ID", err)
 		}
 	})
