@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -129,6 +130,7 @@ type hold struct {
 	acq, end     int64
 	valid        int64 // the latest deadline the worker reported
 	lost         int64 // when the lost signal came; 0 if it did not
+	killed       int64 // when its worker was killed, if it never released it
 	released     bool
 	releaseErr   string
 	read, wrote  bool // the counter was read, a write was reported
@@ -152,84 +154,113 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		Final:    counter,
 		Register: register,
 		Promises: Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO},
-		Faults:   []Fault{},
 		Skipped:  r.skipped,
 	}
 	var holds []*hold
 	for _, w := range r.workers {
-		byID := map[int]*hold{}
-		for _, e := range w.events {
-			h := byID[e.Hold]
-			switch e.Kind {
-			case evAcquired:
-				h = &hold{worker: w.id, id: e.Hold, token: e.Token, acq: e.At, valid: e.Valid}
-				byID[e.Hold] = h
-				holds = append(holds, h)
-				rep.Acquisitions++
-				rep.HighestToken = max(rep.HighestToken, e.Token)
-			case evError:
-				rep.Errors++
-				rep.sample(e.Err)
-			}
-			if h == nil {
-				continue
-			}
-			switch e.Kind {
-			case evRead:
-				h.read = true
-			case evWrote:
-				h.wrote = true
-				if e.OK {
-					rep.Acknowledged++
-				} else {
-					rep.Unknown++
-				}
-			case evFenced:
-				h.fenced, h.fenceOK, h.fenceStart, h.fenceAt = true, e.OK, e.Start, e.At
-				switch {
-				case e.OK:
-					rep.FencedAccepted++
-				case e.Err == "":
-					rep.FencedRejected++
-				default:
-					rep.Errors++
-					rep.sample("fenced write: " + e.Err)
-				}
-			case evLost:
-				h.lost = e.At
-				h.valid = max(h.valid, e.Valid)
-			case evReleased:
-				h.released, h.releaseErr, h.end = true, e.Err, e.At
-				h.valid = max(h.valid, e.Valid)
-			}
-		}
-		// A hold that was never released ended with its worker; a write
-		// it may have sent before it died has an unknown outcome.
-		for _, h := range byID {
-			if !h.released {
-				h.end = w.exited
-				if w.killed != 0 {
-					h.end = w.killed
-				}
-				if h.read && !h.wrote {
-					rep.Unknown++
-				}
-			}
-		}
+		holds = append(holds, rep.replay(w)...)
 	}
 	rep.LostUpdates = max(0, rep.Acknowledged-counter)
+	slices.SortFunc(holds, func(a, b *hold) int { return cmp.Compare(a.acq, b.acq) })
+	rep.longestGap(holds, start, end)
+	excused := rep.overlaps(holds, start)
+	rep.takeovers(holds)
+	// Stale fenced writes accepted: an accepted token not above one
+	// accepted before the write was sent. Token regressions: a token not
+	// above that of a hold that had ended before it was acquired.
+	accepted := slices.DeleteFunc(slices.Clone(holds), func(h *hold) bool { return !h.fenced || !h.fenceOK })
+	rep.StaleAccepted = notAbove(accepted, func(h *hold) int64 { return h.fenceStart }, func(h *hold) int64 { return h.fenceAt })
+	rep.TokenRegressions = notAbove(holds, func(h *hold) int64 { return h.acq }, func(h *hold) int64 { return h.end })
+	rep.Faults = r.faultReports(holds, start)
+	rep.Checks = rep.judge(excused)
+	rep.OK = !slices.ContainsFunc(rep.Checks, func(c Check) bool { return c.Promised && !c.OK })
+	return rep
+}
 
-	// Overlaps: sweep the holds in the order they were acquired.
-	slices.SortFunc(holds, func(a, b *hold) int { return cmpInt(a.acq, b.acq) })
+// replay rebuilds w's holds from its events, counting what they tell in rep.
+func (rep *Report) replay(w *worker) []*hold {
+	var holds []*hold
+	byID := map[int]*hold{}
+	for _, e := range w.events {
+		switch h := byID[e.Hold]; {
+		case e.Kind == evAcquired:
+			h = &hold{worker: w.id, id: e.Hold, token: e.Token, acq: e.At, valid: e.Valid}
+			byID[e.Hold] = h
+			holds = append(holds, h)
+			rep.Acquisitions++
+			rep.HighestToken = max(rep.HighestToken, e.Token)
+		case e.Kind == evError:
+			rep.Errors++
+			rep.sample(e.Err)
+		case h != nil:
+			rep.record(h, e)
+		}
+	}
+	// A hold that was never released ended with its worker; a write it
+	// may have sent before it died has an unknown outcome.
+	for _, h := range byID {
+		if !h.released {
+			h.end, h.killed = w.exited, w.killed
+			if w.killed != 0 {
+				h.end = w.killed
+			}
+			if h.read && !h.wrote {
+				rep.Unknown++
+			}
+		}
+	}
+	return holds
+}
+
+// record applies e, an event of hold h, to h and rep.
+func (rep *Report) record(h *hold, e event) {
+	switch e.Kind {
+	case evRead:
+		h.read = true
+	case evWrote:
+		h.wrote = true
+		if e.OK {
+			rep.Acknowledged++
+		} else {
+			rep.Unknown++
+		}
+	case evFenced:
+		h.fenced, h.fenceOK, h.fenceStart, h.fenceAt = true, e.OK, e.Start, e.At
+		switch {
+		case e.OK:
+			rep.FencedAccepted++
+		case e.Err == "":
+			rep.FencedRejected++
+		default:
+			rep.Errors++
+			rep.sample("fenced write: " + e.Err)
+		}
+	case evLost:
+		h.lost = e.At
+		h.valid = max(h.valid, e.Valid)
+	case evReleased:
+		h.released, h.releaseErr, h.end = true, e.Err, e.At
+		h.valid = max(h.valid, e.Valid)
+	}
+}
+
+// longestGap finds the longest time without an acquisition, the run's start
+// and end included; holds are sorted by acquisition.
+func (rep *Report) longestGap(holds []*hold, start, end int64) {
 	prev := start
-	for _, t := range append(acquisitionTimes(holds), end) {
-		if g := time.Duration(t - prev); g > rep.LongestGap {
+	for _, h := range append(holds[:len(holds):len(holds)], &hold{acq: end}) {
+		if g := time.Duration(h.acq - prev); g > rep.LongestGap {
 			rep.LongestGap, rep.LongestGapAt = g, time.Duration(prev-start)
 		}
-		prev = max(prev, t)
+		prev = max(prev, h.acq)
 	}
+}
+
+// overlaps sweeps holds, sorted by acquisition, for acquisitions during
+// another worker's hold: violations if that hold's lock was valid or its
+// release succeeded, else takeovers. It returns the number of takeovers.
+func (rep *Report) overlaps(holds []*hold, start int64) (excused int) {
 	var active []*hold
-	excused := 0
 	for _, b := range holds {
 		active = slices.DeleteFunc(active, func(a *hold) bool { return a.end <= b.acq })
 		for _, a := range active {
@@ -250,8 +281,15 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		}
 		active = append(active, b)
 	}
+	return excused
+}
+
+// takeovers counts the holders taken over while they still worked (not
+// killed before), those that had the lost signal before, and those that
+// never had it.
+func (rep *Report) takeovers(holds []*hold) {
 	for _, h := range holds {
-		if !h.takenOver || r.killedBefore(h, h.takeoverTime) {
+		if !h.takenOver || (h.killed != 0 && h.killed < h.takeoverTime) {
 			continue
 		}
 		rep.TakenOver++
@@ -262,83 +300,57 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 			rep.TakenOverUninformed++
 		}
 	}
+}
 
-	// Stale fenced writes accepted: an accepted token not above one
-	// accepted before the write was sent.
-	var acc []*hold
-	for _, h := range holds {
-		if h.fenced && h.fenceOK {
-			acc = append(acc, h)
-		}
-	}
-	byDone := slices.Clone(acc)
-	slices.SortFunc(byDone, func(a, b *hold) int { return cmpInt(a.fenceAt, b.fenceAt) })
-	slices.SortFunc(acc, func(a, b *hold) int { return cmpInt(a.fenceStart, b.fenceStart) })
+// notAbove counts the holds whose token is not above the token of a hold
+// done before they began.
+func notAbove(holds []*hold, began, done func(*hold) int64) int {
+	byBegin, byDone := slices.Clone(holds), slices.Clone(holds)
+	slices.SortFunc(byBegin, func(a, b *hold) int { return cmp.Compare(began(a), began(b)) })
+	slices.SortFunc(byDone, func(a, b *hold) int { return cmp.Compare(done(a), done(b)) })
 	var top uint64
-	i := 0
-	for _, h := range acc {
-		for ; i < len(byDone) && byDone[i].fenceAt < h.fenceStart; i++ {
+	n, i := 0, 0
+	for _, h := range byBegin {
+		for ; i < len(byDone) && done(byDone[i]) < began(h); i++ {
 			top = max(top, byDone[i].token)
 		}
 		if h.token <= top {
-			rep.StaleAccepted++
+			n++
 		}
 	}
-	// Token regressions: a token not above that of a hold that had ended
-	// before it was acquired.
-	byEnd := slices.Clone(holds)
-	slices.SortFunc(byEnd, func(a, b *hold) int { return cmpInt(a.end, b.end) })
-	top, i = 0, 0
-	for _, h := range holds {
-		for ; i < len(byEnd) && byEnd[i].end < h.acq; i++ {
-			top = max(top, byEnd[i].token)
-		}
-		if h.token <= top {
-			rep.TokenRegressions++
-		}
-	}
-
-	// Faults.
-	for _, f := range r.faults {
-		f.At, f.For = time.Duration(f.Start-start), time.Duration(f.End-f.Start)
-		if t := r.firstAcquisitionAfter(holds, f.Worker, f.Start); t != 0 {
-			f.TakenOver = time.Duration(t - f.Start)
-		}
-		for _, h := range holds {
-			if h.worker != f.Worker || h.id != f.Hold || h.end < f.Start {
-				continue
-			}
-			f.Token = h.token
-			f.Overlapped = h.overlapped
-			if h.lost != 0 {
-				f.LostSignal = max(0, time.Duration(h.lost-f.Start))
-			}
-			if f.Kind != FaultKill && f.TakenOver > 0 {
-				learned := h.lost != 0 && time.Duration(h.lost-f.Start) <= f.TakenOver
-				f.Learned = &learned
-			}
-		}
-		rep.Faults = append(rep.Faults, f)
-	}
-	slices.SortFunc(rep.Faults, func(a, b Fault) int { return cmpInt(a.Start, b.Start) })
-
-	rep.Checks = rep.judge(excused)
-	rep.OK = true
-	for _, c := range rep.Checks {
-		if c.Promised && !c.OK {
-			rep.OK = false
-		}
-	}
-	return rep
+	return n
 }
 
-// acquisitionTimes returns the acquisition times of holds, in their order.
-func acquisitionTimes(holds []*hold) []int64 {
-	ts := make([]int64, len(holds))
-	for i, h := range holds {
-		ts[i] = h.acq
+// faultReports returns the injected faults in the order they struck, with
+// what followed each; holds are sorted by acquisition.
+func (r *run) faultReports(holds []*hold, start int64) []Fault {
+	faults := []Fault{}
+	for _, f := range r.faults {
+		f.At, f.For = time.Duration(f.Start-start), time.Duration(f.End-f.Start)
+		if i := slices.IndexFunc(holds, func(h *hold) bool { return h.worker != f.Worker && h.acq > f.Start }); i >= 0 {
+			f.TakenOver = time.Duration(holds[i].acq - f.Start)
+		}
+		for _, h := range holds {
+			if h.worker == f.Worker && h.id == f.Hold && h.end >= f.Start {
+				f.struck(h)
+			}
+		}
+		faults = append(faults, f)
 	}
-	return ts
+	slices.SortFunc(faults, func(a, b Fault) int { return cmp.Compare(a.Start, b.Start) })
+	return faults
+}
+
+// struck records what became of h, the hold that f struck.
+func (f *Fault) struck(h *hold) {
+	f.Token, f.Overlapped = h.token, h.overlapped
+	if h.lost != 0 {
+		f.LostSignal = max(0, time.Duration(h.lost-f.Start))
+	}
+	if f.Kind != FaultKill && f.TakenOver > 0 {
+		learned := h.lost != 0 && time.Duration(h.lost-f.Start) <= f.TakenOver
+		f.Learned = &learned
+	}
 }
 
 // violation describes b's acquisition during a's hold.
@@ -364,35 +376,6 @@ func (rep *Report) sample(err string) {
 	if len(rep.ErrorSamples) < maxSamples && !slices.Contains(rep.ErrorSamples, err) {
 		rep.ErrorSamples = append(rep.ErrorSamples, err)
 	}
-}
-
-// killedBefore reports whether h's worker was killed during h, before t.
-func (r *run) killedBefore(h *hold, t int64) bool {
-	for _, w := range r.workers {
-		if w.id == h.worker {
-			return w.killed != 0 && !h.released && w.killed < t
-		}
-	}
-	return false
-}
-
-func (r *run) firstAcquisitionAfter(holds []*hold, worker int, t int64) int64 {
-	for _, h := range holds { // sorted by acquisition
-		if h.worker != worker && h.acq > t {
-			return h.acq
-		}
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // judge returns the verdicts. excused is the number of overlaps whose first
