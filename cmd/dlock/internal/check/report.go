@@ -434,34 +434,51 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // WriteText writes the report for people.
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "store     %s\n", rep.Store)
-	if rep.Resource != "" {
-		fmt.Fprintf(&b, "resource  %s\n", rep.Resource)
-	}
-	fmt.Fprintf(&b, "promises  %s\n", rep.Promises)
-	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
-		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
-	fmt.Fprintf(&b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
-	for _, e := range rep.ErrorSamples {
-		fmt.Fprintf(&b, "          error: %s\n", e)
-	}
-	fmt.Fprintln(&b)
+	rep.writeWorkload(&b)
+	rep.writeFaults(&b)
+	rep.writeResults(&b)
+	rep.writeChecks(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
 
+// writeWorkload writes the stores, their promises and the workload.
+func (rep *Report) writeWorkload(b *strings.Builder) {
+	fmt.Fprintf(b, "store     %s\n", rep.Store)
+	if rep.Resource != "" {
+		fmt.Fprintf(b, "resource  %s\n", rep.Resource)
+	}
+	fmt.Fprintf(b, "promises  %s\n", rep.Promises)
+	fmt.Fprintf(b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
+		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
+	fmt.Fprintf(b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
+	for _, e := range rep.ErrorSamples {
+		fmt.Fprintf(b, "          error: %s\n", e)
+	}
+	fmt.Fprintln(b)
+}
+
+// writeFaults writes the faults injected and those that could not be.
+func (rep *Report) writeFaults(b *strings.Builder) {
 	if len(rep.Faults) > 0 {
-		fmt.Fprintln(&b, "faults")
-		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(b, "faults")
+		tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 		for _, f := range rep.Faults {
 			fmt.Fprintf(tw, "  %s\tworker %d\tat %.1fs\t%s\n", f.Kind, f.Worker, f.At.Seconds(), f.describe())
 		}
 		tw.Flush()
-		fmt.Fprintln(&b)
+		fmt.Fprintln(b)
 	}
-
 	for _, sk := range rep.Skipped {
-		fmt.Fprintf(&b, "not injected: %s\n\n", sk)
+		fmt.Fprintf(b, "not injected: %s\n\n", sk)
 	}
-	fmt.Fprintln(&b, "results")
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+}
+
+// writeResults writes what the workload saw: overlaps, the counter, the
+// fenced register, the tokens and the faults' outcomes.
+func (rep *Report) writeResults(b *strings.Builder) {
+	fmt.Fprintln(b, "results")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  overlapping holds\t%d (%d while the holder's lock was valid)\n", rep.Overlaps, rep.Violations)
 	for _, v := range rep.ViolationSamples {
 		fmt.Fprintf(tw, "  \t%s\n", v)
@@ -473,10 +490,19 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "  counter\t%s acknowledged%s, final %d: %s\n", plural(int(rep.Acknowledged), "increment", "increments"), unknown, rep.Final, plural(int(rep.LostUpdates), "lost update", "lost updates"))
 	fmt.Fprintf(tw, "  fenced register\t%s accepted, %d stale rejected, %d stale accepted\n", plural(rep.FencedAccepted, "write", "writes"), rep.FencedRejected, rep.StaleAccepted)
 	fmt.Fprintf(tw, "  fencing tokens\thighest %d, %d went back\n", rep.HighestToken, rep.TokenRegressions)
-	for _, kind := range []string{FaultPause, FaultCut} {
+	rep.writeFaultOutcomes(tw)
+	tw.Flush()
+	fmt.Fprintln(b)
+}
+
+// writeFaultOutcomes writes how many paused and cut-off holders had the lost
+// signal before their takeover, and how long each kill took to be taken
+// over.
+func (rep *Report) writeFaultOutcomes(w io.Writer) {
+	for _, k := range []struct{ kind, holders string }{{FaultPause, "paused holders"}, {FaultCut, "cut-off holders"}} {
 		n, learned := 0, 0
 		for _, f := range rep.Faults {
-			if f.Kind == kind && f.Learned != nil {
+			if f.Kind == k.kind && f.Learned != nil {
 				n++
 				if *f.Learned {
 					learned++
@@ -484,22 +510,23 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 		}
 		if n > 0 {
-			fmt.Fprintf(tw, "  lost signal before takeover\t%d of %d %s\n", learned, n, map[string]string{FaultPause: "paused holders", FaultCut: "cut-off holders"}[kind])
+			fmt.Fprintf(w, "  lost signal before takeover\t%d of %d %s\n", learned, n, k.holders)
 		}
 	}
 	for _, f := range rep.Faults {
-		if f.Kind == FaultKill && f.Token != 0 {
-			if f.TakenOver > 0 {
-				fmt.Fprintf(tw, "  takeover after kill -9\t%v\n", seconds(f.TakenOver))
-			} else {
-				fmt.Fprintf(tw, "  takeover after kill -9\tnone before the run ended\n")
-			}
+		switch {
+		case f.Kind != FaultKill || f.Token == 0:
+		case f.TakenOver > 0:
+			fmt.Fprintf(w, "  takeover after kill -9\t%v\n", seconds(f.TakenOver))
+		default:
+			fmt.Fprintf(w, "  takeover after kill -9\tnone before the run ended\n")
 		}
 	}
-	tw.Flush()
-	fmt.Fprintln(&b)
+}
 
-	fmt.Fprintln(&b, "checks")
+// writeChecks writes the verdicts and the outcome.
+func (rep *Report) writeChecks(b *strings.Builder) {
+	fmt.Fprintln(b, "checks")
 	for _, c := range rep.Checks {
 		mark := "ok  "
 		switch {
@@ -508,15 +535,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		case !c.OK:
 			mark = "seen"
 		}
-		fmt.Fprintf(&b, "  %s  %s: %s\n", mark, c.Name, c.Detail)
+		fmt.Fprintf(b, "  %s  %s: %s\n", mark, c.Name, c.Detail)
 	}
 	if rep.OK {
-		fmt.Fprintln(&b, "\nPASS: everything this backend promises held")
+		fmt.Fprintln(b, "\nPASS: everything this backend promises held")
 	} else {
-		fmt.Fprintln(&b, "\nFAIL: the store broke a promise of its backend")
+		fmt.Fprintln(b, "\nFAIL: the store broke a promise of its backend")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // String describes the promises in words.
