@@ -246,17 +246,10 @@ func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
 	if err := o.validateLock(cmd); err != nil {
 		return err
 	}
+	if err := o.validateHold(); err != nil {
+		return err
+	}
 	switch {
-	case o.holdAtLeast < 0:
-		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
-	case o.maxHoldSet && o.maxHold <= 0:
-		return usagef("invalid --max-hold %v: must be positive", o.maxHold)
-	case o.maxHoldSet && o.holdAtLeast > o.maxHold:
-		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
-	case o.killAfter < 0:
-		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
-	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
-		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	case len(args) == 0:
 		return usagef("no command to run: give it after the flags, as in 'dlock run --key %s -- COMMAND [ARG...]'", o.key)
 	case args[0] == "":
@@ -268,6 +261,24 @@ func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
 			return usagef("invalid --rate %q: %v", o.rate, err)
 		}
 		o.rateN, o.rateWindow = n, window
+	}
+	return nil
+}
+
+// validateHold checks the flags that bound a hold, and that --rate comes
+// without them.
+func (o *runOptions) validateHold() error {
+	switch {
+	case o.holdAtLeast < 0:
+		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
+	case o.maxHoldSet && o.maxHold <= 0:
+		return usagef("invalid --max-hold %v: must be positive", o.maxHold)
+	case o.maxHoldSet && o.holdAtLeast > o.maxHold:
+		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
+	case o.killAfter < 0:
+		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
+	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
+		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	}
 	return nil
 }
@@ -347,9 +358,7 @@ func (a *app) run(o *runOptions, args []string) error {
 	}
 	stopWatch()
 	if se := interrupted(ctx); se != nil {
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
+		_ = a.release(l, o.ttl)
 		if o.rateSet {
 			return exitf(signalStatus(se.sig), "%s while waiting for a slot of rate limit %q; command not run", se, o.key)
 		}
@@ -358,47 +367,68 @@ func (a *app) run(o *runOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.supervise(c, l, o, path, args, sigs)
+	return a.supervise(l, o, path, args, sigs)
 }
 
 // admit takes a slot of the --rate limit on KEY, as --wait says.
 func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
+	lim, err := limiter(c, o)
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	ok, err := a.slot(ctx, lim, o)
+	switch {
+	case err != nil:
+		return notAdmitted(ctx, c, o, err)
+	case !ok:
+		return exitf(ExitNotAcquired, "rate limit %q of %s reached: no slot is free; command not run (--wait 0)", o.key, o.rate)
+	}
+	a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
+	return nil
+}
+
+// limiter returns the --rate limit on KEY, or how dlock exits if the store
+// cannot keep it.
+func limiter(c *dlock.Client, o *runOptions) (*ratelimit.Limiter, error) {
 	switch c.Driver().(type) {
 	case *etcddlock.Driver, *zkdlock.Driver:
-		return exitf(ExitUnavailable, "--rate %s: this store does not support it: its holds end with dlock's session, so a slot would not outlive this run", o.rate)
+		return nil, exitf(ExitUnavailable, "--rate %s: this store does not support it: its holds end with dlock's session, so a slot would not outlive this run", o.rate)
 	}
 	lim, err := ratelimit.New(c, o.key, o.rateN, o.rateWindow)
 	var ae *dlock.ArgError
 	switch {
 	case errors.As(err, &ae) && ae.Name == "key":
-		return usagef("invalid --key %q: %s", o.key, ae.Reason)
+		return nil, usagef("invalid --key %q: %s", o.key, ae.Reason)
 	case errors.As(err, &ae):
-		return usagef("invalid --rate %q: %s %v %s", o.rate, ae.Name, ae.Value, ae.Reason)
+		return nil, usagef("invalid --rate %q: %s %v %s", o.rate, ae.Name, ae.Value, ae.Reason)
 	case errors.Is(err, dlock.ErrUnsupported):
-		return exitf(ExitUnavailable, "--rate %s: this store does not support it (%s); it admits 1/DURATION only", o.rate, message(err))
+		return nil, exitf(ExitUnavailable, "--rate %s: this store does not support it (%s); it admits 1/DURATION only", o.rate, message(err))
 	case err != nil:
-		return exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
+		return nil, exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
 	}
-	begin := time.Now()
+	return lim, nil
+}
+
+// slot takes a slot of lim as --wait says: once with --wait 0 (false if
+// none is free), else waiting for one, as long as --wait if given.
+func (a *app) slot(ctx context.Context, lim *ratelimit.Limiter, o *runOptions) (bool, error) {
 	switch {
 	case o.waitSet && o.wait == 0:
-		var ok bool
-		if ok, err = lim.Allow(ctx); err == nil && !ok {
-			return exitf(ExitNotAcquired, "rate limit %q of %s reached: no slot is free; command not run (--wait 0)", o.key, o.rate)
-		}
+		return lim.Allow(ctx)
 	case !o.waitSet:
 		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate)
-		err = lim.Wait(ctx)
-	default:
-		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate, "wait", o.wait)
-		wctx, wcancel := context.WithTimeout(ctx, o.wait)
-		err = lim.Wait(wctx)
-		wcancel()
+		return true, lim.Wait(ctx)
 	}
+	a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate, "wait", o.wait)
+	wctx, wcancel := context.WithTimeout(ctx, o.wait)
+	defer wcancel()
+	return true, lim.Wait(wctx)
+}
+
+// notAdmitted returns how dlock exits when taking a slot failed with err.
+func notAdmitted(ctx context.Context, c *dlock.Client, o *runOptions, err error) error {
 	switch {
-	case err == nil:
-		a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
-		return nil
 	case interrupted(ctx) != nil:
 		return err // run reports it
 	case errors.Is(err, dlock.ErrModeMismatch):
@@ -586,9 +616,12 @@ func (a *app) warnRenewal(e dlock.Event) {
 	}
 }
 
-// release releases l, reporting a failure on stderr; the store frees the
-// lock at the end of its lease anyway.
+// release releases l, if any, reporting a failure on stderr; the store
+// frees the lock at the end of its lease anyway.
 func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
+	if l == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := l.Release(ctx)
@@ -599,7 +632,61 @@ func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
 }
 
 // supervise runs the command while l is held and returns how dlock exits.
-func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
+func (a *app) supervise(l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
+	cmd, tty := a.command(l, o, path, args)
+	// Watch for the command stopping from before it starts.
+	changed := make(chan os.Signal, 1)
+	if len(childSignals) > 0 {
+		signal.Notify(changed, childSignals...)
+		defer signal.Stop(changed)
+	}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		_ = a.release(l, o.ttl)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
+	}
+	pid := cmd.Process.Pid
+	attrs := []any{"key", o.key}
+	if l != nil {
+		attrs = append(attrs, "token", l.Token())
+	}
+	a.log.Debug("started the command", append(attrs, "pid", pid, "terminal", tty != nil)...)
+	if tty != nil {
+		// Take the terminal back however the command ends: dlock may
+		// still print, and the shell expects its job's group to have it.
+		defer func() {
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+		}()
+	}
+	lost, waitErr := a.watch(cmd, tty, l, o, sigs, changed)
+	if cmd.ProcessState == nil {
+		// Waiting itself failed: the command's fate is unknown.
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl)
+		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
+	}
+	status := exitStatus(cmd.ProcessState)
+	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
+	switch {
+	case l == nil: // --rate: the slot lasts its window whatever happens now.
+	case lost:
+		return a.terminated(l, o, pid, status)
+	default:
+		if err := a.releaseAfterCommand(l, o, started, status); err != nil {
+			return err
+		}
+	}
+	if status == 0 {
+		return nil
+	}
+	return &exitError{code: status}
+}
+
+// command returns the command to run, with the key and the lock's token in
+// its environment, and the terminal whose foreground it gets, if any.
+func (a *app) command(l *dlock.Lock, o *runOptions, path string, args []string) (*exec.Cmd, *terminal) {
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
 	cmd.Env = append(os.Environ(), "DLOCK_KEY="+o.key)
@@ -615,51 +702,26 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	if tty != nil {
 		tty.attach(cmd.SysProcAttr)
 	}
-	// Watch for the command stopping from before it starts.
-	changed := make(chan os.Signal, 1)
-	if len(childSignals) > 0 {
-		signal.Notify(changed, childSignals...)
-		defer signal.Stop(changed)
-	}
+	return cmd, tty
+}
 
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
-		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
-	}
-	pid := cmd.Process.Pid
-	if l != nil {
-		a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
-	} else {
-		a.log.Debug("started the command", "key", o.key, "pid", pid, "terminal", tty != nil)
-	}
-	if tty != nil {
-		// Take the terminal back however the command ends: dlock may
-		// still print, and the shell expects its job's group to have it.
-		defer func() {
-			if err := tty.reclaim(); err != nil {
-				a.log.Debug("cannot take the terminal back", "err", err)
-			}
-		}()
-	}
+// watch waits for the started command to exit, forwarding it the signals
+// dlock gets (sigs) and following its stops (changed). When l is lost it
+// sends the command SIGTERM, and SIGKILL --kill-after later. It returns
+// whether l was lost, and the command's Wait error.
+func (a *app) watch(cmd *exec.Cmd, tty *terminal, l *dlock.Lock, o *runOptions, sigs, changed <-chan os.Signal) (lost bool, err error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-
+	pid := cmd.Process.Pid
 	var lockDone <-chan struct{} // never ready without a lock
 	if l != nil {
 		lockDone = l.Done()
 	}
-	var killTimer *time.Timer
 	var killC <-chan time.Time
-	lost := false
-	var waitErr error
-wait:
 	for {
 		select {
-		case waitErr = <-exited:
-			break wait
+		case err := <-exited:
+			return lost, err
 		case sig := <-sigs:
 			a.log.Debug("forwarding a signal to the command", "signal", signalName(sig), "pgid", pid)
 			if err := a.signalCommand(pid, sig); err != nil {
@@ -668,19 +730,9 @@ wait:
 		case <-changed:
 			a.commandChanged(pid, tty, o.key)
 		case <-lockDone:
-			lockDone = nil
-			lost = true
-			if errors.Is(l.Cause(), dlock.ErrMaxHold) {
-				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
-			} else {
-				cause := context.Cause(l.Context())
-				a.logf("lock%s lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", errtext.Keyed(o.key, cause), message(cause), o.killAfter)
-			}
-			if err := a.signalCommand(pid, sigTerm); err != nil {
-				a.logf("cannot send SIGTERM to the command: %v", err)
-			}
-			killTimer = time.NewTimer(o.killAfter)
-			killC = killTimer.C
+			lockDone, lost = nil, true
+			a.terminate(l, o, pid)
+			killC = time.After(o.killAfter)
 		case <-killC:
 			killC = nil
 			a.logf("the command is still running %v after SIGTERM; sending SIGKILL", o.killAfter)
@@ -689,37 +741,37 @@ wait:
 			}
 		}
 	}
-	if killTimer != nil {
-		killTimer.Stop()
-	}
-	if cmd.ProcessState == nil {
-		// Waiting itself failed: the command's fate is unknown.
-		_ = signalGroup(pid, sigKill)
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
-		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
-	}
-	status := exitStatus(cmd.ProcessState)
-	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
+}
 
-	if l == nil {
-		// --rate: the slot lasts its window whatever happens now.
-		if status == 0 {
-			return nil
-		}
-		return &exitError{code: status}
+// terminate says why l ended while the command ran, and sends the command
+// SIGTERM.
+func (a *app) terminate(l *dlock.Lock, o *runOptions, pid int) {
+	if errors.Is(l.Cause(), dlock.ErrMaxHold) {
+		a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
+	} else {
+		cause := context.Cause(l.Context())
+		a.logf("lock%s lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", errtext.Keyed(o.key, cause), message(cause), o.killAfter)
 	}
-	if lost {
-		// The lock is gone: nothing of the command may keep running.
-		_ = signalGroup(pid, sigKill)
-		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
-		if errors.Is(l.Cause(), dlock.ErrMaxHold) {
-			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
-		}
-		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
+	if err := a.signalCommand(pid, sigTerm); err != nil {
+		a.logf("cannot send SIGTERM to the command: %v", err)
 	}
+}
 
+// terminated returns how dlock exits when l ended while the command ran,
+// once the command exited with status: nothing of it may keep running.
+func (a *app) terminated(l *dlock.Lock, o *runOptions, pid, status int) error {
+	_ = signalGroup(pid, sigKill)
+	_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
+	if errors.Is(l.Cause(), dlock.ErrMaxHold) {
+		return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
+	}
+	return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
+}
+
+// releaseAfterCommand releases l after the command, started at started,
+// exited with status; with --hold-at-least it leaves l to a lease that ends
+// when that time has passed. It returns an error if l was lost meanwhile.
+func (a *app) releaseAfterCommand(l *dlock.Lock, o *runOptions, started time.Time, status int) error {
 	rctx, cancel := context.WithTimeout(context.Background(), o.ttl)
 	defer cancel()
 	var err error
@@ -741,10 +793,7 @@ wait:
 	default:
 		a.logf("warning: cannot release lock%s (%v); the store frees it when its lease ends", errtext.Keyed(o.key, err), message(err))
 	}
-	if status == 0 {
-		return nil
-	}
-	return &exitError{code: status}
+	return nil
 }
 
 // signalCommand sends sig to the command's process group, then SIGCONT, so
