@@ -225,11 +225,13 @@ func TestOpenTLSMismatchRealServers(t *testing.T) {
 		url  string
 		want error
 	}{
-		{"rediss://" + plain.Addr + "?cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
-		{"rediss://" + plain.Addr + "?client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		// A plain server waits for the TLS client's first request: the
+		// connect timeout ends the wait, whatever it is.
+		{"rediss://" + plain.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		{"rediss://" + plain.Addr + "?connect_timeout=1s&client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"redis://" + secure.Addr, urlutil.ErrTLSAnswer},
 		{"redis://" + secure.Addr + "?client=rueidis", urlutil.ErrTLSAnswer},
-		{"etcd://" + etcd.Addr + "?cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		{"etcd://" + etcd.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"etcd://" + etcdTLS.Addr, urlutil.ErrTLSAnswer},
 	} {
 		if err := openResult(t, c.url); !errors.Is(err, c.want) || !errors.Is(err, dlock.ErrUnavailable) {
@@ -240,10 +242,11 @@ func TestOpenTLSMismatchRealServers(t *testing.T) {
 
 // TestRunOnUnreachableStore runs `dlock run` on a ZooKeeper address where
 // nothing listens: it fails with status 69 instead of waiting for ever.
+// (TestOpenNeverHangs checks that Open ends without connect_timeout too.)
 func TestRunOnUnreachableStore(t *testing.T) {
 	l := startListeners(t)
 	for _, addr := range []string{l.closed, l.silent} {
-		r := runMain(t, "run", "--url", "zk://"+addr, "--key", "k", "--", "true")
+		r := runMain(t, "run", "--url", "zk://"+addr+"?connect_timeout=1s", "--key", "k", "--", "true")
 		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, addr) {
 			t.Errorf("exit status %d, stderr %q; want %d and the address named", r.code, r.stderr, cli.ExitUnavailable)
 		}
