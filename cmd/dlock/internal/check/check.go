@@ -553,11 +553,11 @@ func sleep(ctx context.Context, d time.Duration) {
 // wants reports whether the run injects fault f.
 func (r *run) wants(f string) bool { return slices.Contains(r.cfg.Faults, f) }
 
-// setFault records the fault in progress for the progress line.
-func (r *run) setFault(s string) {
+// locked calls f with r.mu held.
+func (r *run) locked(f func()) {
 	r.mu.Lock()
-	r.current = s
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	f()
 }
 
 // storeLease returns how long the store keeps the lock of a holder that
@@ -618,9 +618,9 @@ func (r *run) proxiedRun() bool {
 	}
 	names := slices.DeleteFunc([]string{FaultLatency, FaultCut}, func(f string) bool { return !r.wants(f) })
 	if len(names) > 0 {
-		r.mu.Lock()
-		r.skipped = append(r.skipped, strings.Join(names, ", ")+": the store is not named by host:port addresses that a TCP proxy can stand for (a file, TLS, Sentinel or Cluster)")
-		r.mu.Unlock()
+		r.locked(func() {
+			r.skipped = append(r.skipped, strings.Join(names, ", ")+": the store is not named by host:port addresses that a TCP proxy can stand for (a file, TLS, Sentinel or Cluster)")
+		})
 	}
 	return false
 }
@@ -639,7 +639,7 @@ func (r *run) delay(ctx context.Context, bg *sync.WaitGroup) {
 			p.SetDelay(0)
 		}
 		f.End = monoNow()
-		r.addFault(f)
+		r.locked(func() { r.faults = append(r.faults, f) })
 	})
 }
 
@@ -652,12 +652,12 @@ func (r *run) strike(ctx context.Context, kind, doing string, inject func(contex
 	if w == nil {
 		return
 	}
-	r.setFault(fmt.Sprintf(doing, w.id))
-	defer r.setFault("")
+	r.locked(func() { r.current = fmt.Sprintf(doing, w.id) })
+	defer r.locked(func() { r.current = "" })
 	f := Fault{Kind: kind, Worker: w.id, Hold: hold, Start: monoNow()}
 	if inject(ctx, w, f.Start) {
 		f.End = monoNow()
-		r.addFault(f)
+		r.locked(func() { r.faults = append(r.faults, f) })
 	}
 }
 
@@ -670,14 +670,10 @@ func (r *run) pause(ctx context.Context, w *worker, _ int64) bool {
 	if w.cmd.Process.Signal(sigStop) != nil {
 		return false
 	}
-	r.mu.Lock()
-	w.paused = true
-	r.mu.Unlock()
+	r.locked(func() { w.paused = true })
 	sleep(ctx, r.outlast())
 	_ = w.cmd.Process.Signal(sigCont)
-	r.mu.Lock()
-	w.paused = false
-	r.mu.Unlock()
+	r.locked(func() { w.paused = false })
 	return true
 }
 
@@ -700,19 +696,11 @@ func (r *run) kill(ctx context.Context, w *worker, start int64) bool {
 	if w.cmd.Process.Kill() != nil {
 		return false
 	}
-	r.mu.Lock()
-	w.killed = start
-	r.mu.Unlock()
+	r.locked(func() { w.killed = start })
 	r.waitFor(ctx, max(3*r.cfg.TTL, 30*time.Second), func() bool {
 		return slices.ContainsFunc(r.workers, func(o *worker) bool { return o != w && o.lastAcq > start })
 	})
 	return true
-}
-
-func (r *run) addFault(f Fault) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.faults = append(r.faults, f)
 }
 
 // progress draws a status line on the Progress writer every half second

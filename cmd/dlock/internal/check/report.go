@@ -381,47 +381,34 @@ func (rep *Report) sample(err string) {
 // judge returns the verdicts. excused is the number of overlaps whose first
 // holder had outlived its lock.
 func (rep *Report) judge(excused int) []Check {
-	var cs []Check
-	c := Check{Name: "mutual exclusion", Promised: true, OK: rep.Violations == 0}
-	if c.OK {
-		c.Detail = "no worker acquired the lock while another's was still valid"
-	} else {
-		c.Detail = fmt.Sprintf("%s acquired the lock while another held it and its lock was valid", plural(rep.Violations, "time a worker", "times a worker"))
+	exclusion := Check{Name: "mutual exclusion", Promised: true, OK: rep.Violations == 0, Detail: "no worker acquired the lock while another's was still valid"}
+	if !exclusion.OK {
+		exclusion.Detail = fmt.Sprintf("%s acquired the lock while another held it and its lock was valid", plural(rep.Violations, "time a worker", "times a worker"))
 	}
-	cs = append(cs, c)
-
 	// A write whose outcome is unknown (its request failed) may land at
 	// any later time, over newer values: it explains lost updates too.
-	c = Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || (rep.Violations == 0 && (excused > 0 || rep.Unknown > 0))}
+	updates := Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || (rep.Violations == 0 && (excused > 0 || rep.Unknown > 0))}
 	switch {
 	case rep.LostUpdates == 0:
-		c.Detail = "the counter has every acknowledged increment"
-	case c.OK:
-		c.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off) or whose writes arrived late: what fencing is for", rep.LostUpdates)
+		updates.Detail = "the counter has every acknowledged increment"
+	case updates.OK:
+		updates.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off) or whose writes arrived late: what fencing is for", rep.LostUpdates)
 	case rep.Violations > 0:
-		c.Detail = fmt.Sprintf("%d lost while mutual exclusion was broken", rep.LostUpdates)
+		updates.Detail = fmt.Sprintf("%d lost while mutual exclusion was broken", rep.LostUpdates)
 	default:
-		c.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
+		updates.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
 	}
-	cs = append(cs, c)
-
-	c = Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0}
-	c.Detail = fmt.Sprintf("%s rejected, %d accepted; %s back", plural(rep.FencedRejected, "stale write", "stale writes"), rep.StaleAccepted, plural(rep.TokenRegressions, "token went", "tokens went"))
-	if !c.Promised {
-		c.Detail += " (tokens are not durable on this backend: not promised)"
+	fencing := Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0,
+		Detail: fmt.Sprintf("%s rejected, %d accepted; %s back", plural(rep.FencedRejected, "stale write", "stale writes"), rep.StaleAccepted, plural(rep.TokenRegressions, "token went", "tokens went"))}
+	if !fencing.Promised {
+		fencing.Detail += " (tokens are not durable on this backend: not promised)"
 	}
-	cs = append(cs, c)
-
-	c = Check{Name: "lost signal", Promised: true, OK: rep.TakenOverUninformed == 0}
-	switch {
-	case rep.TakenOver == 0:
-		c.Detail = "no holder was taken over while it worked"
-	default:
-		c.Detail = fmt.Sprintf("%d of %s taken over while working had the lost signal (%d before the takeover)",
+	signal := Check{Name: "lost signal", Promised: true, OK: rep.TakenOverUninformed == 0, Detail: "no holder was taken over while it worked"}
+	if rep.TakenOver > 0 {
+		signal.Detail = fmt.Sprintf("%d of %s taken over while working had the lost signal (%d before the takeover)",
 			rep.TakenOver-rep.TakenOverUninformed, plural(rep.TakenOver, "holder", "holders"), rep.LostSignalBefore)
 	}
-	cs = append(cs, c)
-	return cs
+	return []Check{exclusion, updates, fencing, signal}
 }
 
 // WriteJSON writes the report as one JSON object.
