@@ -377,12 +377,23 @@ func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
 		return err
 	}
 	begin := time.Now()
-	ok, err := a.slot(ctx, lim, o)
 	switch {
-	case err != nil:
+	case o.waitSet && o.wait == 0:
+		var ok bool
+		if ok, err = lim.Allow(ctx); err == nil && !ok {
+			return exitf(ExitNotAcquired, "rate limit %q of %s reached: no slot is free; command not run (--wait 0)", o.key, o.rate)
+		}
+	case !o.waitSet:
+		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate)
+		err = lim.Wait(ctx)
+	default:
+		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate, "wait", o.wait)
+		wctx, wcancel := context.WithTimeout(ctx, o.wait)
+		err = lim.Wait(wctx)
+		wcancel()
+	}
+	if err != nil {
 		return notAdmitted(ctx, c, o, err)
-	case !ok:
-		return exitf(ExitNotAcquired, "rate limit %q of %s reached: no slot is free; command not run (--wait 0)", o.key, o.rate)
 	}
 	a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
 	return nil
@@ -408,22 +419,6 @@ func limiter(c *dlock.Client, o *runOptions) (*ratelimit.Limiter, error) {
 		return nil, exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
 	}
 	return lim, nil
-}
-
-// slot takes a slot of lim as --wait says: once with --wait 0 (false if
-// none is free), else waiting for one, as long as --wait if given.
-func (a *app) slot(ctx context.Context, lim *ratelimit.Limiter, o *runOptions) (bool, error) {
-	switch {
-	case o.waitSet && o.wait == 0:
-		return lim.Allow(ctx)
-	case !o.waitSet:
-		a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate)
-		return true, lim.Wait(ctx)
-	}
-	a.log.Debug("waiting for a slot of the rate limit", "key", o.key, "rate", o.rate, "wait", o.wait)
-	wctx, wcancel := context.WithTimeout(ctx, o.wait)
-	defer wcancel()
-	return true, lim.Wait(wctx)
 }
 
 // notAdmitted returns how dlock exits when taking a slot failed with err.
@@ -671,8 +666,13 @@ func (a *app) supervise(l *dlock.Lock, o *runOptions, path string, args []string
 	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
 	switch {
 	case l == nil: // --rate: the slot lasts its window whatever happens now.
-	case lost:
-		return a.terminated(l, o, pid, status)
+	case lost: // nothing of the command may keep running
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
+		if errors.Is(l.Cause(), dlock.ErrMaxHold) {
+			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
+		}
+		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
 	default:
 		if err := a.releaseAfterCommand(l, o, started, status); err != nil {
 			return err
@@ -731,7 +731,15 @@ func (a *app) watch(cmd *exec.Cmd, tty *terminal, l *dlock.Lock, o *runOptions, 
 			a.commandChanged(pid, tty, o.key)
 		case <-lockDone:
 			lockDone, lost = nil, true
-			a.terminate(l, o, pid)
+			if errors.Is(l.Cause(), dlock.ErrMaxHold) {
+				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
+			} else {
+				cause := context.Cause(l.Context())
+				a.logf("lock%s lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", errtext.Keyed(o.key, cause), message(cause), o.killAfter)
+			}
+			if err := a.signalCommand(pid, sigTerm); err != nil {
+				a.logf("cannot send SIGTERM to the command: %v", err)
+			}
 			killC = time.After(o.killAfter)
 		case <-killC:
 			killC = nil
@@ -741,31 +749,6 @@ func (a *app) watch(cmd *exec.Cmd, tty *terminal, l *dlock.Lock, o *runOptions, 
 			}
 		}
 	}
-}
-
-// terminate says why l ended while the command ran, and sends the command
-// SIGTERM.
-func (a *app) terminate(l *dlock.Lock, o *runOptions, pid int) {
-	if errors.Is(l.Cause(), dlock.ErrMaxHold) {
-		a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
-	} else {
-		cause := context.Cause(l.Context())
-		a.logf("lock%s lost while the command ran (%v); sending SIGTERM to the command, SIGKILL in %v", errtext.Keyed(o.key, cause), message(cause), o.killAfter)
-	}
-	if err := a.signalCommand(pid, sigTerm); err != nil {
-		a.logf("cannot send SIGTERM to the command: %v", err)
-	}
-}
-
-// terminated returns how dlock exits when l ended while the command ran,
-// once the command exited with status: nothing of it may keep running.
-func (a *app) terminated(l *dlock.Lock, o *runOptions, pid, status int) error {
-	_ = signalGroup(pid, sigKill)
-	_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
-	if errors.Is(l.Cause(), dlock.ErrMaxHold) {
-		return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
-	}
-	return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
 }
 
 // releaseAfterCommand releases l after the command, started at started,
