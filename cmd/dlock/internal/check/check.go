@@ -177,11 +177,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c, err := open(ctx, cfg)
+	c, err := dlock.Open(ctx, cfg.URL)
 	if err != nil {
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			return nil, &UsageError{err.Error()}
+		}
 		return nil, err
 	}
 	defer c.Close()
+	caps := c.Capabilities()
+	if cfg.TTL < caps.MinTTL || cfg.TTL > caps.MaxTTL {
+		return nil, usagef("invalid --ttl %v: this store takes leases from %v to %v", cfg.TTL, caps.MinTTL, caps.MaxTTL)
+	}
 	guard, err := c.TryLock(ctx, guardKey, dlock.WithTTL(max(cfg.TTL, 10*time.Second)))
 	if errors.Is(err, dlock.ErrNotAcquired) {
 		return nil, fmt.Errorf("another dlock check is running on this store (it holds %q)", guardKey)
@@ -219,28 +226,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cleanup(); err != nil {
 		return nil, err
 	}
-	rep := r.analyse(start, end, counter, register, c.Capabilities())
+	rep := r.analyse(start, end, counter, register, caps)
 	rep.Store = redact.String(cfg.URL)
 	if cfg.Resource != "" {
 		rep.Resource = redact.String(cfg.Resource)
 	}
 	return rep, nil
-}
-
-// open opens the lock store and checks that it takes leases of the TTL.
-func open(ctx context.Context, cfg Config) (*dlock.Client, error) {
-	c, err := dlock.Open(ctx, cfg.URL)
-	if errors.Is(err, dlock.ErrInvalidArgument) {
-		return nil, &UsageError{err.Error()}
-	}
-	if err != nil {
-		return nil, err
-	}
-	if caps := c.Capabilities(); cfg.TTL < caps.MinTTL || cfg.TTL > caps.MaxTTL {
-		c.Close()
-		return nil, usagef("invalid --ttl %v: this store takes leases from %v to %v", cfg.TTL, caps.MinTTL, caps.MaxTTL)
-	}
-	return c, nil
 }
 
 // cleanUp removes the holds of killed workers and, unless keep, the

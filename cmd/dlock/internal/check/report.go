@@ -200,10 +200,7 @@ func (rep *Report) replay(w *worker) []*hold {
 	// may have sent before it died has an unknown outcome.
 	for _, h := range byID {
 		if !h.released {
-			h.end, h.killed = w.exited, w.killed
-			if w.killed != 0 {
-				h.end = w.killed
-			}
+			h.end, h.killed = cmp.Or(w.killed, w.exited), w.killed
 			if h.read && !h.wrote {
 				rep.Unknown++
 			}
