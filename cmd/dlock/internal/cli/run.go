@@ -372,9 +372,21 @@ func (a *app) run(o *runOptions, args []string) error {
 
 // admit takes a slot of the --rate limit on KEY, as --wait says.
 func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
-	lim, err := limiter(c, o)
-	if err != nil {
-		return err
+	switch c.Driver().(type) {
+	case *etcddlock.Driver, *zkdlock.Driver:
+		return exitf(ExitUnavailable, "--rate %s: this store does not support it: its holds end with dlock's session, so a slot would not outlive this run", o.rate)
+	}
+	lim, err := ratelimit.New(c, o.key, o.rateN, o.rateWindow)
+	var ae *dlock.ArgError
+	switch {
+	case errors.As(err, &ae) && ae.Name == "key":
+		return usagef("invalid --key %q: %s", o.key, ae.Reason)
+	case errors.As(err, &ae):
+		return usagef("invalid --rate %q: %s %v %s", o.rate, ae.Name, ae.Value, ae.Reason)
+	case errors.Is(err, dlock.ErrUnsupported):
+		return exitf(ExitUnavailable, "--rate %s: this store does not support it (%s); it admits 1/DURATION only", o.rate, message(err))
+	case err != nil:
+		return exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
 	}
 	begin := time.Now()
 	switch {
@@ -397,28 +409,6 @@ func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
 	}
 	a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
 	return nil
-}
-
-// limiter returns the --rate limit on KEY, or how dlock exits if the store
-// cannot keep it.
-func limiter(c *dlock.Client, o *runOptions) (*ratelimit.Limiter, error) {
-	switch c.Driver().(type) {
-	case *etcddlock.Driver, *zkdlock.Driver:
-		return nil, exitf(ExitUnavailable, "--rate %s: this store does not support it: its holds end with dlock's session, so a slot would not outlive this run", o.rate)
-	}
-	lim, err := ratelimit.New(c, o.key, o.rateN, o.rateWindow)
-	var ae *dlock.ArgError
-	switch {
-	case errors.As(err, &ae) && ae.Name == "key":
-		return nil, usagef("invalid --key %q: %s", o.key, ae.Reason)
-	case errors.As(err, &ae):
-		return nil, usagef("invalid --rate %q: %s %v %s", o.rate, ae.Name, ae.Value, ae.Reason)
-	case errors.Is(err, dlock.ErrUnsupported):
-		return nil, exitf(ExitUnavailable, "--rate %s: this store does not support it (%s); it admits 1/DURATION only", o.rate, message(err))
-	case err != nil:
-		return nil, exitf(ExitUnavailable, "--rate %s: %s", o.rate, message(err))
-	}
-	return lim, nil
 }
 
 // notAdmitted returns how dlock exits when taking a slot failed with err.
