@@ -43,12 +43,19 @@ func TLS(u *url.URL, q url.Values, on bool) (*tls.Config, error) {
 	for _, p := range []string{ParamTLS, ParamCACert, ParamCert, ParamKey, ParamServerName} {
 		q.Del(p)
 	}
-	if !on && ca == "" && cert == "" && key == "" && name == "" {
+	if !on && ca+cert+key+name == "" {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: name}
-	if cfg.RootCAs, err = rootCAs(u, ca); err != nil {
-		return nil, err
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, Error(u, "%s: %v", ParamCACert, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, Error(u, "%s=%s: no PEM certificate in the file", ParamCACert, ca)
+		}
 	}
 	switch {
 	case cert != "" && key != "":
@@ -79,21 +86,4 @@ func tlsOn(u *url.URL, q url.Values, on bool) (bool, error) {
 		return false, Error(u, "%s=false with TLS parameters (%s, %s, %s, %s)", ParamTLS, ParamCACert, ParamCert, ParamKey, ParamServerName)
 	}
 	return on || b, nil
-}
-
-// rootCAs returns the certificate authorities in the PEM file ca, or nil
-// (the system's) if ca is "".
-func rootCAs(u *url.URL, ca string) (*x509.CertPool, error) {
-	if ca == "" {
-		return nil, nil
-	}
-	pem, err := os.ReadFile(ca)
-	if err != nil {
-		return nil, Error(u, "%s: %v", ParamCACert, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, Error(u, "%s=%s: no PEM certificate in the file", ParamCACert, ca)
-	}
-	return pool, nil
 }
