@@ -35,21 +35,15 @@ const (
 // least; its ServerName is left for the caller's client library to fill in
 // from the address it dials, unless servername is given.
 func TLS(u *url.URL, q url.Values, on bool) (*tls.Config, error) {
-	if v := q.Get(ParamTLS); q.Has(ParamTLS) {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, Error(u, "%s=%q: want true or false", ParamTLS, v)
-		}
-		on = on || b
-		if !b && (q.Has(ParamCACert) || q.Has(ParamCert) || q.Has(ParamKey) || q.Has(ParamServerName)) {
-			return nil, Error(u, "%s=false with TLS parameters (%s, %s, %s, %s)", ParamTLS, ParamCACert, ParamCert, ParamKey, ParamServerName)
-		}
+	on, err := tlsOn(u, q, on)
+	if err != nil {
+		return nil, err
 	}
 	ca, cert, key, name := q.Get(ParamCACert), q.Get(ParamCert), q.Get(ParamKey), q.Get(ParamServerName)
 	for _, p := range []string{ParamTLS, ParamCACert, ParamCert, ParamKey, ParamServerName} {
 		q.Del(p)
 	}
-	if !on && ca == "" && cert == "" && key == "" && name == "" {
+	if !on && ca+cert+key+name == "" {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: name}
@@ -58,11 +52,10 @@ func TLS(u *url.URL, q url.Values, on bool) (*tls.Config, error) {
 		if err != nil {
 			return nil, Error(u, "%s: %v", ParamCACert, err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
 			return nil, Error(u, "%s=%s: no PEM certificate in the file", ParamCACert, ca)
 		}
-		cfg.RootCAs = pool
 	}
 	switch {
 	case cert != "" && key != "":
@@ -77,4 +70,20 @@ func TLS(u *url.URL, q url.Values, on bool) (*tls.Config, error) {
 		return nil, Error(u, "%s without %s: a private key needs its client certificate", ParamKey, ParamCert)
 	}
 	return cfg, nil
+}
+
+// tlsOn returns whether q's "tls" parameter, or on, turns TLS on; "false"
+// with other TLS parameters is an Error.
+func tlsOn(u *url.URL, q url.Values, on bool) (bool, error) {
+	if !q.Has(ParamTLS) {
+		return on, nil
+	}
+	b, err := strconv.ParseBool(q.Get(ParamTLS))
+	if err != nil {
+		return false, Error(u, "%s=%q: want true or false", ParamTLS, q.Get(ParamTLS))
+	}
+	if !b && (q.Has(ParamCACert) || q.Has(ParamCert) || q.Has(ParamKey) || q.Has(ParamServerName)) {
+		return false, Error(u, "%s=false with TLS parameters (%s, %s, %s, %s)", ParamTLS, ParamCACert, ParamCert, ParamKey, ParamServerName)
+	}
+	return on || b, nil
 }

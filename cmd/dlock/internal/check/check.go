@@ -205,48 +205,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer closeRes()
 	// Leave nothing behind, however the run ends: the holds of killed
 	// workers, the resource.
-	cleaned := false
-	cleanup := func() error {
-		cleaned = true
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := c.ForceRelease(ctx, lockKey); err != nil && !errors.Is(err, dlock.ErrUnsupported) {
-			return fmt.Errorf("cannot remove the holds of killed workers: %w", err)
-		}
-		if !cfg.Keep {
-			if err := res.remove(ctx); err != nil {
-				return fmt.Errorf("cannot remove the protected resource: %w", err)
-			}
-		}
-		return nil
-	}
-	defer func() {
-		if !cleaned {
-			_ = cleanup()
-		}
-	}()
+	cleanup := sync.OnceValue(func() error { return cleanUp(c, res, cfg.Keep) })
+	defer cleanup()
 	if err := res.reset(ctx); err != nil {
 		return nil, fmt.Errorf("cannot set up the protected resource: %w", err)
 	}
 
 	r := &run{cfg: cfg, changed: make(chan struct{})}
 	defer r.stopWorkers() // before the cleanup
-	if err := r.startWorkers(); err != nil {
+	start, end, err := r.workload(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.waitReady(ctx); err != nil {
-		return nil, err
-	}
-	start := monoNow()
-	if cfg.Started != nil {
-		cfg.Started()
-	}
-	stopProgress := r.progress(start)
-	r.injectFaults(ctx, start)
-	stopProgress()
-	r.stopWorkers()
-	end := monoNow()
-
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	counter, register, err := res.state(sctx)
@@ -262,6 +232,42 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Resource = redact.String(cfg.Resource)
 	}
 	return rep, nil
+}
+
+// cleanUp removes the holds of killed workers and, unless keep, the
+// resource.
+func cleanUp(c *dlock.Client, res resource, keep bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.ForceRelease(ctx, lockKey); err != nil && !errors.Is(err, dlock.ErrUnsupported) {
+		return fmt.Errorf("cannot remove the holds of killed workers: %w", err)
+	}
+	if !keep {
+		if err := res.remove(ctx); err != nil {
+			return fmt.Errorf("cannot remove the protected resource: %w", err)
+		}
+	}
+	return nil
+}
+
+// workload starts the workers, runs the workload with its faults and stops
+// the workers; it returns when the workload started and ended.
+func (r *run) workload(ctx context.Context) (start, end int64, err error) {
+	if err := r.startWorkers(); err != nil {
+		return 0, 0, err
+	}
+	if err := r.waitReady(ctx); err != nil {
+		return 0, 0, err
+	}
+	start = monoNow()
+	if r.cfg.Started != nil {
+		r.cfg.Started()
+	}
+	stopProgress := r.progress(start)
+	r.injectFaults(ctx, start)
+	stopProgress()
+	r.stopWorkers()
+	return start, monoNow(), nil
 }
 
 // proxied returns, for a store URL of host:port lists that a plain TCP
@@ -538,11 +544,11 @@ func sleep(ctx context.Context, d time.Duration) {
 // wants reports whether the run injects fault f.
 func (r *run) wants(f string) bool { return slices.Contains(r.cfg.Faults, f) }
 
-// setFault records the fault in progress for the progress line.
-func (r *run) setFault(s string) {
+// locked calls f with r.mu held.
+func (r *run) locked(f func()) {
 	r.mu.Lock()
-	r.current = s
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	f()
 }
 
 // storeLease returns how long the store keeps the lock of a holder that
@@ -571,112 +577,121 @@ func storeLease(raw string, ttl time.Duration) time.Duration {
 // injectFaults runs the workload for the configured duration, injecting the
 // faults one after another, and returns when both are over.
 func (r *run) injectFaults(ctx context.Context, start int64) {
-	d, ttl := r.cfg.Duration, r.cfg.TTL
-	// A pause or a cut lasts past the lease as the store sees it.
-	long := storeLease(r.cfg.URL, ttl) * 3 / 2
-	at := func(frac float64) { sleep(ctx, time.Duration(float64(d)*frac)-time.Duration(monoNow()-start)) }
-	proxiedRun := len(r.workers[0].proxies) > 0
-	if !proxiedRun {
-		var names []string
-		for _, f := range []string{FaultLatency, FaultCut} {
-			if r.wants(f) {
-				names = append(names, f)
-			}
-		}
-		if len(names) > 0 {
-			r.mu.Lock()
-			r.skipped = append(r.skipped, strings.Join(names, ", ")+": the store is not named by host:port addresses that a TCP proxy can stand for (a file, TLS, Sentinel or Cluster)")
-			r.mu.Unlock()
-		}
+	at := func(frac float64) {
+		sleep(ctx, time.Duration(float64(r.cfg.Duration)*frac)-time.Duration(monoNow()-start))
 	}
+	proxiedRun := r.proxiedRun()
 	var bg sync.WaitGroup
 	defer bg.Wait()
-
 	if r.wants(FaultLatency) && proxiedRun {
 		at(0.05)
-		w := r.workers[len(r.workers)-1]
-		f := Fault{Kind: FaultLatency, Worker: w.id, Start: monoNow()}
-		for _, p := range w.proxies {
-			p.SetDelay(injectedLatency)
-		}
-		bg.Go(func() {
-			sleep(ctx, min(d/4, 4*ttl))
-			for _, p := range w.proxies {
-				p.SetDelay(0)
-			}
-			f.End = monoNow()
-			r.addFault(f)
-		})
+		r.delay(ctx, &bg)
 	}
 	if r.wants(FaultPause) && ctx.Err() == nil {
 		at(0.15)
-		if w, hold := r.holder(ctx); w != nil {
-			r.setFault(fmt.Sprintf("pausing worker %d", w.id))
-			f := Fault{Kind: FaultPause, Worker: w.id, Hold: hold, Start: monoNow()}
-			if w.cmd.Process.Signal(sigStop) == nil {
-				r.mu.Lock()
-				w.paused = true
-				r.mu.Unlock()
-				sleep(ctx, long)
-				_ = w.cmd.Process.Signal(sigCont)
-				r.mu.Lock()
-				w.paused = false
-				r.mu.Unlock()
-				f.End = monoNow()
-				r.addFault(f)
-			}
-			r.setFault("")
-		}
+		r.strike(ctx, FaultPause, "pausing worker %d", r.pause)
 	}
 	if r.wants(FaultCut) && proxiedRun && ctx.Err() == nil {
-		if w, hold := r.holder(ctx); w != nil {
-			r.setFault(fmt.Sprintf("cutting worker %d off", w.id))
-			f := Fault{Kind: FaultCut, Worker: w.id, Hold: hold, Start: monoNow()}
-			for _, p := range w.proxies {
-				p.Block()
-			}
-			sleep(ctx, long)
-			for _, p := range w.proxies {
-				p.Unblock()
-			}
-			f.End = monoNow()
-			r.addFault(f)
-			r.setFault("")
-		}
+		r.strike(ctx, FaultCut, "cutting worker %d off", r.cut)
 	}
 	if r.wants(FaultKill) && ctx.Err() == nil {
 		at(0.5)
-		if w, hold := r.holder(ctx); w != nil {
-			r.setFault(fmt.Sprintf("killed worker %d; waiting for a takeover", w.id))
-			f := Fault{Kind: FaultKill, Worker: w.id, Hold: hold, Start: monoNow()}
-			if w.cmd.Process.Kill() == nil {
-				r.mu.Lock()
-				w.killed = f.Start
-				r.mu.Unlock()
-				// The takeover: another worker's acquisition. A
-				// session-based store frees the hold when the
-				// session ends, which may be well after the TTL.
-				r.waitFor(ctx, max(3*ttl, 30*time.Second), func() bool {
-					for _, o := range r.workers {
-						if o != w && o.lastAcq > f.Start {
-							return true
-						}
-					}
-					return false
-				})
-				f.End = monoNow()
-				r.addFault(f)
-			}
-			r.setFault("")
-		}
+		r.strike(ctx, FaultKill, "killed worker %d; waiting for a takeover", r.kill)
 	}
 	at(1)
 }
 
-func (r *run) addFault(f Fault) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.faults = append(r.faults, f)
+// proxiedRun reports whether the workers reach the store through proxies;
+// if not, it records the faults that need them as skipped.
+func (r *run) proxiedRun() bool {
+	if len(r.workers[0].proxies) > 0 {
+		return true
+	}
+	names := slices.DeleteFunc([]string{FaultLatency, FaultCut}, func(f string) bool { return !r.wants(f) })
+	if len(names) > 0 {
+		r.locked(func() {
+			r.skipped = append(r.skipped, strings.Join(names, ", ")+": the store is not named by host:port addresses that a TCP proxy can stand for (a file, TLS, Sentinel or Cluster)")
+		})
+	}
+	return false
+}
+
+// delay slows the last worker's traffic for a while, in the background
+// (bg), from now.
+func (r *run) delay(ctx context.Context, bg *sync.WaitGroup) {
+	w := r.workers[len(r.workers)-1]
+	f := Fault{Kind: FaultLatency, Worker: w.id, Start: monoNow()}
+	for _, p := range w.proxies {
+		p.SetDelay(injectedLatency)
+	}
+	bg.Go(func() {
+		sleep(ctx, min(r.cfg.Duration/4, 4*r.cfg.TTL))
+		for _, p := range w.proxies {
+			p.SetDelay(0)
+		}
+		f.End = monoNow()
+		r.locked(func() { r.faults = append(r.faults, f) })
+	})
+}
+
+// strike injects a fault of kind on the next holder of the lock, if there
+// is one, and shows it (doing, of the worker's number) on the progress
+// line. inject returns when the fault is over, false if it could not be
+// injected.
+func (r *run) strike(ctx context.Context, kind, doing string, inject func(context.Context, *worker, int64) bool) {
+	w, hold := r.holder(ctx)
+	if w == nil {
+		return
+	}
+	r.locked(func() { r.current = fmt.Sprintf(doing, w.id) })
+	defer r.locked(func() { r.current = "" })
+	f := Fault{Kind: kind, Worker: w.id, Hold: hold, Start: monoNow()}
+	if inject(ctx, w, f.Start) {
+		f.End = monoNow()
+		r.locked(func() { r.faults = append(r.faults, f) })
+	}
+}
+
+// outlast returns how long a pause or a cut lasts: past the lease as the
+// store sees it.
+func (r *run) outlast() time.Duration { return storeLease(r.cfg.URL, r.cfg.TTL) * 3 / 2 }
+
+// pause stops w's process past its lease.
+func (r *run) pause(ctx context.Context, w *worker, _ int64) bool {
+	if w.cmd.Process.Signal(sigStop) != nil {
+		return false
+	}
+	r.locked(func() { w.paused = true })
+	sleep(ctx, r.outlast())
+	_ = w.cmd.Process.Signal(sigCont)
+	r.locked(func() { w.paused = false })
+	return true
+}
+
+// cut blackholes w's traffic past its lease.
+func (r *run) cut(ctx context.Context, w *worker, _ int64) bool {
+	for _, p := range w.proxies {
+		p.Block()
+	}
+	sleep(ctx, r.outlast())
+	for _, p := range w.proxies {
+		p.Unblock()
+	}
+	return true
+}
+
+// kill kills w's process at start and waits for the takeover: another
+// worker's acquisition. A session-based store frees the hold when the
+// session ends, which may be well after the TTL.
+func (r *run) kill(ctx context.Context, w *worker, start int64) bool {
+	if w.cmd.Process.Kill() != nil {
+		return false
+	}
+	r.locked(func() { w.killed = start })
+	r.waitFor(ctx, max(3*r.cfg.TTL, 30*time.Second), func() bool {
+		return slices.ContainsFunc(r.workers, func(o *worker) bool { return o != w && o.lastAcq > start })
+	})
+	return true
 }
 
 // progress draws a status line on the Progress writer every half second

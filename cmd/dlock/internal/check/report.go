@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -129,6 +130,7 @@ type hold struct {
 	acq, end     int64
 	valid        int64 // the latest deadline the worker reported
 	lost         int64 // when the lost signal came; 0 if it did not
+	killed       int64 // when its worker was killed, if it never released it
 	released     bool
 	releaseErr   string
 	read, wrote  bool // the counter was read, a write was reported
@@ -152,84 +154,110 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		Final:    counter,
 		Register: register,
 		Promises: Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO},
-		Faults:   []Fault{},
 		Skipped:  r.skipped,
 	}
 	var holds []*hold
 	for _, w := range r.workers {
-		byID := map[int]*hold{}
-		for _, e := range w.events {
-			h := byID[e.Hold]
-			switch e.Kind {
-			case evAcquired:
-				h = &hold{worker: w.id, id: e.Hold, token: e.Token, acq: e.At, valid: e.Valid}
-				byID[e.Hold] = h
-				holds = append(holds, h)
-				rep.Acquisitions++
-				rep.HighestToken = max(rep.HighestToken, e.Token)
-			case evError:
-				rep.Errors++
-				rep.sample(e.Err)
-			}
-			if h == nil {
-				continue
-			}
-			switch e.Kind {
-			case evRead:
-				h.read = true
-			case evWrote:
-				h.wrote = true
-				if e.OK {
-					rep.Acknowledged++
-				} else {
-					rep.Unknown++
-				}
-			case evFenced:
-				h.fenced, h.fenceOK, h.fenceStart, h.fenceAt = true, e.OK, e.Start, e.At
-				switch {
-				case e.OK:
-					rep.FencedAccepted++
-				case e.Err == "":
-					rep.FencedRejected++
-				default:
-					rep.Errors++
-					rep.sample("fenced write: " + e.Err)
-				}
-			case evLost:
-				h.lost = e.At
-				h.valid = max(h.valid, e.Valid)
-			case evReleased:
-				h.released, h.releaseErr, h.end = true, e.Err, e.At
-				h.valid = max(h.valid, e.Valid)
-			}
-		}
-		// A hold that was never released ended with its worker; a write
-		// it may have sent before it died has an unknown outcome.
-		for _, h := range byID {
-			if !h.released {
-				h.end = w.exited
-				if w.killed != 0 {
-					h.end = w.killed
-				}
-				if h.read && !h.wrote {
-					rep.Unknown++
-				}
-			}
-		}
+		holds = append(holds, rep.replay(w)...)
 	}
 	rep.LostUpdates = max(0, rep.Acknowledged-counter)
+	slices.SortFunc(holds, func(a, b *hold) int { return cmp.Compare(a.acq, b.acq) })
+	rep.longestGap(holds, start, end)
+	excused := rep.overlaps(holds, start)
+	rep.takeovers(holds)
+	// Stale fenced writes accepted: an accepted token not above one
+	// accepted before the write was sent. Token regressions: a token not
+	// above that of a hold that had ended before it was acquired.
+	accepted := slices.DeleteFunc(slices.Clone(holds), func(h *hold) bool { return !h.fenced || !h.fenceOK })
+	rep.StaleAccepted = notAbove(accepted, func(h *hold) int64 { return h.fenceStart }, func(h *hold) int64 { return h.fenceAt })
+	rep.TokenRegressions = notAbove(holds, func(h *hold) int64 { return h.acq }, func(h *hold) int64 { return h.end })
+	rep.Faults = r.faultReports(holds, start)
+	rep.Checks = rep.judge(excused)
+	rep.OK = !slices.ContainsFunc(rep.Checks, func(c Check) bool { return c.Promised && !c.OK })
+	return rep
+}
 
-	// Overlaps: sweep the holds in the order they were acquired.
-	slices.SortFunc(holds, func(a, b *hold) int { return cmpInt(a.acq, b.acq) })
+// replay rebuilds w's holds from its events, counting what they tell in rep.
+func (rep *Report) replay(w *worker) []*hold {
+	var holds []*hold
+	byID := map[int]*hold{}
+	for _, e := range w.events {
+		switch h := byID[e.Hold]; {
+		case e.Kind == evAcquired:
+			h = &hold{worker: w.id, id: e.Hold, token: e.Token, acq: e.At, valid: e.Valid}
+			byID[e.Hold] = h
+			holds = append(holds, h)
+			rep.Acquisitions++
+			rep.HighestToken = max(rep.HighestToken, e.Token)
+		case e.Kind == evError:
+			rep.Errors++
+			rep.sample(e.Err)
+		case h != nil:
+			rep.record(h, e)
+		}
+	}
+	// A hold that was never released ended with its worker; a write it
+	// may have sent before it died has an unknown outcome.
+	for _, h := range byID {
+		if !h.released {
+			h.end, h.killed = cmp.Or(w.killed, w.exited), w.killed
+			if h.read && !h.wrote {
+				rep.Unknown++
+			}
+		}
+	}
+	return holds
+}
+
+// record applies e, an event of hold h, to h and rep.
+func (rep *Report) record(h *hold, e event) {
+	switch e.Kind {
+	case evRead:
+		h.read = true
+	case evWrote:
+		h.wrote = true
+		if e.OK {
+			rep.Acknowledged++
+		} else {
+			rep.Unknown++
+		}
+	case evFenced:
+		h.fenced, h.fenceOK, h.fenceStart, h.fenceAt = true, e.OK, e.Start, e.At
+		switch {
+		case e.OK:
+			rep.FencedAccepted++
+		case e.Err == "":
+			rep.FencedRejected++
+		default:
+			rep.Errors++
+			rep.sample("fenced write: " + e.Err)
+		}
+	case evLost:
+		h.lost = e.At
+		h.valid = max(h.valid, e.Valid)
+	case evReleased:
+		h.released, h.releaseErr, h.end = true, e.Err, e.At
+		h.valid = max(h.valid, e.Valid)
+	}
+}
+
+// longestGap finds the longest time without an acquisition, the run's start
+// and end included; holds are sorted by acquisition.
+func (rep *Report) longestGap(holds []*hold, start, end int64) {
 	prev := start
-	for _, t := range append(acquisitionTimes(holds), end) {
-		if g := time.Duration(t - prev); g > rep.LongestGap {
+	for _, h := range append(holds[:len(holds):len(holds)], &hold{acq: end}) {
+		if g := time.Duration(h.acq - prev); g > rep.LongestGap {
 			rep.LongestGap, rep.LongestGapAt = g, time.Duration(prev-start)
 		}
-		prev = max(prev, t)
+		prev = max(prev, h.acq)
 	}
+}
+
+// overlaps sweeps holds, sorted by acquisition, for acquisitions during
+// another worker's hold: violations if that hold's lock was valid or its
+// release succeeded, else takeovers. It returns the number of takeovers.
+func (rep *Report) overlaps(holds []*hold, start int64) (excused int) {
 	var active []*hold
-	excused := 0
 	for _, b := range holds {
 		active = slices.DeleteFunc(active, func(a *hold) bool { return a.end <= b.acq })
 		for _, a := range active {
@@ -250,8 +278,15 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		}
 		active = append(active, b)
 	}
+	return excused
+}
+
+// takeovers counts the holders taken over while they still worked (not
+// killed before), those that had the lost signal before, and those that
+// never had it.
+func (rep *Report) takeovers(holds []*hold) {
 	for _, h := range holds {
-		if !h.takenOver || r.killedBefore(h, h.takeoverTime) {
+		if !h.takenOver || (h.killed != 0 && h.killed < h.takeoverTime) {
 			continue
 		}
 		rep.TakenOver++
@@ -262,83 +297,57 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 			rep.TakenOverUninformed++
 		}
 	}
+}
 
-	// Stale fenced writes accepted: an accepted token not above one
-	// accepted before the write was sent.
-	var acc []*hold
-	for _, h := range holds {
-		if h.fenced && h.fenceOK {
-			acc = append(acc, h)
-		}
-	}
-	byDone := slices.Clone(acc)
-	slices.SortFunc(byDone, func(a, b *hold) int { return cmpInt(a.fenceAt, b.fenceAt) })
-	slices.SortFunc(acc, func(a, b *hold) int { return cmpInt(a.fenceStart, b.fenceStart) })
+// notAbove counts the holds whose token is not above the token of a hold
+// done before they began.
+func notAbove(holds []*hold, began, done func(*hold) int64) int {
+	byBegin, byDone := slices.Clone(holds), slices.Clone(holds)
+	slices.SortFunc(byBegin, func(a, b *hold) int { return cmp.Compare(began(a), began(b)) })
+	slices.SortFunc(byDone, func(a, b *hold) int { return cmp.Compare(done(a), done(b)) })
 	var top uint64
-	i := 0
-	for _, h := range acc {
-		for ; i < len(byDone) && byDone[i].fenceAt < h.fenceStart; i++ {
+	n, i := 0, 0
+	for _, h := range byBegin {
+		for ; i < len(byDone) && done(byDone[i]) < began(h); i++ {
 			top = max(top, byDone[i].token)
 		}
 		if h.token <= top {
-			rep.StaleAccepted++
+			n++
 		}
 	}
-	// Token regressions: a token not above that of a hold that had ended
-	// before it was acquired.
-	byEnd := slices.Clone(holds)
-	slices.SortFunc(byEnd, func(a, b *hold) int { return cmpInt(a.end, b.end) })
-	top, i = 0, 0
-	for _, h := range holds {
-		for ; i < len(byEnd) && byEnd[i].end < h.acq; i++ {
-			top = max(top, byEnd[i].token)
-		}
-		if h.token <= top {
-			rep.TokenRegressions++
-		}
-	}
-
-	// Faults.
-	for _, f := range r.faults {
-		f.At, f.For = time.Duration(f.Start-start), time.Duration(f.End-f.Start)
-		if t := r.firstAcquisitionAfter(holds, f.Worker, f.Start); t != 0 {
-			f.TakenOver = time.Duration(t - f.Start)
-		}
-		for _, h := range holds {
-			if h.worker != f.Worker || h.id != f.Hold || h.end < f.Start {
-				continue
-			}
-			f.Token = h.token
-			f.Overlapped = h.overlapped
-			if h.lost != 0 {
-				f.LostSignal = max(0, time.Duration(h.lost-f.Start))
-			}
-			if f.Kind != FaultKill && f.TakenOver > 0 {
-				learned := h.lost != 0 && time.Duration(h.lost-f.Start) <= f.TakenOver
-				f.Learned = &learned
-			}
-		}
-		rep.Faults = append(rep.Faults, f)
-	}
-	slices.SortFunc(rep.Faults, func(a, b Fault) int { return cmpInt(a.Start, b.Start) })
-
-	rep.Checks = rep.judge(excused)
-	rep.OK = true
-	for _, c := range rep.Checks {
-		if c.Promised && !c.OK {
-			rep.OK = false
-		}
-	}
-	return rep
+	return n
 }
 
-// acquisitionTimes returns the acquisition times of holds, in their order.
-func acquisitionTimes(holds []*hold) []int64 {
-	ts := make([]int64, len(holds))
-	for i, h := range holds {
-		ts[i] = h.acq
+// faultReports returns the injected faults in the order they struck, with
+// what followed each; holds are sorted by acquisition.
+func (r *run) faultReports(holds []*hold, start int64) []Fault {
+	faults := []Fault{}
+	for _, f := range r.faults {
+		f.At, f.For = time.Duration(f.Start-start), time.Duration(f.End-f.Start)
+		if i := slices.IndexFunc(holds, func(h *hold) bool { return h.worker != f.Worker && h.acq > f.Start }); i >= 0 {
+			f.TakenOver = time.Duration(holds[i].acq - f.Start)
+		}
+		for _, h := range holds {
+			if h.worker == f.Worker && h.id == f.Hold && h.end >= f.Start {
+				f.struck(h)
+			}
+		}
+		faults = append(faults, f)
 	}
-	return ts
+	slices.SortFunc(faults, func(a, b Fault) int { return cmp.Compare(a.Start, b.Start) })
+	return faults
+}
+
+// struck records what became of h, the hold that f struck.
+func (f *Fault) struck(h *hold) {
+	f.Token, f.Overlapped = h.token, h.overlapped
+	if h.lost != 0 {
+		f.LostSignal = max(0, time.Duration(h.lost-f.Start))
+	}
+	if f.Kind != FaultKill && f.TakenOver > 0 {
+		learned := h.lost != 0 && time.Duration(h.lost-f.Start) <= f.TakenOver
+		f.Learned = &learned
+	}
 }
 
 // violation describes b's acquisition during a's hold.
@@ -366,79 +375,37 @@ func (rep *Report) sample(err string) {
 	}
 }
 
-// killedBefore reports whether h's worker was killed during h, before t.
-func (r *run) killedBefore(h *hold, t int64) bool {
-	for _, w := range r.workers {
-		if w.id == h.worker {
-			return w.killed != 0 && !h.released && w.killed < t
-		}
-	}
-	return false
-}
-
-func (r *run) firstAcquisitionAfter(holds []*hold, worker int, t int64) int64 {
-	for _, h := range holds { // sorted by acquisition
-		if h.worker != worker && h.acq > t {
-			return h.acq
-		}
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // judge returns the verdicts. excused is the number of overlaps whose first
 // holder had outlived its lock.
 func (rep *Report) judge(excused int) []Check {
-	var cs []Check
-	c := Check{Name: "mutual exclusion", Promised: true, OK: rep.Violations == 0}
-	if c.OK {
-		c.Detail = "no worker acquired the lock while another's was still valid"
-	} else {
-		c.Detail = fmt.Sprintf("%s acquired the lock while another held it and its lock was valid", plural(rep.Violations, "time a worker", "times a worker"))
+	exclusion := Check{Name: "mutual exclusion", Promised: true, OK: rep.Violations == 0, Detail: "no worker acquired the lock while another's was still valid"}
+	if !exclusion.OK {
+		exclusion.Detail = fmt.Sprintf("%s acquired the lock while another held it and its lock was valid", plural(rep.Violations, "time a worker", "times a worker"))
 	}
-	cs = append(cs, c)
-
 	// A write whose outcome is unknown (its request failed) may land at
 	// any later time, over newer values: it explains lost updates too.
-	c = Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || (rep.Violations == 0 && (excused > 0 || rep.Unknown > 0))}
+	updates := Check{Name: "no unexplained lost update", Promised: true, OK: rep.LostUpdates == 0 || (rep.Violations == 0 && (excused > 0 || rep.Unknown > 0))}
 	switch {
 	case rep.LostUpdates == 0:
-		c.Detail = "the counter has every acknowledged increment"
-	case c.OK:
-		c.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off) or whose writes arrived late: what fencing is for", rep.LostUpdates)
+		updates.Detail = "the counter has every acknowledged increment"
+	case updates.OK:
+		updates.Detail = fmt.Sprintf("%d lost, by holders that went on writing after their lock expired (paused or cut off) or whose writes arrived late: what fencing is for", rep.LostUpdates)
 	case rep.Violations > 0:
-		c.Detail = fmt.Sprintf("%d lost while mutual exclusion was broken", rep.LostUpdates)
+		updates.Detail = fmt.Sprintf("%d lost while mutual exclusion was broken", rep.LostUpdates)
 	default:
-		c.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
+		updates.Detail = fmt.Sprintf("%d lost with no overlapping holds: the store lost writes", rep.LostUpdates)
 	}
-	cs = append(cs, c)
-
-	c = Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0}
-	c.Detail = fmt.Sprintf("%s rejected, %d accepted; %s back", plural(rep.FencedRejected, "stale write", "stale writes"), rep.StaleAccepted, plural(rep.TokenRegressions, "token went", "tokens went"))
-	if !c.Promised {
-		c.Detail += " (tokens are not durable on this backend: not promised)"
+	fencing := Check{Name: "fencing", Promised: rep.Promises.DurableTokens, OK: rep.StaleAccepted == 0 && rep.TokenRegressions == 0,
+		Detail: fmt.Sprintf("%s rejected, %d accepted; %s back", plural(rep.FencedRejected, "stale write", "stale writes"), rep.StaleAccepted, plural(rep.TokenRegressions, "token went", "tokens went"))}
+	if !fencing.Promised {
+		fencing.Detail += " (tokens are not durable on this backend: not promised)"
 	}
-	cs = append(cs, c)
-
-	c = Check{Name: "lost signal", Promised: true, OK: rep.TakenOverUninformed == 0}
-	switch {
-	case rep.TakenOver == 0:
-		c.Detail = "no holder was taken over while it worked"
-	default:
-		c.Detail = fmt.Sprintf("%d of %s taken over while working had the lost signal (%d before the takeover)",
+	signal := Check{Name: "lost signal", Promised: true, OK: rep.TakenOverUninformed == 0, Detail: "no holder was taken over while it worked"}
+	if rep.TakenOver > 0 {
+		signal.Detail = fmt.Sprintf("%d of %s taken over while working had the lost signal (%d before the takeover)",
 			rep.TakenOver-rep.TakenOverUninformed, plural(rep.TakenOver, "holder", "holders"), rep.LostSignalBefore)
 	}
-	cs = append(cs, c)
-	return cs
+	return []Check{exclusion, updates, fencing, signal}
 }
 
 // WriteJSON writes the report as one JSON object.
@@ -451,34 +418,51 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // WriteText writes the report for people.
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "store     %s\n", rep.Store)
-	if rep.Resource != "" {
-		fmt.Fprintf(&b, "resource  %s\n", rep.Resource)
-	}
-	fmt.Fprintf(&b, "promises  %s\n", rep.Promises)
-	fmt.Fprintf(&b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
-		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
-	fmt.Fprintf(&b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
-	for _, e := range rep.ErrorSamples {
-		fmt.Fprintf(&b, "          error: %s\n", e)
-	}
-	fmt.Fprintln(&b)
+	rep.writeWorkload(&b)
+	rep.writeFaults(&b)
+	rep.writeResults(&b)
+	rep.writeChecks(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
 
+// writeWorkload writes the stores, their promises and the workload.
+func (rep *Report) writeWorkload(b *strings.Builder) {
+	fmt.Fprintf(b, "store     %s\n", rep.Store)
+	if rep.Resource != "" {
+		fmt.Fprintf(b, "resource  %s\n", rep.Resource)
+	}
+	fmt.Fprintf(b, "promises  %s\n", rep.Promises)
+	fmt.Fprintf(b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
+		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
+	fmt.Fprintf(b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
+	for _, e := range rep.ErrorSamples {
+		fmt.Fprintf(b, "          error: %s\n", e)
+	}
+	fmt.Fprintln(b)
+}
+
+// writeFaults writes the faults injected and those that could not be.
+func (rep *Report) writeFaults(b *strings.Builder) {
 	if len(rep.Faults) > 0 {
-		fmt.Fprintln(&b, "faults")
-		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(b, "faults")
+		tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 		for _, f := range rep.Faults {
 			fmt.Fprintf(tw, "  %s\tworker %d\tat %.1fs\t%s\n", f.Kind, f.Worker, f.At.Seconds(), f.describe())
 		}
 		tw.Flush()
-		fmt.Fprintln(&b)
+		fmt.Fprintln(b)
 	}
-
 	for _, sk := range rep.Skipped {
-		fmt.Fprintf(&b, "not injected: %s\n\n", sk)
+		fmt.Fprintf(b, "not injected: %s\n\n", sk)
 	}
-	fmt.Fprintln(&b, "results")
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+}
+
+// writeResults writes what the workload saw: overlaps, the counter, the
+// fenced register, the tokens and the faults' outcomes.
+func (rep *Report) writeResults(b *strings.Builder) {
+	fmt.Fprintln(b, "results")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  overlapping holds\t%d (%d while the holder's lock was valid)\n", rep.Overlaps, rep.Violations)
 	for _, v := range rep.ViolationSamples {
 		fmt.Fprintf(tw, "  \t%s\n", v)
@@ -490,10 +474,19 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "  counter\t%s acknowledged%s, final %d: %s\n", plural(int(rep.Acknowledged), "increment", "increments"), unknown, rep.Final, plural(int(rep.LostUpdates), "lost update", "lost updates"))
 	fmt.Fprintf(tw, "  fenced register\t%s accepted, %d stale rejected, %d stale accepted\n", plural(rep.FencedAccepted, "write", "writes"), rep.FencedRejected, rep.StaleAccepted)
 	fmt.Fprintf(tw, "  fencing tokens\thighest %d, %d went back\n", rep.HighestToken, rep.TokenRegressions)
-	for _, kind := range []string{FaultPause, FaultCut} {
+	rep.writeFaultOutcomes(tw)
+	tw.Flush()
+	fmt.Fprintln(b)
+}
+
+// writeFaultOutcomes writes how many paused and cut-off holders had the lost
+// signal before their takeover, and how long each kill took to be taken
+// over.
+func (rep *Report) writeFaultOutcomes(w io.Writer) {
+	for _, k := range []struct{ kind, holders string }{{FaultPause, "paused holders"}, {FaultCut, "cut-off holders"}} {
 		n, learned := 0, 0
 		for _, f := range rep.Faults {
-			if f.Kind == kind && f.Learned != nil {
+			if f.Kind == k.kind && f.Learned != nil {
 				n++
 				if *f.Learned {
 					learned++
@@ -501,22 +494,23 @@ func (rep *Report) WriteText(w io.Writer) error {
 			}
 		}
 		if n > 0 {
-			fmt.Fprintf(tw, "  lost signal before takeover\t%d of %d %s\n", learned, n, map[string]string{FaultPause: "paused holders", FaultCut: "cut-off holders"}[kind])
+			fmt.Fprintf(w, "  lost signal before takeover\t%d of %d %s\n", learned, n, k.holders)
 		}
 	}
 	for _, f := range rep.Faults {
-		if f.Kind == FaultKill && f.Token != 0 {
-			if f.TakenOver > 0 {
-				fmt.Fprintf(tw, "  takeover after kill -9\t%v\n", seconds(f.TakenOver))
-			} else {
-				fmt.Fprintf(tw, "  takeover after kill -9\tnone before the run ended\n")
-			}
+		switch {
+		case f.Kind != FaultKill || f.Token == 0:
+		case f.TakenOver > 0:
+			fmt.Fprintf(w, "  takeover after kill -9\t%v\n", seconds(f.TakenOver))
+		default:
+			fmt.Fprintf(w, "  takeover after kill -9\tnone before the run ended\n")
 		}
 	}
-	tw.Flush()
-	fmt.Fprintln(&b)
+}
 
-	fmt.Fprintln(&b, "checks")
+// writeChecks writes the verdicts and the outcome.
+func (rep *Report) writeChecks(b *strings.Builder) {
+	fmt.Fprintln(b, "checks")
 	for _, c := range rep.Checks {
 		mark := "ok  "
 		switch {
@@ -525,15 +519,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		case !c.OK:
 			mark = "seen"
 		}
-		fmt.Fprintf(&b, "  %s  %s: %s\n", mark, c.Name, c.Detail)
+		fmt.Fprintf(b, "  %s  %s: %s\n", mark, c.Name, c.Detail)
 	}
 	if rep.OK {
-		fmt.Fprintln(&b, "\nPASS: everything this backend promises held")
+		fmt.Fprintln(b, "\nPASS: everything this backend promises held")
 	} else {
-		fmt.Fprintln(&b, "\nFAIL: the store broke a promise of its backend")
+		fmt.Fprintln(b, "\nFAIL: the store broke a promise of its backend")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // String describes the promises in words.

@@ -2,6 +2,8 @@ package check
 
 import (
 	"bytes"
+	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +174,75 @@ func TestAnalyseLongestGap(t *testing.T) {
 		if rep.LongestGap != time.Duration(c.gap*ms) || rep.LongestGapAt != time.Duration(c.at*ms) {
 			t.Errorf("%s: longest gap %v from %v, want %v from %v", c.name, rep.LongestGap, rep.LongestGapAt,
 				time.Duration(c.gap*ms), time.Duration(c.at*ms))
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/report.* from the current output")
+
+// A run with every kind of fault, an error, a skipped fault, a violation,
+// a stale fenced write and a token that went back: the report, in text and
+// JSON, is testdata/report.txt and testdata/report.json.
+func TestReportGolden(t *testing.T) {
+	ev := func(kind string, hold int, at int64) event { return event{Kind: kind, Hold: hold, At: at * ms} }
+	acq := func(hold int, token uint64, at, valid int64) event {
+		return event{Kind: evAcquired, Hold: hold, At: at * ms, Token: token, Valid: valid * ms}
+	}
+	rel := func(hold int, at, valid int64, err string) event {
+		return event{Kind: evReleased, Hold: hold, At: at * ms, Valid: valid * ms, Err: err}
+	}
+	fenced := func(hold int, token uint64, at int64, ok bool, err string) event {
+		return event{Kind: evFenced, Hold: hold, Start: (at - 1) * ms, At: at * ms, Token: token, OK: ok, Err: err}
+	}
+	wrote := func(hold int, at int64, ok bool) event { return event{Kind: evWrote, Hold: hold, At: at * ms, OK: ok} }
+	r := &run{cfg: Config{TTL: 100 * time.Millisecond}, skipped: []string{"cut: not here"}}
+	r.workers = []*worker{
+		{id: 1, exited: 1000 * ms, events: []event{
+			acq(1, 1, 10, 110), ev(evRead, 1, 11), wrote(1, 12, true), fenced(1, 1, 13, true, ""), rel(1, 20, 110, ""),
+			acq(2, 3, 100, 200), ev(evRead, 2, 101), {Kind: evLost, Hold: 2, At: 420 * ms, Valid: 200 * ms},
+			fenced(2, 3, 440, false, ""), rel(2, 450, 200, "lost"),
+			acq(3, 7, 760, 860), ev(evRead, 3, 761), wrote(3, 762, true), fenced(3, 7, 763, true, ""), rel(3, 900, 860, ""),
+			acq(4, 8, 910, 1010), fenced(4, 8, 915, false, "timeout"), rel(4, 990, 1010, ""),
+		}},
+		{id: 2, exited: 1000 * ms, events: []event{
+			acq(1, 2, 30, 130), ev(evRead, 1, 31), wrote(1, 32, false), rel(1, 40, 130, ""),
+			acq(2, 4, 300, 400), rel(2, 310, 400, ""),
+			acq(3, 5, 500, 600), {Kind: evError, At: 530 * ms, Err: "dial tcp: i/o timeout"}, rel(3, 800, 600, "connection refused"),
+			acq(4, 5, 920, 1020), fenced(4, 5, 930, true, ""), rel(4, 950, 1020, ""),
+			{Kind: evError, At: 960 * ms, Err: "dial tcp: i/o timeout"},
+		}},
+		{id: 3, exited: 1000 * ms, killed: 700 * ms, events: []event{
+			acq(1, 6, 650, 750), ev(evRead, 1, 651),
+		}},
+	}
+	r.faults = []Fault{
+		{Kind: FaultKill, Worker: 3, Hold: 1, Start: 700 * ms, End: 760 * ms},
+		{Kind: FaultLatency, Worker: 3, Start: 50 * ms, End: 250 * ms},
+		{Kind: FaultPause, Worker: 1, Hold: 2, Start: 150 * ms, End: 450 * ms},
+		{Kind: FaultCut, Worker: 2, Hold: 3, Start: 520 * ms, End: 800 * ms},
+	}
+	rep := r.analyse(0, 1000*ms, 3, 7, dlock.Capabilities{DurableTokens: true, ServerClock: true})
+	rep.Store = "redis://127.0.0.1:6379"
+	var text, js bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][]byte{"testdata/report.txt": text.Bytes(), "testdata/report.json": js.Bytes()} {
+		if *update {
+			if err := os.WriteFile(name, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs; got:\n%s", name, got)
 		}
 	}
 }

@@ -43,6 +43,13 @@ func init() {
 	})
 }
 
+// failURL returns the URL of the failing store of test t whose requests ops
+// fail: a subtest's store is not its siblings' (the host of
+// fail://Test/sub would be Test), so that no lock left by one delays another.
+func failURL(t *testing.T, ops string) string {
+	return "fail://" + strings.ReplaceAll(t.Name(), "/", "_") + "?fail=" + ops
+}
+
 // errReset is the store's error of a failing request.
 var errReset = errors.New("connection reset by peer")
 
@@ -138,7 +145,7 @@ func TestMessagesNameKeyOnce(t *testing.T) {
 		run(t, "run on a rate limit", cli.ExitNotAcquired, "run", "--url", url, "--key", key, "--wait", "0", "--", "true")
 	})
 	t.Run("unavailable", func(t *testing.T) {
-		url := "fail://" + t.Name() + "?fail=acquire,force"
+		url := failURL(t, "acquire,force")
 		run(t, "run on a failing store", cli.ExitUnavailable, "run", "--url", url, "--key", key, "--wait", "0", "--", "true")
 		run(t, "run waiting on a failing store", cli.ExitUnavailable, "run", "--url", url, "--key", key, "--wait", "20ms", "--", "true")
 		run(t, "run --rate on a failing store", cli.ExitUnavailable, "run", "--url", url, "--key", key, "--rate", "3/1m", "--wait", "0", "--", "true")
@@ -146,7 +153,7 @@ func TestMessagesNameKeyOnce(t *testing.T) {
 		run(t, "release --force on a failing store", cli.ExitUnavailable, "release", "--url", url, "--force", key)
 		run(t, "release --force on a store without it", cli.ExitUnavailable, "release", "--url", "plain://", "--force", key)
 		// The command ran; releasing its lock fails: a warning.
-		r := runMain(t, "run", "--url", "fail://"+t.Name()+"?fail=release", "--key", key, "--", "true")
+		r := runMain(t, "run", "--url", failURL(t, "release"), "--key", key, "--", "true")
 		if r.code != 0 {
 			t.Errorf("run whose release fails: exit status %d, want 0", r.code)
 		}
@@ -155,7 +162,7 @@ func TestMessagesNameKeyOnce(t *testing.T) {
 	t.Run("lost", func(t *testing.T) {
 		// Renewals and the release fail: dlock warns, loses the lock
 		// when its validity runs out and terminates the command.
-		url := "fail://" + t.Name() + "?fail=refresh,release"
+		url := failURL(t, "refresh,release")
 		run(t, "run losing its lock", cli.ExitLost, "run", "--url", url, "--key", key, "--ttl", "300ms", "--kill-after", "1m", "--", "sleep", "60")
 	})
 	t.Run("hold", func(t *testing.T) {

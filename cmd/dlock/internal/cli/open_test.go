@@ -142,12 +142,24 @@ func TestOpenNeverHangs(t *testing.T) {
 		{"mysql", "mysql://u:p@%s/db?insecure_auth=true", "mysql://u:p@%s/db?" + ca, true},
 		{"memcached", "memcached://%s", "", false},
 	}
+	// short sets a connect timeout of 1s where the case is not about Open's
+	// default bound, which "no answer" checks on every backend.
+	short := func(raw string) string {
+		sep, d := "?", "1s"
+		if strings.Contains(raw, "?") {
+			sep = "&"
+		}
+		if strings.HasPrefix(raw, "postgres") {
+			d = "1" // seconds, as libpq says
+		}
+		return raw + sep + "connect_timeout=" + d
+	}
 	for _, b := range backends {
 		cases := []struct {
 			name, url string
 			check     func(err error) string // what is wrong with err, or ""
 		}{
-			{"port closed", fmt.Sprintf(b.plain, l.closed), func(err error) string {
+			{"port closed", short(fmt.Sprintf(b.plain, l.closed)), func(err error) string {
 				if !errors.Is(err, syscall.ECONNREFUSED) {
 					return "want the refused connection named"
 				}
@@ -159,7 +171,7 @@ func TestOpenNeverHangs(t *testing.T) {
 				}
 				return ""
 			}},
-			{"TLS client, plain port", fmt.Sprintf(b.tls, l.silent), func(err error) string {
+			{"TLS client, plain port", short(fmt.Sprintf(b.tls, l.silent)), func(err error) string {
 				if b.inProtocol && !timedOut(err) {
 					return "want a timeout"
 				}
@@ -168,7 +180,7 @@ func TestOpenNeverHangs(t *testing.T) {
 				}
 				return ""
 			}},
-			{"plain client, TLS port", fmt.Sprintf(b.plain, l.tls), func(err error) string {
+			{"plain client, TLS port", short(fmt.Sprintf(b.plain, l.tls)), func(err error) string {
 				if !b.inProtocol && !errors.Is(err, urlutil.ErrTLSAnswer) {
 					return "want urlutil.ErrTLSAnswer"
 				}
@@ -225,11 +237,13 @@ func TestOpenTLSMismatchRealServers(t *testing.T) {
 		url  string
 		want error
 	}{
-		{"rediss://" + plain.Addr + "?cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
-		{"rediss://" + plain.Addr + "?client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		// A plain server waits for the TLS client's first request: the
+		// connect timeout ends the wait, whatever it is.
+		{"rediss://" + plain.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		{"rediss://" + plain.Addr + "?connect_timeout=1s&client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"redis://" + secure.Addr, urlutil.ErrTLSAnswer},
 		{"redis://" + secure.Addr + "?client=rueidis", urlutil.ErrTLSAnswer},
-		{"etcd://" + etcd.Addr + "?cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
+		{"etcd://" + etcd.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"etcd://" + etcdTLS.Addr, urlutil.ErrTLSAnswer},
 	} {
 		if err := openResult(t, c.url); !errors.Is(err, c.want) || !errors.Is(err, dlock.ErrUnavailable) {
@@ -240,10 +254,11 @@ func TestOpenTLSMismatchRealServers(t *testing.T) {
 
 // TestRunOnUnreachableStore runs `dlock run` on a ZooKeeper address where
 // nothing listens: it fails with status 69 instead of waiting for ever.
+// (TestOpenNeverHangs checks that Open ends without connect_timeout too.)
 func TestRunOnUnreachableStore(t *testing.T) {
 	l := startListeners(t)
 	for _, addr := range []string{l.closed, l.silent} {
-		r := runMain(t, "run", "--url", "zk://"+addr, "--key", "k", "--", "true")
+		r := runMain(t, "run", "--url", "zk://"+addr+"?connect_timeout=1s", "--key", "k", "--", "true")
 		if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, addr) {
 			t.Errorf("exit status %d, stderr %q; want %d and the address named", r.code, r.stderr, cli.ExitUnavailable)
 		}

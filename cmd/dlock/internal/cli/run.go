@@ -246,17 +246,10 @@ func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
 	if err := o.validateLock(cmd); err != nil {
 		return err
 	}
+	if err := o.validateHold(); err != nil {
+		return err
+	}
 	switch {
-	case o.holdAtLeast < 0:
-		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
-	case o.maxHoldSet && o.maxHold <= 0:
-		return usagef("invalid --max-hold %v: must be positive", o.maxHold)
-	case o.maxHoldSet && o.holdAtLeast > o.maxHold:
-		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
-	case o.killAfter < 0:
-		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
-	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
-		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	case len(args) == 0:
 		return usagef("no command to run: give it after the flags, as in 'dlock run --key %s -- COMMAND [ARG...]'", o.key)
 	case args[0] == "":
@@ -268,6 +261,24 @@ func (o *runOptions) validate(cmd *cobra.Command, args []string) error {
 			return usagef("invalid --rate %q: %v", o.rate, err)
 		}
 		o.rateN, o.rateWindow = n, window
+	}
+	return nil
+}
+
+// validateHold checks the flags that bound a hold, and that --rate comes
+// without them.
+func (o *runOptions) validateHold() error {
+	switch {
+	case o.holdAtLeast < 0:
+		return usagef("invalid --hold-at-least %v: must not be negative", o.holdAtLeast)
+	case o.maxHoldSet && o.maxHold <= 0:
+		return usagef("invalid --max-hold %v: must be positive", o.maxHold)
+	case o.maxHoldSet && o.holdAtLeast > o.maxHold:
+		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
+	case o.killAfter < 0:
+		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
+	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
+		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	}
 	return nil
 }
@@ -347,9 +358,7 @@ func (a *app) run(o *runOptions, args []string) error {
 	}
 	stopWatch()
 	if se := interrupted(ctx); se != nil {
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
+		_ = a.release(l, o.ttl)
 		if o.rateSet {
 			return exitf(signalStatus(se.sig), "%s while waiting for a slot of rate limit %q; command not run", se, o.key)
 		}
@@ -358,7 +367,7 @@ func (a *app) run(o *runOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.supervise(c, l, o, path, args, sigs)
+	return a.supervise(l, o, path, args, sigs)
 }
 
 // admit takes a slot of the --rate limit on KEY, as --wait says.
@@ -395,10 +404,16 @@ func (a *app) admit(ctx context.Context, c *dlock.Client, o *runOptions) error {
 		err = lim.Wait(wctx)
 		wcancel()
 	}
+	if err != nil {
+		return notAdmitted(ctx, c, o, err)
+	}
+	a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
+	return nil
+}
+
+// notAdmitted returns how dlock exits when taking a slot failed with err.
+func notAdmitted(ctx context.Context, c *dlock.Client, o *runOptions, err error) error {
 	switch {
-	case err == nil:
-		a.log.Debug("admitted by the rate limit", "key", o.key, "rate", o.rate, "waited", time.Since(begin))
-		return nil
 	case interrupted(ctx) != nil:
 		return err // run reports it
 	case errors.Is(err, dlock.ErrModeMismatch):
@@ -586,9 +601,12 @@ func (a *app) warnRenewal(e dlock.Event) {
 	}
 }
 
-// release releases l, reporting a failure on stderr; the store frees the
-// lock at the end of its lease anyway.
+// release releases l, if any, reporting a failure on stderr; the store
+// frees the lock at the end of its lease anyway.
 func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
+	if l == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := l.Release(ctx)
@@ -599,7 +617,66 @@ func (a *app) release(l *dlock.Lock, timeout time.Duration) error {
 }
 
 // supervise runs the command while l is held and returns how dlock exits.
-func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
+func (a *app) supervise(l *dlock.Lock, o *runOptions, path string, args []string, sigs <-chan os.Signal) error {
+	cmd, tty := a.command(l, o, path, args)
+	// Watch for the command stopping from before it starts.
+	changed := make(chan os.Signal, 1)
+	if len(childSignals) > 0 {
+		signal.Notify(changed, childSignals...)
+		defer signal.Stop(changed)
+	}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		_ = a.release(l, o.ttl)
+		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
+	}
+	pid := cmd.Process.Pid
+	attrs := []any{"key", o.key}
+	if l != nil {
+		attrs = append(attrs, "token", l.Token())
+	}
+	a.log.Debug("started the command", append(attrs, "pid", pid, "terminal", tty != nil)...)
+	if tty != nil {
+		// Take the terminal back however the command ends: dlock may
+		// still print, and the shell expects its job's group to have it.
+		defer func() {
+			if err := tty.reclaim(); err != nil {
+				a.log.Debug("cannot take the terminal back", "err", err)
+			}
+		}()
+	}
+	lost, waitErr := a.watch(cmd, tty, l, o, sigs, changed)
+	if cmd.ProcessState == nil {
+		// Waiting itself failed: the command's fate is unknown.
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl)
+		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
+	}
+	status := exitStatus(cmd.ProcessState)
+	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
+	switch {
+	case l == nil: // --rate: the slot lasts its window whatever happens now.
+	case lost: // nothing of the command may keep running
+		_ = signalGroup(pid, sigKill)
+		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
+		if errors.Is(l.Cause(), dlock.ErrMaxHold) {
+			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
+		}
+		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
+	default:
+		if err := a.releaseAfterCommand(l, o, started, status); err != nil {
+			return err
+		}
+	}
+	if status == 0 {
+		return nil
+	}
+	return &exitError{code: status}
+}
+
+// command returns the command to run, with the key and the lock's token in
+// its environment, and the terminal whose foreground it gets, if any.
+func (a *app) command(l *dlock.Lock, o *runOptions, path string, args []string) (*exec.Cmd, *terminal) {
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args[0] = args[0]
 	cmd.Env = append(os.Environ(), "DLOCK_KEY="+o.key)
@@ -615,51 +692,26 @@ func (a *app) supervise(c *dlock.Client, l *dlock.Lock, o *runOptions, path stri
 	if tty != nil {
 		tty.attach(cmd.SysProcAttr)
 	}
-	// Watch for the command stopping from before it starts.
-	changed := make(chan os.Signal, 1)
-	if len(childSignals) > 0 {
-		signal.Notify(changed, childSignals...)
-		defer signal.Stop(changed)
-	}
+	return cmd, tty
+}
 
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
-		return exitf(cannotRunStatus(err), "cannot run %q: %v", args[0], err)
-	}
-	pid := cmd.Process.Pid
-	if l != nil {
-		a.log.Debug("started the command", "key", o.key, "token", l.Token(), "pid", pid, "terminal", tty != nil)
-	} else {
-		a.log.Debug("started the command", "key", o.key, "pid", pid, "terminal", tty != nil)
-	}
-	if tty != nil {
-		// Take the terminal back however the command ends: dlock may
-		// still print, and the shell expects its job's group to have it.
-		defer func() {
-			if err := tty.reclaim(); err != nil {
-				a.log.Debug("cannot take the terminal back", "err", err)
-			}
-		}()
-	}
+// watch waits for the started command to exit, forwarding it the signals
+// dlock gets (sigs) and following its stops (changed). When l is lost it
+// sends the command SIGTERM, and SIGKILL --kill-after later. It returns
+// whether l was lost, and the command's Wait error.
+func (a *app) watch(cmd *exec.Cmd, tty *terminal, l *dlock.Lock, o *runOptions, sigs, changed <-chan os.Signal) (lost bool, err error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-
+	pid := cmd.Process.Pid
 	var lockDone <-chan struct{} // never ready without a lock
 	if l != nil {
 		lockDone = l.Done()
 	}
-	var killTimer *time.Timer
 	var killC <-chan time.Time
-	lost := false
-	var waitErr error
-wait:
 	for {
 		select {
-		case waitErr = <-exited:
-			break wait
+		case err := <-exited:
+			return lost, err
 		case sig := <-sigs:
 			a.log.Debug("forwarding a signal to the command", "signal", signalName(sig), "pgid", pid)
 			if err := a.signalCommand(pid, sig); err != nil {
@@ -668,8 +720,7 @@ wait:
 		case <-changed:
 			a.commandChanged(pid, tty, o.key)
 		case <-lockDone:
-			lockDone = nil
-			lost = true
+			lockDone, lost = nil, true
 			if errors.Is(l.Cause(), dlock.ErrMaxHold) {
 				a.logf("lock %q reached --max-hold %v while the command ran; sending SIGTERM to the command, SIGKILL in %v", o.key, o.maxHold, o.killAfter)
 			} else {
@@ -679,8 +730,7 @@ wait:
 			if err := a.signalCommand(pid, sigTerm); err != nil {
 				a.logf("cannot send SIGTERM to the command: %v", err)
 			}
-			killTimer = time.NewTimer(o.killAfter)
-			killC = killTimer.C
+			killC = time.After(o.killAfter)
 		case <-killC:
 			killC = nil
 			a.logf("the command is still running %v after SIGTERM; sending SIGKILL", o.killAfter)
@@ -689,37 +739,12 @@ wait:
 			}
 		}
 	}
-	if killTimer != nil {
-		killTimer.Stop()
-	}
-	if cmd.ProcessState == nil {
-		// Waiting itself failed: the command's fate is unknown.
-		_ = signalGroup(pid, sigKill)
-		if l != nil {
-			_ = a.release(l, o.ttl)
-		}
-		return exitf(ExitOSError, "waiting for the command: %v; killed it", waitErr)
-	}
-	status := exitStatus(cmd.ProcessState)
-	a.log.Debug("the command exited", "key", o.key, "status", status, "ran", time.Since(started))
+}
 
-	if l == nil {
-		// --rate: the slot lasts its window whatever happens now.
-		if status == 0 {
-			return nil
-		}
-		return &exitError{code: status}
-	}
-	if lost {
-		// The lock is gone: nothing of the command may keep running.
-		_ = signalGroup(pid, sigKill)
-		_ = a.release(l, o.ttl) // clears whatever may remain; the loss stands
-		if errors.Is(l.Cause(), dlock.ErrMaxHold) {
-			return exitf(ExitLost, "lock %q reached --max-hold %v: the command was terminated (its status was %d)", o.key, o.maxHold, status)
-		}
-		return exitf(ExitLost, "lock %q was lost: the command was terminated (its status was %d)", o.key, status)
-	}
-
+// releaseAfterCommand releases l after the command, started at started,
+// exited with status; with --hold-at-least it leaves l to a lease that ends
+// when that time has passed. It returns an error if l was lost meanwhile.
+func (a *app) releaseAfterCommand(l *dlock.Lock, o *runOptions, started time.Time, status int) error {
 	rctx, cancel := context.WithTimeout(context.Background(), o.ttl)
 	defer cancel()
 	var err error
@@ -741,10 +766,7 @@ wait:
 	default:
 		a.logf("warning: cannot release lock%s (%v); the store frees it when its lease ends", errtext.Keyed(o.key, err), message(err))
 	}
-	if status == 0 {
-		return nil
-	}
-	return &exitError{code: status}
+	return nil
 }
 
 // signalCommand sends sig to the command's process group, then SIGCONT, so
