@@ -268,9 +268,14 @@ func (c cell) name(lib string) string {
 	return c.store + "/" + c.workload + "/" + c.params + "/" + lib
 }
 
+// contended reports whether the cell's clients contend for one key.
+func (c cell) contended() bool {
+	return strings.HasPrefix(c.workload, "hotkey") || strings.HasPrefix(c.workload, "handoff") || c.workload == "fifo"
+}
+
 // runs reports whether the cell runs on lib, given the -only filter.
 func (c cell) runs(lib library, only *regexp.Regexp) bool {
-	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly {
+	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly || lib.contended && !c.contended() {
 		return false
 	}
 	return only == nil || only.MatchString(c.name(lib.name))
