@@ -64,6 +64,12 @@ type config struct {
 const quorumG = 16
 
 func main() {
+	if os.Getenv(workerEnv) != "" {
+		if err := runWorker(os.Stdin, os.Stdout); err != nil {
+			fatalf("worker: %v", err)
+		}
+		return
+	}
 	var (
 		cfg      config
 		only     = flag.String("only", "", "run only the cells whose name (store/workload/params/library, e.g. redis/hotkey/G=64/CS=1ms/dlock) matches this regexp")
@@ -191,6 +197,7 @@ type cell struct {
 	clients  int           // lockers (clients) the workload spreads over
 	quorum   bool          // only for libraries that lock over several servers
 	procs    bool          // a Client per goroutine, as separate processes would have (clients == goroutines)
+	os       bool          // each Client in an OS process of its own (a worker: see procs.go)
 	run      func(rc *runCtx, s *samples)
 }
 
@@ -211,10 +218,21 @@ func procCells(cfg config, store string) []cell {
 				continue
 			}
 			cs = append(cs, cell{store: store, workload: "hotkey-procs", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true,
-				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }})
+				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }},
+				cell{store: store, workload: "hotkey-os", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true, os: true,
+					run: func(rc *runCtx, s *samples) { hotKeyOS(rc, s, g, d) }})
 		}
 	}
 	return cs
+}
+
+// handoffCells returns the handoff cells of a store: two Clients in this
+// process, and two OS processes.
+func handoffCells(store string) []cell {
+	return []cell{
+		{store: store, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff},
+		{store: store, workload: "handoff-os", params: "G=2", servers: 1, clients: 2, procs: true, os: true, run: handoff},
+	}
 }
 
 func cells(cfg config) []cell {
@@ -232,7 +250,7 @@ func cells(cfg config) []cell {
 	}
 	cs = append(cs, procCells(cfg, "redis")...)
 	// Two goroutines with a Client each: a handoff between processes.
-	cs = append(cs, cell{store: "redis", workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+	cs = append(cs, handoffCells("redis")...)
 	for _, n := range []int{3, 5} {
 		cs = append(cs, cell{store: "redis", workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, 1) }})
@@ -256,7 +274,7 @@ func cells(cfg config) []cell {
 		cs = append(cs, cell{store: st, workload: "fifo", params: "G=8/CS=1ms", cs: time.Millisecond, servers: 1, clients: 8,
 			run: func(rc *runCtx, s *samples) { fifoHandoff(rc, s, 8, time.Millisecond) }})
 		// A waiter that has just begun to wait, as on Redis.
-		cs = append(cs, cell{store: st, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+		cs = append(cs, handoffCells(st)...)
 		cs = append(cs, procCells(cfg, st)...)
 	}
 	// PostgreSQL: only the hot key across processes.
@@ -435,16 +453,31 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 	} else {
 		defer pr.close()
 	}
+	set := cfg.settings
+	if c.procs {
+		set.pool = cfg.procPool
+	}
+	var fl *fleet
+	if c.os && pr != nil {
+		spec := workerSpec{Store: c.store, Addrs: addrs, TTL: set.ttl, Retry: set.retry, Pool: set.pool, Budget: cfg.budget}
+		for _, lib := range libs {
+			spec.Libs = append(spec.Libs, lib.name)
+		}
+		fl, err = startFleet(spec, c.clients)
+		defer fl.close()
+	}
 	for i, lib := range libs {
 		if pr == nil {
 			break
 		}
 		es[i] = &entry{}
-		set := cfg.settings
-		if c.procs {
-			set.pool = cfg.procPool
+		// A fleet that failed to start fails each library's cell.
+		lks, closeAll := []locker(nil), func() {}
+		if fl != nil && err == nil {
+			lks = fl.lockers(lib.name)
+		} else if fl == nil {
+			lks, closeAll, err = openLockers(lib, addrs, set, c.clients)
 		}
-		lks, closeAll, err := openLockers(lib, addrs, set, c.clients)
 		defer closeAll()
 		if err != nil {
 			es[i].s.err(fmt.Errorf("open: %w", err))
@@ -639,7 +672,7 @@ func (rep *report) evaluate() []target {
 			}
 		}
 		if len(names) >= 2 {
-			spread, ok := rep.cpuSpread("redis", "dlock", gs)
+			spread, ok := rep.cpuSpread("redis/hotkey-procs", "dlock", gs)
 			ok = ok && len(gs) == len(names)
 			add(names, "redis hot key CS=1ms across processes: dlock server CPU/acq max/min over the waiter counts <= 1.5", ok, spread <= 1.5,
 				fmt.Sprintf("%s: max/min %.2f", strings.Join(parts, ", "), spread))

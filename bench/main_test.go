@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -11,6 +12,19 @@ import (
 	"testing"
 	"time"
 )
+
+// TestMain makes the test binary a worker of the cells with OS processes
+// when the bench starts it as one (see startFleet).
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		if err := runWorker(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestAllWorkloads runs every workload on every library of every store for a
 // few milliseconds, so that the program keeps compiling and running. It

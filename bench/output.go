@@ -76,15 +76,15 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
-	if rs := byWorkload("redis", "handoff"); len(rs) > 0 {
-		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client takes the lock")
-		t := table{header: []string{"library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 1}
+	if rs := append(byWorkload("redis", "handoff"), byWorkload("redis", "handoff-os")...); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client (handoff) or process (handoff-os) takes the lock")
+		t := table{header: []string{"cell", "library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 2}
 		for _, r := range rs {
 			rtts := "-"
 			if rtt := float64(r.RTTP50); rtt > 0 {
 				rtts = fmt.Sprintf("%.1f / %.1f", float64(r.HandoffReturnP50)/rtt, float64(r.HandoffCallP50)/rtt)
 			}
-			t.add(r.Library, strconv.Itoa(r.Ops), fmtDur(r.HandoffReturnP50), fmtDur(r.HandoffReturnP99),
+			t.add(r.Workload, r.Library, strconv.Itoa(r.Ops), fmtDur(r.HandoffReturnP50), fmtDur(r.HandoffReturnP99),
 				fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallP99), fmtDur(r.RTTP50), rtts, strconv.Itoa(r.Errors))
 		}
 		t.write(w)
@@ -145,6 +145,7 @@ func (rep *report) print(w io.Writer) {
 	var procs []result
 	for _, st := range storeList {
 		procs = append(procs, byWorkload(st.name, "hotkey-procs")...)
+		procs = append(procs, byWorkload(st.name, "hotkey-os")...)
 	}
 	rep.printProcs(w, procs)
 
@@ -182,6 +183,7 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 		hot = append(hot, byWorkload(st, "hotkey")...)
 		fifo = append(fifo, byWorkload(st, "fifo")...)
 		ho = append(ho, byWorkload(st, "handoff")...)
+		ho = append(ho, byWorkload(st, "handoff-os")...)
 	}
 	ratio := func(r result, pick func(result) []time.Duration) string {
 		n, ok := rep.native(r)
@@ -234,7 +236,7 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 						}
 					}
 					acq := fmtRate(r.OpsPerSec)
-					if r.Workload == "handoff" {
+					if strings.HasPrefix(r.Workload, "handoff") {
 						acq = "-"
 					}
 					t.add(r.Store, strings.TrimSuffix(strings.TrimPrefix(r.Cell, r.Store+"/"), "/"+r.Library), r.Library, acq, strconv.Itoa(r.Handoffs),
@@ -253,15 +255,15 @@ func (rep *report) printProcs(w io.Writer, rs []result) {
 	if len(rs) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "Hot key across processes: G goroutines, a Client each (own connection pool, session, subscription), lock one key and hold it for CS")
-	t := table{header: []string{"store", "G", "CS", "library", "acq/s", "x shared", "wait p50", "wait p99", "wait max", "fairness", "min/g", "max/g",
-		"handoff p50", "handoff p99", "server CPU/acq", "client CPU/acq", "gave up", "errors"}, left: 4}
+	fmt.Fprintln(w, "Hot key across processes: G goroutines (hotkey-procs) or OS processes (hotkey-os), a Client each (own connection pool, session, subscription), lock one key and hold it for CS")
+	t := table{header: []string{"store", "cell", "G", "CS", "library", "acq/s", "x shared", "wait p50", "wait p99", "wait max", "fairness", "min/g", "max/g",
+		"handoff p50", "handoff p99", "server CPU/acq", "client CPU/acq", "gave up", "errors"}, left: 5}
 	for _, r := range rs {
 		shared := "-"
 		if o, ok := rep.shared(r); ok && o.OpsPerSec > 0 {
 			shared = fmt.Sprintf("%.2f", r.OpsPerSec/o.OpsPerSec)
 		}
-		t.add(r.Store, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec), shared,
+		t.add(r.Store, r.Workload, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec), shared,
 			fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.LockMax), fmt.Sprintf("%.2f", r.Fairness),
 			strconv.Itoa(r.MinPerG), strconv.Itoa(r.MaxPerG), fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallP99),
 			fmtDur(r.ServerCPUPerOp), fmtDur(r.ClientCPUPerOp), strconv.Itoa(r.GaveUp), strconv.Itoa(r.Errors))
@@ -281,35 +283,37 @@ func (rep *report) printProcs(w io.Writer, rs []result) {
 		return
 	}
 	fmt.Fprintln(w, "Waiter scaling: hot key across processes, CS=1ms, by number of processes; server CPU per acquisition, and its largest over its smallest")
-	hdr := []string{"store", "library"}
+	hdr := []string{"store", "cell", "library"}
 	for _, g := range gs {
 		hdr = append(hdr, fmt.Sprintf("G=%d acq/s", g), "fairness", "server CPU/acq")
 	}
-	t = table{header: append(hdr, "CPU/acq max/min"), left: 2}
+	t = table{header: append(hdr, "CPU/acq max/min"), left: 3}
 	for _, st := range storeList {
 		for _, lib := range libraries {
-			if lib.store != st.name {
-				continue
-			}
-			row := []string{st.name, lib.name}
-			any := false
-			for _, g := range gs {
-				r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", st.name, g, lib.name))
-				if !ok {
-					row = append(row, "-", "-", "-")
+			for _, wl := range []string{"hotkey-procs", "hotkey-os"} {
+				if lib.store != st.name {
 					continue
 				}
-				any = true
-				row = append(row, fmtRate(r.OpsPerSec), fmt.Sprintf("%.2f", r.Fairness), fmtDur(r.ServerCPUPerOp))
+				row := []string{st.name, wl, lib.name}
+				any := false
+				for _, g := range gs {
+					r, ok := rep.find(fmt.Sprintf("%s/%s/G=%d/CS=1ms/%s", st.name, wl, g, lib.name))
+					if !ok {
+						row = append(row, "-", "-", "-")
+						continue
+					}
+					any = true
+					row = append(row, fmtRate(r.OpsPerSec), fmt.Sprintf("%.2f", r.Fairness), fmtDur(r.ServerCPUPerOp))
+				}
+				if !any {
+					continue
+				}
+				ratio := "-"
+				if m, ok := rep.cpuSpread(st.name+"/"+wl, lib.name, gs); ok {
+					ratio = fmt.Sprintf("%.2f", m)
+				}
+				t.add(append(row, ratio)...)
 			}
-			if !any {
-				continue
-			}
-			ratio := "-"
-			if m, ok := rep.cpuSpread(st.name, lib.name, gs); ok {
-				ratio = fmt.Sprintf("%.2f", m)
-			}
-			t.add(append(row, ratio)...)
 		}
 	}
 	t.write(w)
@@ -319,17 +323,18 @@ func (rep *report) printProcs(w io.Writer, rs []result) {
 // processes result (the hotkey cell of the same G, CS and library, where
 // the goroutines share -clients Clients), if it ran without errors.
 func (rep *report) shared(r result) (result, bool) {
-	return rep.find(strings.Replace(r.Cell, "/hotkey-procs/", "/hotkey/", 1))
+	return rep.find(r.Store + "/hotkey/" + strings.TrimPrefix(r.Cell, r.Store+"/"+r.Workload+"/"))
 }
 
 // cpuSpread returns the largest server CPU per acquisition over the smallest
-// among the store's hot-key-across-processes cells with CS=1ms and the given
-// numbers of processes, for lib; ok only if at least two of them ran and
-// the server's CPU time is known.
-func (rep *report) cpuSpread(store, lib string, gs []int) (float64, bool) {
+// among the hot-key-across-processes cells of a store and workload
+// ("redis/hotkey-os") with CS=1ms and the given numbers of processes, for
+// lib; ok only if at least two of them ran and the server's CPU time is
+// known.
+func (rep *report) cpuSpread(workload, lib string, gs []int) (float64, bool) {
 	var cpu []time.Duration
 	for _, g := range gs {
-		r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", store, g, lib))
+		r, ok := rep.find(fmt.Sprintf("%s/G=%d/CS=1ms/%s", workload, g, lib))
 		if !ok {
 			continue
 		}

@@ -181,8 +181,8 @@ func (rc *runCtx) lock(l locker, key string) (unlock func(context.Context) error
 // loop runs g goroutines over the lockers (goroutine i uses client i mod
 // clients) that lock, hold for cs and unlock key(i) until rc.dur has passed.
 // It records the time spent in each Lock call and each whole pair, and with
-// a handoffClock the handoffs.
-func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string, hc *handoffClock) {
+// a handoff recorder the acquisitions and releases of the handoffs.
+func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string, hc handoffRecorder) {
 	if s.counts == nil {
 		s.counts = make([]int, g)
 	}
@@ -214,12 +214,16 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 					return
 				}
 				t1 := time.Now()
-				hc.acquired(t0, t1)
+				if hc != nil {
+					hc.acquired(t0, t1)
+				}
 				if cs > 0 {
 					time.Sleep(cs)
 				}
-				hc.releasing()
 				t2 := time.Now()
+				if hc != nil {
+					hc.releasing(t2)
+				}
 				if err := unlock(rc.ctx); err != nil {
 					s.err(err)
 					return
@@ -231,9 +235,6 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 	}
 	wg.Wait()
 	s.elapsed += time.Since(start)
-	if hc != nil {
-		s.fromCall = append(s.fromCall, hc.samples...)
-	}
 }
 
 // uncontended: g goroutines, each on a key of its own.
@@ -244,7 +245,17 @@ func uncontended(rc *runCtx, s *samples, g int) {
 // hotKey: g goroutines contend for one key and hold it for cs. It also
 // measures the handoffs (see handoffClock).
 func hotKey(rc *runCtx, s *samples, g int, cs time.Duration) {
-	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" }, &handoffClock{})
+	hc := &handoffClock{}
+	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" }, hc)
+	s.fromCall = append(s.fromCall, hc.samples...)
+}
+
+// handoffRecorder is told of each acquisition (when its Lock was called and
+// when it returned holding the lock) and each release (just before the
+// release call) on a hot key.
+type handoffRecorder interface {
+	acquired(called, got time.Time)
+	releasing(at time.Time)
 }
 
 // handoffClock measures the handoffs on one key: the time from the holder
@@ -261,9 +272,6 @@ type handoffClock struct {
 // acquired records that a Lock called at called returned holding the lock
 // at got.
 func (h *handoffClock) acquired(called, got time.Time) {
-	if h == nil {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.release.IsZero() {
@@ -274,17 +282,15 @@ func (h *handoffClock) acquired(called, got time.Time) {
 	}
 }
 
-// releasing records that the holder is about to release.
-func (h *handoffClock) releasing() {
-	if h == nil {
-		return
-	}
+// releasing records that the holder is about to release, at at.
+func (h *handoffClock) releasing(at time.Time) {
 	h.mu.Lock()
-	h.release = time.Now()
+	h.release = at
 	h.mu.Unlock()
 }
 
-// handoff measures how long a waiter in another client takes to hold the
+// handoff measures how long a waiter in another client (or process: with
+// remoteLockers the times are the workers' own) takes to hold the
 // lock once the holder releases it. The holder keeps the lock 2-3ms, long
 // enough for the waiter to be waiting (subscribed, or polling at a random
 // phase), then releases; the two clients swap roles every round. Halfway
@@ -311,7 +317,9 @@ func handoff(rc *runCtx, s *samples) {
 		ch := make(chan got, 1)
 		go func() {
 			u, _, err := rc.lock(waiter, key)
-			ch <- got{u, time.Now(), err}
+			now := time.Now()
+			_, at := stamped(waiter, now, now)
+			ch <- got{u, at, err}
 		}()
 		time.Sleep(time.Millisecond + rand.N(time.Millisecond))
 		t0 := time.Now()
@@ -324,6 +332,7 @@ func handoff(rc *runCtx, s *samples) {
 		called := time.Now()
 		err = unlock(rc.ctx)
 		returned := time.Now()
+		called, returned = stamped(holder, called, returned)
 		w := <-ch
 		if err == nil {
 			err = w.err
