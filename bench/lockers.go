@@ -42,6 +42,7 @@ type settings struct {
 	ttl   time.Duration // lease of every lock
 	retry time.Duration // fixed delay between attempts, for libraries that poll
 	pool  int           // go-redis PoolSize of every client
+	name  string        // the name of the client's connections (CLIENT SETNAME), on Redis
 }
 
 // libraries lists the libraries in the order they are reported, store by
@@ -87,6 +88,7 @@ func newClient(addr string, s settings) *redis.Client {
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
+		ClientName:            s.name,
 	})
 }
 

@@ -491,6 +491,16 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		}
 		rc.prefix, rc.dur = fmt.Sprintf("bench:%s:%s:", runID, c.name(lib.name)), cfg.dur/time.Duration(cfg.slices)
 	}
+	// The legs of the handoffs across processes on Redis, from the
+	// server's log.
+	var mon *monitor
+	if c.store == "redis" && c.workload == "handoff-os" && pr != nil {
+		if mon, err = startMonitor(direct[0]); err != nil {
+			for _, e := range es {
+				e.s.err(fmt.Errorf("monitor: %w", err))
+			}
+		}
+	}
 	for range cfg.slices {
 		for _, e := range es {
 			if e.rc != nil && ctx.Err() == nil {
@@ -503,9 +513,19 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 			}
 		}
 	}
+	var names map[string]string
+	if mon != nil {
+		if names, err = clientNames(ctx, direct[0]); err != nil {
+			es[0].s.err(fmt.Errorf("client list: %w", err))
+		}
+		mon.stop()
+	}
 	rs := make([]result, len(libs))
 	for i, e := range es {
 		r := e.s.result()
+		if mon != nil {
+			r.Legs = mon.legs(e.s.windows, names)
+		}
 		r.Cell, r.Store, r.Workload, r.Library, r.Servers, r.CS = c.name(libs[i].name), c.store, c.workload, libs[i].name, c.servers, c.cs
 		if r.Goroutines == 0 {
 			r.Goroutines = c.clients
@@ -528,6 +548,8 @@ func openLockers(lib library, addrs []string, set settings, n int) ([]locker, fu
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			set := set
+			set.name = clientName(j)
 			lks[j], closers[j], errs[j] = lib.open(addrs, set)
 		})
 	}
@@ -559,6 +581,10 @@ func openLockers(lib library, addrs []string, set settings, n int) ([]locker, fu
 	}
 	return lks, closeAll, nil
 }
+
+// clientName names client i of a cell (its connections, on Redis), so that
+// the server's log tells the clients apart.
+func clientName(i int) string { return "bench-" + strconv.Itoa(i) }
 
 // find returns the result of the named cell, if it ran without errors.
 func (rep *report) find(name string) (result, bool) {

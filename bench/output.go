@@ -90,6 +90,8 @@ func (rep *report) print(w io.Writer) {
 		t.write(w)
 	}
 
+	rep.printLegs(w)
+
 	if rs := byWorkload("redis", "quorum"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, quorum (Redlock): one goroutine, uncontended, over N independent servers (N=1: the uncontended G=1 cell)")
 		t := table{header: []string{"N", "library", "lock p50", "lock p99", "pair p50", "pairs/s", "lock p50 x N=1", "client CPU/op", "server CPU/op", "errors"}, left: 2}
@@ -168,6 +170,23 @@ func (rep *report) print(w io.Writer) {
 		for _, tg := range rep.Targets {
 			t.add(tg.Status, tg.Name, tg.Detail)
 		}
+		t.write(w)
+	}
+}
+
+// printLegs writes the legs of the handoffs across processes on Redis.
+func (rep *report) printLegs(w io.Writer) {
+	t := table{header: []string{"library", "handoffs", "release send", "release reply", "delivery", "wake", "waiter extra", "acquire reply",
+		"holder cmds", "waiter cmds", "most frequent sequence (H holder, W waiter)"}, left: 1}
+	for _, r := range rep.Results {
+		if g := r.Legs; g != nil && r.Store == "redis" {
+			t.add(r.Library, strconv.Itoa(g.Handoffs), fmtDur(g.ReleaseSend), fmtDur(g.ReleaseReply), fmtDur(g.Delivery), fmtDur(g.Wake),
+				fmtDur(g.Extra), fmtDur(g.AcquireReply), fmt.Sprintf("%.1f", g.HolderCmds), fmt.Sprintf("%.1f", g.WaiterCmds), g.Sequence)
+		}
+	}
+	if len(t.rows) > 0 {
+		fmt.Fprintln(w, "Redis, handoff-os legs (medians, from the server's MONITOR log and a PSUBSCRIBE * spy in the bench): release call -> server runs it (send) -> call returns (reply);",
+			"server runs it -> spy reads the notification (delivery); -> waiter's first command (wake); -> its last (waiter extra); -> its Lock returns (acquire reply)")
 		t.write(w)
 	}
 }

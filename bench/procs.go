@@ -34,6 +34,7 @@ type workerSpec struct {
 	Retry  time.Duration
 	Pool   int
 	Budget time.Duration
+	Name   string // of the clients' connections
 }
 
 // job is a request to a worker, on the client of library Lib.
@@ -75,7 +76,7 @@ func runWorker(in io.Reader, out io.Writer) error {
 	if err := dec.Decode(&spec); err != nil {
 		return err
 	}
-	set := settings{ttl: spec.TTL, retry: spec.Retry, pool: spec.Pool}
+	set := settings{ttl: spec.TTL, retry: spec.Retry, pool: spec.Pool, name: spec.Name}
 	lks := map[string]locker{}
 	var open error
 	for _, name := range spec.Libs {
@@ -240,6 +241,8 @@ func startFleet(spec workerSpec, n int) (*fleet, error) {
 			}
 			w := &worker{cmd: cmd, in: in, enc: json.NewEncoder(in), dec: json.NewDecoder(bufio.NewReader(out))}
 			f.ws[i] = w
+			spec := spec
+			spec.Name = clientName(i)
 			_, errs[i] = w.call(spec)
 		})
 	}

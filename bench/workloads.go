@@ -74,6 +74,9 @@ type result struct {
 	ClientCPUPerOp time.Duration `json:"client_cpu_per_op,omitempty"`
 	ServerCPUPerOp time.Duration `json:"server_cpu_per_op,omitempty"`
 
+	// Handoff across processes on Redis: where its time goes.
+	Legs *legs `json:"legs,omitempty"`
+
 	Errors   int    `json:"errors"`
 	FirstErr string `json:"first_error,omitempty"`
 }
@@ -103,6 +106,7 @@ type samples struct {
 	pairs   []time.Duration
 
 	fromReturn, fromCall, rtts []time.Duration
+	windows                    []handoffWindow // handoff: each one's times
 
 	outOfOrder, unconfirmed int
 
@@ -346,6 +350,7 @@ func handoff(rc *runCtx, s *samples) {
 		}
 		s.fromReturn = append(s.fromReturn, w.at.Sub(returned)) // may be < 0: the waiter can win the race with the reply
 		s.fromCall = append(s.fromCall, w.at.Sub(called))
+		s.windows = append(s.windows, handoffWindow{holder: clientName(i % 2), called: called, returned: returned, got: w.at})
 		s.ops++
 		if err := w.unlock(rc.ctx); err != nil {
 			s.err(err)
