@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -505,9 +506,15 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		for _, e := range es {
 			if e.rc != nil && ctx.Err() == nil {
 				cli, srv := processCPU(), pr.serverCPU(ctx)
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
 				e.s.startRound()
 				c.run(e.rc, &e.s)
 				e.s.endRound()
+				runtime.ReadMemStats(&m1)
+				if !c.os {
+					e.s.mallocs, e.s.bytes = e.s.mallocs+m1.Mallocs-m0.Mallocs, e.s.bytes+m1.TotalAlloc-m0.TotalAlloc
+				}
 				e.s.clientCPU += processCPU() - cli
 				e.s.serverCPU += pr.serverCPU(ctx) - srv
 			}
@@ -608,212 +615,6 @@ func (rep *report) native(r result) (result, bool) {
 		}
 	}
 	return result{}, false
-}
-
-// target is one of the targets for dlock, checked on this run.
-type target struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // MET, MISSED, n/a (cells failed)
-	Detail string `json:"detail"`
-}
-
-// ran reports whether all the named cells ran (with or without errors).
-func (rep *report) ran(names ...string) bool {
-	for _, n := range names {
-		if !slices.ContainsFunc(rep.Results, func(r result) bool { return r.Cell == n }) {
-			return false
-		}
-	}
-	return true
-}
-
-// ratioStatus says whether a ratio met a target and its stretch.
-func ratioStatus(ratio, target, stretch float64) string {
-	s := "MISSED"
-	if ratio >= target {
-		s = "MET"
-	}
-	return fmt.Sprintf("%.2fx: %s (target %.1fx); stretch %.1fx: %s", ratio, s, target, stretch, map[bool]string{true: "MET", false: "MISSED"}[ratio >= stretch])
-}
-
-// evaluate checks the targets for dlock on the cells that ran: a target
-// whose cells did not all run is left out, one whose cells failed is n/a.
-func (rep *report) evaluate() []target {
-	var ts []target
-	// add adds a target over the named cells: ok says that its cells ran
-	// without errors, met that it was met.
-	add := func(cells []string, name string, ok, met bool, detail string) {
-		if !rep.ran(cells...) {
-			return
-		}
-		st := "n/a"
-		if ok && met {
-			st = "MET"
-		} else if ok {
-			st = "MISSED"
-		}
-		if !ok {
-			detail = "cells missing or failed: " + strings.Join(cells, ", ")
-		}
-		ts = append(ts, target{name, st, detail})
-	}
-
-	// Uncontended, 64 goroutines: dlock at least the raw baseline's pairs/s,
-	// over either client library.
-	for _, lib := range []string{"dlock", "dlock-rueidis"} {
-		cs := []string{"redis/uncontended/G=64/" + lib, "redis/uncontended/G=64/baseline"}
-		d, ok1 := rep.find(cs[0])
-		b, ok2 := rep.find(cs[1])
-		ok := ok1 && ok2 && b.OpsPerSec > 0
-		ratio := d.OpsPerSec / b.OpsPerSec
-		add(cs, "redis uncontended G=64: "+lib+" pairs/s >= 1.0x baseline (stretch 1.5x)", ok, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s", d.OpsPerSec, b.OpsPerSec, ratioStatus(ratio, 1, 1.5)))
-	}
-
-	// Hot key, 64 processes, CS=1ms: throughput against the shared-Client
-	// cell, fairness, and server CPU per acquisition across waiter counts.
-	{
-		pc := "redis/hotkey-procs/G=64/CS=1ms/dlock"
-		sc := "redis/hotkey/G=64/CS=1ms/dlock"
-		p, ok1 := rep.find(pc)
-		o, ok2 := rep.find(sc)
-		ok := ok1 && ok2 && o.OpsPerSec > 0
-		ratio := p.OpsPerSec / o.OpsPerSec
-		add([]string{pc, sc}, "redis hot key G=64 CS=1ms: dlock acq/s across processes >= 0.9x its shared-Client cell", ok, ratio >= 0.9,
-			fmt.Sprintf("%.0f acq/s (64 Clients) vs %.0f acq/s (64 goroutines over %d Clients) = %.2fx", p.OpsPerSec, o.OpsPerSec, rep.Config.Clients, ratio))
-		add([]string{pc}, "redis hot key G=64 CS=1ms across processes: dlock fairness (Jain's index) >= 0.9", ok1, p.Fairness >= 0.9,
-			fmt.Sprintf("fairness %.2f; acquisitions per process min %d, max %d, mean %.1f", p.Fairness, p.MinPerG, p.MaxPerG, float64(p.Ops)/float64(max(1, p.Goroutines))))
-		// Over the waiter counts that ran (at least two).
-		var gs []int
-		var names, parts []string
-		for _, g := range rep.Config.Waiters {
-			n := fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", g)
-			if !rep.ran(n) {
-				continue
-			}
-			names = append(names, n)
-			if r, ok := rep.find(n); ok {
-				gs = append(gs, g)
-				parts = append(parts, fmt.Sprintf("G=%d %v", g, fmtDur(r.ServerCPUPerOp)))
-			}
-		}
-		if len(names) >= 2 {
-			spread, ok := rep.cpuSpread("redis/hotkey-procs", "dlock", gs)
-			ok = ok && len(gs) == len(names)
-			add(names, "redis hot key CS=1ms across processes: dlock server CPU/acq max/min over the waiter counts <= 1.5", ok, spread <= 1.5,
-				fmt.Sprintf("%s: max/min %.2f", strings.Join(parts, ", "), spread))
-		}
-	}
-
-	// Handoff between separate Clients, from the release call: dlock no
-	// slower than the baseline's polling.
-	{
-		cs := []string{"redis/handoff/G=2/dlock", "redis/handoff/G=2/baseline"}
-		d, ok1 := rep.find(cs[0])
-		b, ok2 := rep.find(cs[1])
-		detail := fmt.Sprintf("p50 %v vs %v (%.2fx); p99 %v vs %v",
-			fmtDur(d.HandoffCallP50), fmtDur(b.HandoffCallP50), float64(d.HandoffCallP50)/float64(b.HandoffCallP50),
-			fmtDur(d.HandoffCallP99), fmtDur(b.HandoffCallP99))
-		pd, okd := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", rep.Config.Fleet))
-		pb, okb := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/baseline", rep.Config.Fleet))
-		if okd && okb {
-			detail += fmt.Sprintf("; with %d processes waiting (hotkey-procs CS=1ms): p50 %v vs %v", rep.Config.Fleet, fmtDur(pd.HandoffCallP50), fmtDur(pb.HandoffCallP50))
-		}
-		add(cs, "redis handoff G=2 (separate Clients), release call -> next holder: dlock p50 <= baseline's", ok1 && ok2 && b.HandoffCallP50 > 0,
-			d.HandoffCallP50 <= b.HandoffCallP50, detail)
-	}
-
-	// Redlock: dlock's quorum against redsync.
-	for _, t := range []struct {
-		n   int
-		lib string
-	}{{3, "dlock"}, {5, "dlock"}, {3, "dlock-rueidis"}, {5, "dlock-rueidis"}} {
-		n := t.n
-		cs := []string{fmt.Sprintf("redis/quorum/N=%d/%s", n, t.lib), fmt.Sprintf("redis/quorum/N=%d/redsync", n)}
-		d, ok1 := rep.find(cs[0])
-		r, ok2 := rep.find(cs[1])
-		ratio := d.OpsPerSec / r.OpsPerSec
-		add(cs, fmt.Sprintf("redis quorum N=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
-		cs = []string{fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/%s", n, quorumG, t.lib), fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", n, quorumG)}
-		d, ok1 = rep.find(cs[0])
-		r, ok2 = rep.find(cs[1])
-		ratio = d.OpsPerSec / r.OpsPerSec
-		add(cs, fmt.Sprintf("redis quorum N=%d G=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, quorumG, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
-	}
-
-	// The handoff against two round trips, with two measures of one round
-	// trip: the baseline's one-command latency (its uncontended SET NX PX,
-	// back to back), and a PING measured inside the handoff cell after the
-	// same idle time as the release, the round trip under the handoff's own
-	// conditions. On a machine that is idle between rounds the two differ
-	// several times over, so both are checked.
-	h, okH := rep.find("redis/handoff/G=2/dlock")
-	handoffRTT := func(cells []string, name, what string, ok bool, rtt time.Duration) {
-		ok = ok && okH && rtt > 0
-		add(cells, name, ok, h.HandoffReturnP50 < 2*rtt,
-			fmt.Sprintf("p50 from release returning %v = %.1f RTT (from release called %v = %.1f RTT); RTT = %s %v",
-				fmtDur(h.HandoffReturnP50), float64(h.HandoffReturnP50)/float64(rtt),
-				fmtDur(h.HandoffCallP50), float64(h.HandoffCallP50)/float64(rtt), what, fmtDur(rtt)))
-	}
-	b1, ok := rep.find("redis/uncontended/G=1/baseline")
-	handoffRTT([]string{"redis/handoff/G=2/dlock", "redis/uncontended/G=1/baseline"}, "redis handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
-	handoffRTT([]string{"redis/handoff/G=2/dlock"}, "redis handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
-
-	{
-		c := "redis/hotkey/G=64/CS=1ms/dlock"
-		hk, ok := rep.find(c)
-		limit := 3 * 64 * time.Millisecond
-		add([]string{c}, "redis hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
-			fmt.Sprintf("gave up %d; wait p99 %v vs limit %v", hk.GaveUp, fmtDur(hk.LockP99), fmtDur(limit)))
-	}
-
-	{
-		cs := []string{"redis/quorum/N=5/dlock", "redis/uncontended/G=1/dlock"}
-		q5, ok1 := rep.find(cs[0])
-		s1, ok2 := rep.find(cs[1])
-		if rep.ran(cs[0]) {
-			add(cs, "redis quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
-				fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
-					fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
-					fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
-		}
-	}
-
-	// The consensus stores: dlock against the store's own recipe.
-	for _, st := range []string{"etcd", "zk"} {
-		cellsOf := func(prefix string) (result, result, bool) {
-			d, ok := rep.find(st + "/" + prefix + "/dlock")
-			if !ok {
-				return d, result{}, false
-			}
-			n, ok := rep.native(d)
-			return d, n, ok
-		}
-		native := ""
-		for _, lib := range libraries {
-			if lib.store == st && lib.native {
-				native = lib.name
-			}
-		}
-		both := func(prefix string) []string {
-			return []string{st + "/" + prefix + "/dlock", st + "/" + prefix + "/" + native}
-		}
-		d, n, ok := cellsOf("uncontended/G=1")
-		ratio, lo, hi := roundRatio(d.RoundLockP50, n.RoundLockP50)
-		add(both("uncontended/G=1"), st+" uncontended G=1: dlock lock p50 <= 1.1x "+native, ok && ratio > 0, ratio <= 1.1,
-			fmt.Sprintf("%v vs %v; median of %d per-round ratios %.2f (%.2f-%.2f); pair p50 %v vs %v",
-				fmtDur(d.LockP50), fmtDur(n.LockP50), len(d.RoundLockP50), ratio, lo, hi, fmtDur(d.PairP50), fmtDur(n.PairP50)))
-		f, fok := rep.find(st + "/fifo/G=8/CS=1ms/dlock")
-		fn, _ := rep.native(f)
-		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" handoff p50 < 5ms (dlock, G=8)", fok && f.Handoffs > 0, f.HandoffCallP50 < 5*time.Millisecond,
-			fmt.Sprintf("p50 %v, p99 %v over %d handoffs (%s: p50 %v, p99 %v)",
-				fmtDur(f.HandoffCallP50), fmtDur(f.HandoffCallP99), f.Handoffs, native, fmtDur(fn.HandoffCallP50), fmtDur(fn.HandoffCallP99)))
-		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" FIFO: no out-of-order acquisition (dlock, G=8)", fok && f.Unconfirmed == 0, f.OutOfOrder == 0,
-			fmt.Sprintf("%d out of order in %d acquisitions (%s: %d in %d)", f.OutOfOrder, f.Ops, native, fn.OutOfOrder, fn.Ops))
-	}
-	return ts
 }
 
 // roundRatio returns the median, the least and the greatest of a[i]/b[i]:

@@ -52,7 +52,7 @@ func (rep *report) print(w io.Writer) {
 
 	if rs := byWorkload("redis", "uncontended"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, uncontended: lock/unlock pairs, each goroutine on its own key")
-		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
+		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "allocs/op", "B/op", "errors"}, left: 2}
 		for _, r := range rs {
 			ratio := "-"
 			if b, ok := rep.find(strings.TrimSuffix(r.Cell, r.Library) + "baseline"); ok && b.OpsPerSec > 0 {
@@ -60,7 +60,7 @@ func (rep *report) print(w io.Writer) {
 			}
 			t.add(strconv.Itoa(r.Goroutines), r.Library, fmtRate(r.OpsPerSec), ratio,
 				fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.PairP50),
-				fmtDur(r.ClientCPUPerOp), fmtDur(r.ServerCPUPerOp), strconv.Itoa(r.Errors))
+				fmtDur(r.ClientCPUPerOp), fmtDur(r.ServerCPUPerOp), fmt.Sprintf("%.1f", r.AllocsPerOp), fmt.Sprintf("%.0f", r.BytesPerOp), strconv.Itoa(r.Errors))
 		}
 		t.write(w)
 	}
@@ -165,10 +165,10 @@ func (rep *report) print(w io.Writer) {
 	}
 
 	if len(rep.Targets) > 0 {
-		fmt.Fprintln(w, "Targets for dlock")
-		t := table{header: []string{"status", "target", "measured"}, left: 3}
+		fmt.Fprintln(w, "Targets for dlock (measured: dlock over the reference, or the value itself where the reference is -)")
+		t := table{header: []string{"status", "target", "reference", "measured", "goal", "from"}, left: 3}
 		for _, tg := range rep.Targets {
-			t.add(tg.Status, tg.Name, tg.Detail)
+			t.add(tg.Status, tg.Name, tg.Reference, tg.Measured, tg.Goal, tg.Detail)
 		}
 		t.write(w)
 	}

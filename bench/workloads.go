@@ -73,6 +73,10 @@ type result struct {
 	// the redis-servers of the cell (INFO cpu, all servers summed).
 	ClientCPUPerOp time.Duration `json:"client_cpu_per_op,omitempty"`
 	ServerCPUPerOp time.Duration `json:"server_cpu_per_op,omitempty"`
+	// Heap allocations per operation in this process (cells in one
+	// process only): the library's, its client's and the workload's own.
+	AllocsPerOp float64 `json:"allocs_per_op,omitempty"`
+	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
 
 	// Handoff across processes on Redis: where its time goes.
 	Legs *legs `json:"legs,omitempty"`
@@ -115,6 +119,7 @@ type samples struct {
 	roundLockP50, roundHandoffP50 []time.Duration
 
 	clientCPU, serverCPU time.Duration
+	mallocs, bytes       uint64
 
 	mu       sync.Mutex
 	nErrs    int
@@ -163,6 +168,7 @@ func (s *samples) result() result {
 	r.RTTP50 = pct(s.rtts, 0.50)
 	if s.ops > 0 {
 		r.ClientCPUPerOp, r.ServerCPUPerOp = s.clientCPU/time.Duration(s.ops), s.serverCPU/time.Duration(s.ops)
+		r.AllocsPerOp, r.BytesPerOp = float64(s.mallocs)/float64(s.ops), float64(s.bytes)/float64(s.ops)
 	}
 	if s.firstErr != nil {
 		r.FirstErr = s.firstErr.Error()
