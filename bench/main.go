@@ -51,14 +51,15 @@ type config struct {
 	clients  int           // clients (connection pools) per library in the multi-goroutine workloads
 	slices   int           // each cell runs in this many rounds, the libraries taking turns
 	only     *regexp.Regexp
-	stores   []string      // stores to run cells on: redis, etcd, zk, pg
-	fleet    int           // processes (a Client each) of the main hot-key-across-processes cells
-	waiters  []int         // processes of the waiter-scaling cells (hot key across processes, CS=1ms)
-	procPool int           // go-redis PoolSize of every client in the across-processes cells
-	redis    []string      // existing redis-servers; nil: start our own
-	etcd     string        // existing etcd; "": start our own
-	zk       string        // existing ZooKeeper; "": start our own
-	delay    time.Duration // one-way latency added by a proxy in front of every server
+	need     map[string]bool // if set, only these cells run (-short: the cells the targets read)
+	stores   []string        // stores to run cells on: redis, etcd, zk, pg
+	fleet    int             // processes (a Client each) of the main hot-key-across-processes cells
+	waiters  []int           // processes of the waiter-scaling cells (hot key across processes, CS=1ms)
+	procPool int             // go-redis PoolSize of every client in the across-processes cells
+	redis    []string        // existing redis-servers; nil: start our own
+	etcd     string          // existing etcd; "": start our own
+	zk       string          // existing ZooKeeper; "": start our own
+	delay    time.Duration   // one-way latency added by a proxy in front of every server
 }
 
 // quorumG is the number of goroutines of the concurrent quorum cells.
@@ -79,6 +80,7 @@ func main() {
 		jsonOut  = flag.String("json", "", "also write the results as JSON to this file (- for stdout, instead of the tables)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		waiters  = flag.String("waiters", "8,64,256", "comma-separated process counts of the waiter-scaling cells (hot key, CS=1ms, a Client per goroutine)")
+		short    = flag.Bool("short", false, "a smoke test of the targets: only the cells the targets read, in one slice of 1s after 100ms warm-up, waiter scaling over 8 and 64 processes (flags given explicitly win)")
 	)
 	flag.StringVar(&cfg.etcd, "etcd", "", "host:port of an existing etcd (client port) to use instead of starting one; nothing else may write to it meanwhile")
 	flag.StringVar(&cfg.zk, "zk", "", "host:port of an existing ZooKeeper to use instead of starting one (the FIFO check needs its mntr command); nothing else may write to it meanwhile")
@@ -96,6 +98,15 @@ func main() {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments: %q", flag.Args())
+	}
+	if *short {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"duration": "1s", "slices": "1", "warmup": "100ms", "waiters": "8,64"} {
+			if !set[name] {
+				flag.Set(name, v)
+			}
+		}
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -122,6 +133,9 @@ func main() {
 			fatalf("-waiters: %q is not a process count of at least 2", w)
 		}
 		cfg.waiters = append(cfg.waiters, n)
+	}
+	if *short {
+		cfg.need = neededCells(cfg)
 	}
 	if *redisArg != "" {
 		cfg.redis = strings.Split(*redisArg, ",")
@@ -292,12 +306,27 @@ func (c cell) contended() bool {
 	return strings.HasPrefix(c.workload, "hotkey") || strings.HasPrefix(c.workload, "handoff") || c.workload == "fifo"
 }
 
-// runs reports whether the cell runs on lib, given the -only filter.
-func (c cell) runs(lib library, only *regexp.Regexp) bool {
+// runs reports whether the cell runs on lib, given the -only filter and
+// -short's selection.
+func (c cell) runs(lib library, cfg config) bool {
 	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly || lib.contended && !c.contended() {
 		return false
 	}
-	return only == nil || only.MatchString(c.name(lib.name))
+	n := c.name(lib.name)
+	return (cfg.only == nil || cfg.only.MatchString(n)) && (cfg.need == nil || cfg.need[n])
+}
+
+// neededCells returns the names of the cells the targets read.
+func neededCells(cfg config) map[string]bool {
+	rep := &report{}
+	rep.Config.Fleet, rep.Config.Waiters = cfg.fleet, cfg.waiters
+	need := map[string]bool{}
+	for _, r := range rep.rows() {
+		for _, c := range r.cells {
+			need[c] = true
+		}
+	}
+	return need
 }
 
 // report is everything one run measured.
@@ -361,7 +390,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 		for _, c := range all {
 			var libs []library
 			for _, lib := range libraries {
-				if c.runs(lib, cfg.only) {
+				if c.runs(lib, cfg) {
 					libs = append(libs, lib)
 				}
 			}
