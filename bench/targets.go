@@ -183,8 +183,14 @@ func (rep *report) rttRows() []row {
 // consensusRows check dlock against the store's own recipe.
 func (rep *report) consensusRows(st string) []row {
 	un, fifo := st+"/uncontended/G=1/dlock", st+"/fifo/G=8/CS=1ms/dlock"
+	native := ""
+	for _, lib := range libraries {
+		if lib.store == st && lib.native {
+			native = lib.name
+		}
+	}
 	return []row{
-		{name: st + " uncontended G=1 lock p50 (median of per-round ratios)", ref: "native recipe", cells: []string{un}, atMost: true, goal: 1.1,
+		{name: st + " uncontended G=1 lock p50 (median of per-round ratios)", ref: native, cells: []string{un, st + "/uncontended/G=1/" + native}, atMost: true, goal: 1.1,
 			measure: func() (float64, string, string, bool) {
 				d, ok := rep.find(un)
 				n, okN := rep.native(d)
