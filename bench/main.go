@@ -488,12 +488,13 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		set.pool = cfg.procPool
 	}
 	var fl *fleet
+	var flErr error
 	if c.os && pr != nil {
 		spec := workerSpec{Store: c.store, Addrs: addrs, TTL: set.ttl, Retry: set.retry, Pool: set.pool, Budget: cfg.budget}
 		for _, lib := range libs {
 			spec.Libs = append(spec.Libs, lib.name)
 		}
-		fl, err = startFleet(spec, c.clients)
+		fl, flErr = startFleet(spec, c.clients)
 		defer fl.close()
 	}
 	for i, lib := range libs {
@@ -501,13 +502,7 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 			break
 		}
 		es[i] = &entry{}
-		// A fleet that failed to start fails each library's cell.
-		lks, closeAll := []locker(nil), func() {}
-		if fl != nil && err == nil {
-			lks = fl.lockers(lib.name)
-		} else if fl == nil {
-			lks, closeAll, err = openLockers(lib, addrs, set, c.clients)
-		}
+		lks, closeAll, err := lockersFor(fl, flErr, lib, addrs, set, c.clients)
 		defer closeAll()
 		if err != nil {
 			es[i].s.err(fmt.Errorf("open: %w", err))
@@ -569,6 +564,19 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		rs[i] = r
 	}
 	return rs
+}
+
+// lockersFor returns the n clients of lib for a cell: the fleet's, if the
+// cell runs in worker processes (fleetErr: they failed to start), else
+// fresh ones in this process.
+func lockersFor(fl *fleet, fleetErr error, lib library, addrs []string, set settings, n int) ([]locker, func(), error) {
+	if fleetErr != nil {
+		return nil, func() {}, fleetErr
+	}
+	if fl != nil {
+		return fl.lockers(lib.name), func() {}, nil
+	}
+	return openLockers(lib, addrs, set, n)
 }
 
 // openLockers opens n clients of lib, a few at a time (opening a client of

@@ -10,8 +10,31 @@ import (
 )
 
 // print writes the report as aligned text tables, one per workload, with
-// one row per library (and parameter set).
+// one row per library (and parameter set): its sections in order (one
+// with nothing to show writes nothing).
 func (rep *report) print(w io.Writer) {
+	for _, section := range []func(io.Writer){
+		rep.printHeader, rep.printUncontended, rep.printHotKey, rep.printHandoff, rep.printLegs, rep.printQuorum,
+		rep.printQuorumConcurrent, rep.printConsensus, rep.printProcs, rep.printErrors, rep.printTargets,
+	} {
+		section(w)
+	}
+}
+
+// byWorkload returns the results of the workloads on store, in the order
+// they ran.
+func (rep *report) byWorkload(store string, wls ...string) []result {
+	var rs []result
+	for _, r := range rep.Results {
+		if r.Store == store && slices.Contains(wls, r.Workload) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// printHeader writes the settings, the servers and the round trips.
+func (rep *report) printHeader(w io.Writer) {
 	c := rep.Config
 	fmt.Fprintf(w, "dlock comparison: %v per cell and library (in %d interleaved slices) after %v warm-up; TTL %v; polling libraries retry every %v; go-redis PoolSize %d; up to %d clients per library; wait budget %v\n",
 		c.Duration, c.Slices, c.Warmup, c.TTL, c.Retry, c.Pool, c.Clients, c.Budget)
@@ -35,22 +58,10 @@ func (rep *report) print(w io.Writer) {
 		fmt.Fprintf(w, "load average (1/5/15 min) before: %s, after: %s\n", rep.LoadBefore, rep.LoadAfter)
 	}
 	fmt.Fprintln(w)
+}
 
-	var errLines []string
-	byWorkload := func(store, wl string) []result {
-		var rs []result
-		for _, r := range rep.Results {
-			if r.Store == store && r.Workload == wl {
-				rs = append(rs, r)
-				if r.Errors > 0 {
-					errLines = append(errLines, fmt.Sprintf("  %s: %d errors, first: %s", r.Cell, r.Errors, r.FirstErr))
-				}
-			}
-		}
-		return rs
-	}
-
-	if rs := byWorkload("redis", "uncontended"); len(rs) > 0 {
+func (rep *report) printUncontended(w io.Writer) {
+	if rs := rep.byWorkload("redis", "uncontended"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, uncontended: lock/unlock pairs, each goroutine on its own key")
 		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "allocs/op", "B/op", "errors"}, left: 2}
 		for _, r := range rs {
@@ -64,8 +75,10 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "hotkey"); len(rs) > 0 {
+func (rep *report) printHotKey(w io.Writer) {
+	if rs := rep.byWorkload("redis", "hotkey"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, hot key: all goroutines lock one key and hold it for CS")
 		t := table{header: []string{"G", "CS", "library", "acq/s", "wait p50", "wait p99", "wait max", "min/g", "max/g", "gave up", "errors"}, left: 3}
 		for _, r := range rs {
@@ -75,8 +88,10 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	if rs := append(byWorkload("redis", "handoff"), byWorkload("redis", "handoff-os")...); len(rs) > 0 {
+func (rep *report) printHandoff(w io.Writer) {
+	if rs := rep.byWorkload("redis", "handoff", "handoff-os"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client (handoff) or process (handoff-os) takes the lock")
 		t := table{header: []string{"cell", "library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 2}
 		for _, r := range rs {
@@ -89,10 +104,10 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	rep.printLegs(w)
-
-	if rs := byWorkload("redis", "quorum"); len(rs) > 0 {
+func (rep *report) printQuorum(w io.Writer) {
+	if rs := rep.byWorkload("redis", "quorum"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, quorum (Redlock): one goroutine, uncontended, over N independent servers (N=1: the uncontended G=1 cell)")
 		t := table{header: []string{"N", "library", "lock p50", "lock p99", "pair p50", "pairs/s", "lock p50 x N=1", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, lib := range libraries {
@@ -127,8 +142,10 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "quorum-concurrent"); len(rs) > 0 {
+func (rep *report) printQuorumConcurrent(w io.Writer) {
+	if rs := rep.byWorkload("redis", "quorum-concurrent"); len(rs) > 0 {
 		fmt.Fprintf(w, "Redis, quorum (Redlock): %d goroutines, each on a key of its own, through one client, over N independent servers\n", quorumG)
 		t := table{header: []string{"N", "library", "pairs/s", "x redsync", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, r := range rs {
@@ -141,16 +158,16 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	rep.printConsensus(w, byWorkload)
-
-	var procs []result
-	for _, st := range storeList {
-		procs = append(procs, byWorkload(st.name, "hotkey-procs")...)
-		procs = append(procs, byWorkload(st.name, "hotkey-os")...)
+// printErrors lists the cells with errors, and the cells skipped.
+func (rep *report) printErrors(w io.Writer) {
+	var errLines []string
+	for _, r := range rep.Results {
+		if r.Errors > 0 {
+			errLines = append(errLines, fmt.Sprintf("  %s: %d errors, first: %s", r.Cell, r.Errors, r.FirstErr))
+		}
 	}
-	rep.printProcs(w, procs)
-
 	if len(errLines) > 0 {
 		fmt.Fprintln(w, "Errors:")
 		fmt.Fprintln(w, strings.Join(errLines, "\n"))
@@ -163,7 +180,9 @@ func (rep *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
 
+func (rep *report) printTargets(w io.Writer) {
 	if len(rep.Targets) > 0 {
 		fmt.Fprintln(w, "Targets for dlock (measured: dlock over the reference, or the value itself where the reference is -)")
 		t := table{header: []string{"status", "target", "reference", "measured", "goal", "from"}, left: 3}
@@ -195,14 +214,13 @@ func (rep *report) printLegs(w io.Writer) {
 // ZooKeeper), where dlock is compared with the store's own recipe: "x
 // native" is the median, over the cell's rounds, of dlock's round median
 // divided by the native recipe's in the same round.
-func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string) []result) {
+func (rep *report) printConsensus(w io.Writer) {
 	var un, hot, fifo, ho []result
 	for _, st := range []string{"etcd", "zk"} {
-		un = append(un, byWorkload(st, "uncontended")...)
-		hot = append(hot, byWorkload(st, "hotkey")...)
-		fifo = append(fifo, byWorkload(st, "fifo")...)
-		ho = append(ho, byWorkload(st, "handoff")...)
-		ho = append(ho, byWorkload(st, "handoff-os")...)
+		un = append(un, rep.byWorkload(st, "uncontended")...)
+		hot = append(hot, rep.byWorkload(st, "hotkey")...)
+		fifo = append(fifo, rep.byWorkload(st, "fifo")...)
+		ho = append(ho, rep.byWorkload(st, "handoff", "handoff-os")...)
 	}
 	ratio := func(r result, pick func(result) []time.Duration) string {
 		n, ok := rep.native(r)
@@ -270,7 +288,11 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 
 // printProcs writes the hot-key-across-processes tables: every cell, then
 // the waiter scaling (the CS=1ms cells by number of processes).
-func (rep *report) printProcs(w io.Writer, rs []result) {
+func (rep *report) printProcs(w io.Writer) {
+	var rs []result
+	for _, st := range storeList {
+		rs = append(rs, rep.byWorkload(st.name, "hotkey-procs", "hotkey-os")...)
+	}
 	if len(rs) == 0 {
 		return
 	}
