@@ -4,7 +4,7 @@
 //
 //   - Redis: dlock over redisdlock (and quorum over several servers) with
 //     go-redsync/redsync, bsm/redislock and a hand-written SET NX PX + Lua
-//     compare-and-delete baseline;
+//     compare-and-delete baseline, also retrying at once (a busy spin);
 //   - etcd: dlock over etcddlock with the etcd client's own
 //     concurrency.Mutex;
 //   - ZooKeeper: dlock over zkdlock with go-zookeeper's zk.Lock;
