@@ -69,16 +69,45 @@ type monitorLine struct {
 // monitor records the commands of a redis-server (MONITOR) and the arrival
 // of every pub/sub message (PSUBSCRIBE *) on two connections of its own.
 type monitor struct {
+	addr     string
 	mon, spy net.Conn
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	lines    []monitorLine
 	msgs     []time.Time
+	names    map[string]string // client names by address, read by finish
+}
+
+// startLegs starts recording the server at addr for the legs of the
+// handoffs of cell c: those across processes on Redis (nil for the other
+// cells).
+func startLegs(c cell, addr string) (*monitor, error) {
+	if c.store != "redis" || c.workload != "handoff-os" {
+		return nil, nil
+	}
+	m, err := startMonitor(addr)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	return m, nil
+}
+
+// finish reads the names of the server's clients and stops recording.
+func (m *monitor) finish(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	defer m.stop()
+	var err error
+	if m.names, err = clientNames(ctx, m.addr); err != nil {
+		return fmt.Errorf("client list: %w", err)
+	}
+	return nil
 }
 
 // startMonitor starts recording the server at addr.
 func startMonitor(addr string) (*monitor, error) {
-	m := &monitor{}
+	m := &monitor{addr: addr}
 	var err error
 	if m.mon, err = dialSend(addr, "MONITOR"); err != nil {
 		return nil, err
@@ -221,11 +250,15 @@ func clientNames(ctx context.Context, addr string) (map[string]string, error) {
 	return names, nil
 }
 
-// legs splits the handoffs ws by the server's log, names giving the client
-// name of each address: the release is the holder's first command in the
-// window, the waiter's commands are those of other named clients after it
-// (a script's own commands are counted in the sequence only).
-func (m *monitor) legs(ws []handoffWindow, names map[string]string) *legs {
+// legs splits the handoffs ws by the server's log (nil for a nil monitor):
+// the release is the holder's first command in the window, the waiter's
+// commands are those of other named clients after it (a script's own
+// commands are counted in the sequence only).
+func (m *monitor) legs(ws []handoffWindow) *legs {
+	if m == nil {
+		return nil
+	}
+	names := m.names
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var send, reply, deliv, wake, extra, acq []time.Duration

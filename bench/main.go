@@ -100,13 +100,7 @@ func main() {
 		fatalf("unexpected arguments: %q", flag.Args())
 	}
 	if *short {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"duration": "1s", "slices": "1", "warmup": "100ms", "waiters": "8,64"} {
-			if !set[name] {
-				flag.Set(name, v)
-			}
-		}
+		shortDefaults()
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -175,6 +169,17 @@ func main() {
 	if ctx.Err() != nil {
 		pprof.StopCPUProfile()
 		os.Exit(130)
+	}
+}
+
+// shortDefaults sets the flags -short changes, unless they were given.
+func shortDefaults() {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{"duration": "1s", "slices": "1", "warmup": "100ms", "waiters": "8,64"} {
+		if !set[name] {
+			flag.Set(name, v)
+		}
 	}
 }
 
@@ -487,16 +492,8 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 	if c.procs {
 		set.pool = cfg.procPool
 	}
-	var fl *fleet
-	var flErr error
-	if c.os && pr != nil {
-		spec := workerSpec{Store: c.store, Addrs: addrs, TTL: set.ttl, Retry: set.retry, Pool: set.pool, Budget: cfg.budget}
-		for _, lib := range libs {
-			spec.Libs = append(spec.Libs, lib.name)
-		}
-		fl, flErr = startFleet(spec, c.clients)
-		defer fl.close()
-	}
+	fl, flErr := openFleet(c, libs, addrs, set, cfg.budget)
+	defer fl.close()
 	for i, lib := range libs {
 		if pr == nil {
 			break
@@ -518,45 +515,24 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 	}
 	// The legs of the handoffs across processes on Redis, from the
 	// server's log.
-	var mon *monitor
-	if c.store == "redis" && c.workload == "handoff-os" && pr != nil {
-		if mon, err = startMonitor(direct[0]); err != nil {
-			for _, e := range es {
-				e.s.err(fmt.Errorf("monitor: %w", err))
-			}
-		}
+	mon, err := startLegs(c, direct[0])
+	if err != nil {
+		es[0].s.err(err)
 	}
 	for range cfg.slices {
 		for _, e := range es {
 			if e.rc != nil && ctx.Err() == nil {
-				cli, srv := processCPU(), pr.serverCPU(ctx)
-				var m0, m1 runtime.MemStats
-				runtime.ReadMemStats(&m0)
-				e.s.startRound()
-				c.run(e.rc, &e.s)
-				e.s.endRound()
-				runtime.ReadMemStats(&m1)
-				if !c.os {
-					e.s.mallocs, e.s.bytes = e.s.mallocs+m1.Mallocs-m0.Mallocs, e.s.bytes+m1.TotalAlloc-m0.TotalAlloc
-				}
-				e.s.clientCPU += processCPU() - cli
-				e.s.serverCPU += pr.serverCPU(ctx) - srv
+				measureRound(ctx, c, pr, e.rc, &e.s)
 			}
 		}
 	}
-	var names map[string]string
-	if mon != nil {
-		if names, err = clientNames(ctx, direct[0]); err != nil {
-			es[0].s.err(fmt.Errorf("client list: %w", err))
-		}
-		mon.stop()
+	if err := mon.finish(ctx); err != nil {
+		es[0].s.err(err)
 	}
 	rs := make([]result, len(libs))
 	for i, e := range es {
 		r := e.s.result()
-		if mon != nil {
-			r.Legs = mon.legs(e.s.windows, names)
-		}
+		r.Legs = mon.legs(e.s.windows)
 		r.Cell, r.Store, r.Workload, r.Library, r.Servers, r.CS = c.name(libs[i].name), c.store, c.workload, libs[i].name, c.servers, c.cs
 		if r.Goroutines == 0 {
 			r.Goroutines = c.clients
@@ -564,6 +540,36 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		rs[i] = r
 	}
 	return rs
+}
+
+// measureRound runs one round (slice) of cell c on one library, with its
+// client and server CPU time and, in this process, its allocations.
+func measureRound(ctx context.Context, c cell, pr probe, rc *runCtx, s *samples) {
+	cli, srv := processCPU(), pr.serverCPU(ctx)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	s.startRound()
+	c.run(rc, s)
+	s.endRound()
+	runtime.ReadMemStats(&m1)
+	if !c.os {
+		s.mallocs, s.bytes = s.mallocs+m1.Mallocs-m0.Mallocs, s.bytes+m1.TotalAlloc-m0.TotalAlloc
+	}
+	s.clientCPU += processCPU() - cli
+	s.serverCPU += pr.serverCPU(ctx) - srv
+}
+
+// openFleet starts the worker processes of a cell that runs in them (nil
+// for the others), each with a client of every library of the cell.
+func openFleet(c cell, libs []library, addrs []string, set settings, budget time.Duration) (*fleet, error) {
+	if !c.os {
+		return nil, nil
+	}
+	spec := workerSpec{Store: c.store, Addrs: addrs, TTL: set.ttl, Retry: set.retry, Pool: set.pool, Budget: budget}
+	for _, lib := range libs {
+		spec.Libs = append(spec.Libs, lib.name)
+	}
+	return startFleet(spec, c.clients)
 }
 
 // lockersFor returns the n clients of lib for a cell: the fleet's, if the

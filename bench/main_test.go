@@ -70,35 +70,7 @@ func TestAllWorkloads(t *testing.T) {
 		t.Errorf("%d results, want %d", len(rep.Results), want)
 	}
 	for _, r := range rep.Results {
-		if r.Errors > 0 || r.Ops == 0 || r.GaveUp > 0 {
-			t.Errorf("%s: %d ops, %d gave up, %d errors (first: %s)", r.Cell, r.Ops, r.GaveUp, r.Errors, r.FirstErr)
-		}
-		if strings.HasPrefix(r.Workload, "handoff") && r.HandoffCallP50 <= 0 {
-			t.Errorf("%s: no handoff latency", r.Cell)
-		}
-		// The legs of every handoff between processes on Redis: the
-		// release and the acquire found in the server's log.
-		if r.Cell == "redis/handoff-os/G=2/"+r.Library && (r.Legs == nil || r.Legs.Handoffs == 0 || r.Legs.WaiterCmds < 1) {
-			t.Errorf("%s: legs %+v", r.Cell, r.Legs)
-		}
-		// A loop in each process: the handoffs are found across them.
-		if r.Workload == "hotkey-os" && r.Handoffs == 0 {
-			t.Errorf("%s: no handoffs measured", r.Cell)
-		}
-		if strings.HasPrefix(r.Workload, "hotkey-") && (r.Goroutines < 2 || r.Fairness <= 0 || r.Fairness > 1) {
-			t.Errorf("%s: %d goroutines, fairness %v", r.Cell, r.Goroutines, r.Fairness)
-		}
-		if r.Workload == "fifo" {
-			// Every library on these stores queues in order, and the
-			// workload sequences the queueing: a count is a fault of the
-			// lock or of the workload.
-			if r.Handoffs == 0 {
-				t.Errorf("%s: no handoffs measured", r.Cell)
-			}
-			if r.Unconfirmed == 0 && r.OutOfOrder > 0 {
-				t.Errorf("%s: %d acquisitions out of order", r.Cell, r.OutOfOrder)
-			}
-		}
+		checkResult(t, r)
 	}
 
 	var out bytes.Buffer
@@ -121,6 +93,40 @@ func TestAllWorkloads(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log("\n" + out.String())
+	}
+}
+
+// checkResult checks a result of TestAllWorkloads.
+func checkResult(t *testing.T, r result) {
+	t.Helper()
+	if r.Errors > 0 || r.Ops == 0 || r.GaveUp > 0 {
+		t.Errorf("%s: %d ops, %d gave up, %d errors (first: %s)", r.Cell, r.Ops, r.GaveUp, r.Errors, r.FirstErr)
+	}
+	if strings.HasPrefix(r.Workload, "handoff") && r.HandoffCallP50 <= 0 {
+		t.Errorf("%s: no handoff latency", r.Cell)
+	}
+	// The legs of every handoff between processes on Redis: the
+	// release and the acquire found in the server's log.
+	if r.Cell == "redis/handoff-os/G=2/"+r.Library && (r.Legs == nil || r.Legs.Handoffs == 0 || r.Legs.WaiterCmds < 1) {
+		t.Errorf("%s: legs %+v", r.Cell, r.Legs)
+	}
+	// A loop in each process: the handoffs are found across them.
+	if r.Workload == "hotkey-os" && r.Handoffs == 0 {
+		t.Errorf("%s: no handoffs measured", r.Cell)
+	}
+	if strings.HasPrefix(r.Workload, "hotkey-") && (r.Goroutines < 2 || r.Fairness <= 0 || r.Fairness > 1) {
+		t.Errorf("%s: %d goroutines, fairness %v", r.Cell, r.Goroutines, r.Fairness)
+	}
+	if r.Workload == "fifo" {
+		// Every library on these stores queues in order, and the
+		// workload sequences the queueing: a count is a fault of the
+		// lock or of the workload.
+		if r.Handoffs == 0 {
+			t.Errorf("%s: no handoffs measured", r.Cell)
+		}
+		if r.Unconfirmed == 0 && r.OutOfOrder > 0 {
+			t.Errorf("%s: %d acquisitions out of order", r.Cell, r.OutOfOrder)
+		}
 	}
 }
 

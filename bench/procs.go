@@ -253,6 +253,9 @@ func startFleet(spec workerSpec, n int) (*fleet, error) {
 // close ends every worker (they close their clients when their stdin ends)
 // and waits for them.
 func (f *fleet) close() {
+	if f == nil {
+		return
+	}
 	for _, w := range f.ws {
 		if w != nil {
 			w.in.Close()
