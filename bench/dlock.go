@@ -34,7 +34,7 @@ func dlockRueidisOpener() func(addrs []string, s settings) (locker, func(), erro
 		for _, a := range addrs {
 			c, err := rueidis.NewClient(rueidis.ClientOption{
 				InitAddress: []string{a}, ForceSingleClient: true,
-				PipelineMultiplex: -1, DisableRetry: true, DisableCache: true,
+				PipelineMultiplex: -1, DisableRetry: true, DisableCache: true, ClientName: s.name,
 			})
 			if err != nil {
 				closeClients()

@@ -32,6 +32,7 @@ type library struct {
 	native     bool   // the store's own recipe, which dlock is compared with
 	quorum     bool   // can lock over several independent servers (Redlock)
 	quorumOnly bool   // runs only the quorum cells
+	contended  bool   // runs only the cells where clients contend for one key (hot key, handoff)
 	ref        string // library whose single-server cell is this one's N=1 reference (default: itself)
 	open       func(addrs []string, s settings) (locker, func(), error)
 }
@@ -41,6 +42,7 @@ type settings struct {
 	ttl   time.Duration // lease of every lock
 	retry time.Duration // fixed delay between attempts, for libraries that poll
 	pool  int           // go-redis PoolSize of every client
+	name  string        // the name of the client's connections (CLIENT SETNAME), on Redis
 }
 
 // libraries lists the libraries in the order they are reported, store by
@@ -58,6 +60,10 @@ var libraries = []library{
 	{name: "redsync", store: "redis", quorum: true, open: openRedsync},
 	{name: "redislock", store: "redis", open: openRedislock},
 	{name: "baseline", store: "redis", quorum: true, open: openBaseline},
+	// The baseline retrying at once, without sleeping: the fastest a
+	// polling client can take a released lock (and the most it can load
+	// the server meanwhile).
+	{name: "spin", store: "redis", contended: true, open: openSpin},
 
 	{name: "dlock", store: "etcd", open: dlockURLOpener("etcd")},
 	{name: "concurrency.Mutex", store: "etcd", native: true, open: openEtcdMutex},
@@ -82,6 +88,7 @@ func newClient(addr string, s settings) *redis.Client {
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
+		ClientName:            s.name,
 	})
 }
 
@@ -157,7 +164,7 @@ func (l *redislockLocker) Lock(ctx context.Context, key string) (func(context.Co
 	return lk.Release, nil
 }
 
-// --- the hand-written floor: SET NX PX, Lua compare-and-delete, fixed sleep ---
+// --- the hand-written floor: SET NX PX, Lua compare-and-delete, fixed sleep (or none) ---
 //
 // Over N servers it is a bare Redlock: SET NX PX on all of them at once, held
 // when a majority said yes, else undone everywhere and retried (no validity
@@ -173,6 +180,12 @@ type baselineLocker struct {
 func openBaseline(addrs []string, s settings) (locker, func(), error) {
 	cs, closeAll := newClients(addrs, s)
 	return &baselineLocker{rdbs: cs, s: s}, closeAll, nil
+}
+
+// openSpin opens the baseline with no delay between attempts: a busy spin.
+func openSpin(addrs []string, s settings) (locker, func(), error) {
+	s.retry = 0
+	return openBaseline(addrs, s)
 }
 
 // all runs f on every server at once (inline when there is one) and returns
@@ -238,6 +251,12 @@ func (l *baselineLocker) Lock(ctx context.Context, key string) (func(context.Con
 		}
 		if errs.Load() > 0 && ctx.Err() == nil {
 			return nil, fmt.Errorf("lock: %d servers failed", errs.Load())
+		}
+		if l.s.retry == 0 {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
 		}
 		if t == nil {
 			t = time.NewTimer(l.s.retry)

@@ -4,7 +4,7 @@
 //
 //   - Redis: dlock over redisdlock (and quorum over several servers) with
 //     go-redsync/redsync, bsm/redislock and a hand-written SET NX PX + Lua
-//     compare-and-delete baseline;
+//     compare-and-delete baseline, also retrying at once (a busy spin);
 //   - etcd: dlock over etcddlock with the etcd client's own
 //     concurrency.Mutex;
 //   - ZooKeeper: dlock over zkdlock with go-zookeeper's zk.Lock;
@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -50,20 +51,27 @@ type config struct {
 	clients  int           // clients (connection pools) per library in the multi-goroutine workloads
 	slices   int           // each cell runs in this many rounds, the libraries taking turns
 	only     *regexp.Regexp
-	stores   []string      // stores to run cells on: redis, etcd, zk, pg
-	fleet    int           // processes (a Client each) of the main hot-key-across-processes cells
-	waiters  []int         // processes of the waiter-scaling cells (hot key across processes, CS=1ms)
-	procPool int           // go-redis PoolSize of every client in the across-processes cells
-	redis    []string      // existing redis-servers; nil: start our own
-	etcd     string        // existing etcd; "": start our own
-	zk       string        // existing ZooKeeper; "": start our own
-	delay    time.Duration // one-way latency added by a proxy in front of every server
+	need     map[string]bool // if set, only these cells run (-short: the cells the targets read)
+	stores   []string        // stores to run cells on: redis, etcd, zk, pg
+	fleet    int             // processes (a Client each) of the main hot-key-across-processes cells
+	waiters  []int           // processes of the waiter-scaling cells (hot key across processes, CS=1ms)
+	procPool int             // go-redis PoolSize of every client in the across-processes cells
+	redis    []string        // existing redis-servers; nil: start our own
+	etcd     string          // existing etcd; "": start our own
+	zk       string          // existing ZooKeeper; "": start our own
+	delay    time.Duration   // one-way latency added by a proxy in front of every server
 }
 
 // quorumG is the number of goroutines of the concurrent quorum cells.
 const quorumG = 16
 
 func main() {
+	if os.Getenv(workerEnv) != "" {
+		if err := runWorker(os.Stdin, os.Stdout); err != nil {
+			fatalf("worker: %v", err)
+		}
+		return
+	}
 	var (
 		cfg      config
 		only     = flag.String("only", "", "run only the cells whose name (store/workload/params/library, e.g. redis/hotkey/G=64/CS=1ms/dlock) matches this regexp")
@@ -72,6 +80,7 @@ func main() {
 		jsonOut  = flag.String("json", "", "also write the results as JSON to this file (- for stdout, instead of the tables)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		waiters  = flag.String("waiters", "8,64,256", "comma-separated process counts of the waiter-scaling cells (hot key, CS=1ms, a Client per goroutine)")
+		short    = flag.Bool("short", false, "a smoke test of the targets: only the cells the targets read, in one slice of 1s after 100ms warm-up, waiter scaling over 8 and 64 processes (flags given explicitly win)")
 	)
 	flag.StringVar(&cfg.etcd, "etcd", "", "host:port of an existing etcd (client port) to use instead of starting one; nothing else may write to it meanwhile")
 	flag.StringVar(&cfg.zk, "zk", "", "host:port of an existing ZooKeeper to use instead of starting one (the FIFO check needs its mntr command); nothing else may write to it meanwhile")
@@ -89,6 +98,9 @@ func main() {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments: %q", flag.Args())
+	}
+	if *short {
+		shortDefaults()
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -115,6 +127,9 @@ func main() {
 			fatalf("-waiters: %q is not a process count of at least 2", w)
 		}
 		cfg.waiters = append(cfg.waiters, n)
+	}
+	if *short {
+		cfg.need = neededCells(cfg)
 	}
 	if *redisArg != "" {
 		cfg.redis = strings.Split(*redisArg, ",")
@@ -157,6 +172,17 @@ func main() {
 	}
 }
 
+// shortDefaults sets the flags -short changes, unless they were given.
+func shortDefaults() {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{"duration": "1s", "slices": "1", "warmup": "100ms", "waiters": "8,64"} {
+		if !set[name] {
+			flag.Set(name, v)
+		}
+	}
+}
+
 // redisLog is go-redis's logger: its default, which can be silenced.
 var redisLog = func() *quietLogger {
 	l := &quietLogger{l: log.New(os.Stderr, "redis: ", log.LstdFlags)}
@@ -191,6 +217,7 @@ type cell struct {
 	clients  int           // lockers (clients) the workload spreads over
 	quorum   bool          // only for libraries that lock over several servers
 	procs    bool          // a Client per goroutine, as separate processes would have (clients == goroutines)
+	os       bool          // each Client in an OS process of its own (a worker: see procs.go)
 	run      func(rc *runCtx, s *samples)
 }
 
@@ -211,10 +238,21 @@ func procCells(cfg config, store string) []cell {
 				continue
 			}
 			cs = append(cs, cell{store: store, workload: "hotkey-procs", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true,
-				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }})
+				run: func(rc *runCtx, s *samples) { hotKey(rc, s, g, d) }},
+				cell{store: store, workload: "hotkey-os", params: fmt.Sprintf("G=%d/CS=%v", g, d), cs: d, servers: 1, clients: g, procs: true, os: true,
+					run: func(rc *runCtx, s *samples) { hotKeyOS(rc, s, g, d) }})
 		}
 	}
 	return cs
+}
+
+// handoffCells returns the handoff cells of a store: two Clients in this
+// process, and two OS processes.
+func handoffCells(store string) []cell {
+	return []cell{
+		{store: store, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff},
+		{store: store, workload: "handoff-os", params: "G=2", servers: 1, clients: 2, procs: true, os: true, run: handoff},
+	}
 }
 
 func cells(cfg config) []cell {
@@ -232,7 +270,7 @@ func cells(cfg config) []cell {
 	}
 	cs = append(cs, procCells(cfg, "redis")...)
 	// Two goroutines with a Client each: a handoff between processes.
-	cs = append(cs, cell{store: "redis", workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+	cs = append(cs, handoffCells("redis")...)
 	for _, n := range []int{3, 5} {
 		cs = append(cs, cell{store: "redis", workload: "quorum", params: fmt.Sprintf("N=%d", n), servers: n, clients: 1, quorum: true,
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, 1) }})
@@ -256,7 +294,7 @@ func cells(cfg config) []cell {
 		cs = append(cs, cell{store: st, workload: "fifo", params: "G=8/CS=1ms", cs: time.Millisecond, servers: 1, clients: 8,
 			run: func(rc *runCtx, s *samples) { fifoHandoff(rc, s, 8, time.Millisecond) }})
 		// A waiter that has just begun to wait, as on Redis.
-		cs = append(cs, cell{store: st, workload: "handoff", params: "G=2", servers: 1, clients: 2, run: handoff})
+		cs = append(cs, handoffCells(st)...)
 		cs = append(cs, procCells(cfg, st)...)
 	}
 	// PostgreSQL: only the hot key across processes.
@@ -268,12 +306,32 @@ func (c cell) name(lib string) string {
 	return c.store + "/" + c.workload + "/" + c.params + "/" + lib
 }
 
-// runs reports whether the cell runs on lib, given the -only filter.
-func (c cell) runs(lib library, only *regexp.Regexp) bool {
-	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly {
+// contended reports whether the cell's clients contend for one key.
+func (c cell) contended() bool {
+	return strings.HasPrefix(c.workload, "hotkey") || strings.HasPrefix(c.workload, "handoff") || c.workload == "fifo"
+}
+
+// runs reports whether the cell runs on lib, given the -only filter and
+// -short's selection.
+func (c cell) runs(lib library, cfg config) bool {
+	if lib.store != c.store || c.quorum && !lib.quorum || !c.quorum && lib.quorumOnly || lib.contended && !c.contended() {
 		return false
 	}
-	return only == nil || only.MatchString(c.name(lib.name))
+	n := c.name(lib.name)
+	return (cfg.only == nil || cfg.only.MatchString(n)) && (cfg.need == nil || cfg.need[n])
+}
+
+// neededCells returns the names of the cells the targets read.
+func neededCells(cfg config) map[string]bool {
+	rep := &report{}
+	rep.Config.Fleet, rep.Config.Waiters = cfg.fleet, cfg.waiters
+	need := map[string]bool{}
+	for _, r := range rep.rows() {
+		for _, c := range r.cells {
+			need[c] = true
+		}
+	}
+	return need
 }
 
 // report is everything one run measured.
@@ -337,7 +395,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
 		for _, c := range all {
 			var libs []library
 			for _, lib := range libraries {
-				if c.runs(lib, cfg.only) {
+				if c.runs(lib, cfg) {
 					libs = append(libs, lib)
 				}
 			}
@@ -430,16 +488,18 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 	} else {
 		defer pr.close()
 	}
+	set := cfg.settings
+	if c.procs {
+		set.pool = cfg.procPool
+	}
+	fl, flErr := openFleet(c, libs, addrs, set, cfg.budget)
+	defer fl.close()
 	for i, lib := range libs {
 		if pr == nil {
 			break
 		}
 		es[i] = &entry{}
-		set := cfg.settings
-		if c.procs {
-			set.pool = cfg.procPool
-		}
-		lks, closeAll, err := openLockers(lib, addrs, set, c.clients)
+		lks, closeAll, err := lockersFor(fl, flErr, lib, addrs, set, c.clients)
 		defer closeAll()
 		if err != nil {
 			es[i].s.err(fmt.Errorf("open: %w", err))
@@ -453,21 +513,26 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		}
 		rc.prefix, rc.dur = fmt.Sprintf("bench:%s:%s:", runID, c.name(lib.name)), cfg.dur/time.Duration(cfg.slices)
 	}
+	// The legs of the handoffs across processes on Redis, from the
+	// server's log.
+	mon, err := startLegs(c, direct[0])
+	if err != nil {
+		es[0].s.err(err)
+	}
 	for range cfg.slices {
 		for _, e := range es {
 			if e.rc != nil && ctx.Err() == nil {
-				cli, srv := processCPU(), pr.serverCPU(ctx)
-				e.s.startRound()
-				c.run(e.rc, &e.s)
-				e.s.endRound()
-				e.s.clientCPU += processCPU() - cli
-				e.s.serverCPU += pr.serverCPU(ctx) - srv
+				measureRound(ctx, c, pr, e.rc, &e.s)
 			}
 		}
+	}
+	if err := mon.finish(ctx); err != nil {
+		es[0].s.err(err)
 	}
 	rs := make([]result, len(libs))
 	for i, e := range es {
 		r := e.s.result()
+		r.Legs = mon.legs(e.s.windows)
 		r.Cell, r.Store, r.Workload, r.Library, r.Servers, r.CS = c.name(libs[i].name), c.store, c.workload, libs[i].name, c.servers, c.cs
 		if r.Goroutines == 0 {
 			r.Goroutines = c.clients
@@ -475,6 +540,49 @@ func runCell(ctx context.Context, cfg config, st storeKind, c cell, libs []libra
 		rs[i] = r
 	}
 	return rs
+}
+
+// measureRound runs one round (slice) of cell c on one library, with its
+// client and server CPU time and, in this process, its allocations.
+func measureRound(ctx context.Context, c cell, pr probe, rc *runCtx, s *samples) {
+	cli, srv := processCPU(), pr.serverCPU(ctx)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	s.startRound()
+	c.run(rc, s)
+	s.endRound()
+	runtime.ReadMemStats(&m1)
+	if !c.os {
+		s.mallocs, s.bytes = s.mallocs+m1.Mallocs-m0.Mallocs, s.bytes+m1.TotalAlloc-m0.TotalAlloc
+	}
+	s.clientCPU += processCPU() - cli
+	s.serverCPU += pr.serverCPU(ctx) - srv
+}
+
+// openFleet starts the worker processes of a cell that runs in them (nil
+// for the others), each with a client of every library of the cell.
+func openFleet(c cell, libs []library, addrs []string, set settings, budget time.Duration) (*fleet, error) {
+	if !c.os {
+		return nil, nil
+	}
+	spec := workerSpec{Store: c.store, Addrs: addrs, TTL: set.ttl, Retry: set.retry, Pool: set.pool, Budget: budget}
+	for _, lib := range libs {
+		spec.Libs = append(spec.Libs, lib.name)
+	}
+	return startFleet(spec, c.clients)
+}
+
+// lockersFor returns the n clients of lib for a cell: the fleet's, if the
+// cell runs in worker processes (fleetErr: they failed to start), else
+// fresh ones in this process.
+func lockersFor(fl *fleet, fleetErr error, lib library, addrs []string, set settings, n int) ([]locker, func(), error) {
+	if fleetErr != nil {
+		return nil, func() {}, fleetErr
+	}
+	if fl != nil {
+		return fl.lockers(lib.name), func() {}, nil
+	}
+	return openLockers(lib, addrs, set, n)
 }
 
 // openLockers opens n clients of lib, a few at a time (opening a client of
@@ -490,6 +598,8 @@ func openLockers(lib library, addrs []string, set settings, n int) ([]locker, fu
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			set := set
+			set.name = clientName(j)
 			lks[j], closers[j], errs[j] = lib.open(addrs, set)
 		})
 	}
@@ -522,6 +632,10 @@ func openLockers(lib library, addrs []string, set settings, n int) ([]locker, fu
 	return lks, closeAll, nil
 }
 
+// clientName names client i of a cell (its connections, on Redis), so that
+// the server's log tells the clients apart.
+func clientName(i int) string { return "bench-" + strconv.Itoa(i) }
+
 // find returns the result of the named cell, if it ran without errors.
 func (rep *report) find(name string) (result, bool) {
 	for _, r := range rep.Results {
@@ -544,212 +658,6 @@ func (rep *report) native(r result) (result, bool) {
 		}
 	}
 	return result{}, false
-}
-
-// target is one of the targets for dlock, checked on this run.
-type target struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // MET, MISSED, n/a (cells failed)
-	Detail string `json:"detail"`
-}
-
-// ran reports whether all the named cells ran (with or without errors).
-func (rep *report) ran(names ...string) bool {
-	for _, n := range names {
-		if !slices.ContainsFunc(rep.Results, func(r result) bool { return r.Cell == n }) {
-			return false
-		}
-	}
-	return true
-}
-
-// ratioStatus says whether a ratio met a target and its stretch.
-func ratioStatus(ratio, target, stretch float64) string {
-	s := "MISSED"
-	if ratio >= target {
-		s = "MET"
-	}
-	return fmt.Sprintf("%.2fx: %s (target %.1fx); stretch %.1fx: %s", ratio, s, target, stretch, map[bool]string{true: "MET", false: "MISSED"}[ratio >= stretch])
-}
-
-// evaluate checks the targets for dlock on the cells that ran: a target
-// whose cells did not all run is left out, one whose cells failed is n/a.
-func (rep *report) evaluate() []target {
-	var ts []target
-	// add adds a target over the named cells: ok says that its cells ran
-	// without errors, met that it was met.
-	add := func(cells []string, name string, ok, met bool, detail string) {
-		if !rep.ran(cells...) {
-			return
-		}
-		st := "n/a"
-		if ok && met {
-			st = "MET"
-		} else if ok {
-			st = "MISSED"
-		}
-		if !ok {
-			detail = "cells missing or failed: " + strings.Join(cells, ", ")
-		}
-		ts = append(ts, target{name, st, detail})
-	}
-
-	// Uncontended, 64 goroutines: dlock at least the raw baseline's pairs/s,
-	// over either client library.
-	for _, lib := range []string{"dlock", "dlock-rueidis"} {
-		cs := []string{"redis/uncontended/G=64/" + lib, "redis/uncontended/G=64/baseline"}
-		d, ok1 := rep.find(cs[0])
-		b, ok2 := rep.find(cs[1])
-		ok := ok1 && ok2 && b.OpsPerSec > 0
-		ratio := d.OpsPerSec / b.OpsPerSec
-		add(cs, "redis uncontended G=64: "+lib+" pairs/s >= 1.0x baseline (stretch 1.5x)", ok, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s", d.OpsPerSec, b.OpsPerSec, ratioStatus(ratio, 1, 1.5)))
-	}
-
-	// Hot key, 64 processes, CS=1ms: throughput against the shared-Client
-	// cell, fairness, and server CPU per acquisition across waiter counts.
-	{
-		pc := "redis/hotkey-procs/G=64/CS=1ms/dlock"
-		sc := "redis/hotkey/G=64/CS=1ms/dlock"
-		p, ok1 := rep.find(pc)
-		o, ok2 := rep.find(sc)
-		ok := ok1 && ok2 && o.OpsPerSec > 0
-		ratio := p.OpsPerSec / o.OpsPerSec
-		add([]string{pc, sc}, "redis hot key G=64 CS=1ms: dlock acq/s across processes >= 0.9x its shared-Client cell", ok, ratio >= 0.9,
-			fmt.Sprintf("%.0f acq/s (64 Clients) vs %.0f acq/s (64 goroutines over %d Clients) = %.2fx", p.OpsPerSec, o.OpsPerSec, rep.Config.Clients, ratio))
-		add([]string{pc}, "redis hot key G=64 CS=1ms across processes: dlock fairness (Jain's index) >= 0.9", ok1, p.Fairness >= 0.9,
-			fmt.Sprintf("fairness %.2f; acquisitions per process min %d, max %d, mean %.1f", p.Fairness, p.MinPerG, p.MaxPerG, float64(p.Ops)/float64(max(1, p.Goroutines))))
-		// Over the waiter counts that ran (at least two).
-		var gs []int
-		var names, parts []string
-		for _, g := range rep.Config.Waiters {
-			n := fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", g)
-			if !rep.ran(n) {
-				continue
-			}
-			names = append(names, n)
-			if r, ok := rep.find(n); ok {
-				gs = append(gs, g)
-				parts = append(parts, fmt.Sprintf("G=%d %v", g, fmtDur(r.ServerCPUPerOp)))
-			}
-		}
-		if len(names) >= 2 {
-			spread, ok := rep.cpuSpread("redis", "dlock", gs)
-			ok = ok && len(gs) == len(names)
-			add(names, "redis hot key CS=1ms across processes: dlock server CPU/acq max/min over the waiter counts <= 1.5", ok, spread <= 1.5,
-				fmt.Sprintf("%s: max/min %.2f", strings.Join(parts, ", "), spread))
-		}
-	}
-
-	// Handoff between separate Clients, from the release call: dlock no
-	// slower than the baseline's polling.
-	{
-		cs := []string{"redis/handoff/G=2/dlock", "redis/handoff/G=2/baseline"}
-		d, ok1 := rep.find(cs[0])
-		b, ok2 := rep.find(cs[1])
-		detail := fmt.Sprintf("p50 %v vs %v (%.2fx); p99 %v vs %v",
-			fmtDur(d.HandoffCallP50), fmtDur(b.HandoffCallP50), float64(d.HandoffCallP50)/float64(b.HandoffCallP50),
-			fmtDur(d.HandoffCallP99), fmtDur(b.HandoffCallP99))
-		pd, okd := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/dlock", rep.Config.Fleet))
-		pb, okb := rep.find(fmt.Sprintf("redis/hotkey-procs/G=%d/CS=1ms/baseline", rep.Config.Fleet))
-		if okd && okb {
-			detail += fmt.Sprintf("; with %d processes waiting (hotkey-procs CS=1ms): p50 %v vs %v", rep.Config.Fleet, fmtDur(pd.HandoffCallP50), fmtDur(pb.HandoffCallP50))
-		}
-		add(cs, "redis handoff G=2 (separate Clients), release call -> next holder: dlock p50 <= baseline's", ok1 && ok2 && b.HandoffCallP50 > 0,
-			d.HandoffCallP50 <= b.HandoffCallP50, detail)
-	}
-
-	// Redlock: dlock's quorum against redsync.
-	for _, t := range []struct {
-		n   int
-		lib string
-	}{{3, "dlock"}, {5, "dlock"}, {3, "dlock-rueidis"}, {5, "dlock-rueidis"}} {
-		n := t.n
-		cs := []string{fmt.Sprintf("redis/quorum/N=%d/%s", n, t.lib), fmt.Sprintf("redis/quorum/N=%d/redsync", n)}
-		d, ok1 := rep.find(cs[0])
-		r, ok2 := rep.find(cs[1])
-		ratio := d.OpsPerSec / r.OpsPerSec
-		add(cs, fmt.Sprintf("redis quorum N=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
-		cs = []string{fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/%s", n, quorumG, t.lib), fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", n, quorumG)}
-		d, ok1 = rep.find(cs[0])
-		r, ok2 = rep.find(cs[1])
-		ratio = d.OpsPerSec / r.OpsPerSec
-		add(cs, fmt.Sprintf("redis quorum N=%d G=%d: %s pairs/s >= 1.0x redsync (stretch 1.3x)", n, quorumG, t.lib), ok1 && ok2 && r.OpsPerSec > 0, ratio >= 1,
-			fmt.Sprintf("%.0f vs %.0f pairs/s = %s; lock p50 %v vs %v", d.OpsPerSec, r.OpsPerSec, ratioStatus(ratio, 1, 1.3), fmtDur(d.LockP50), fmtDur(r.LockP50)))
-	}
-
-	// The handoff against two round trips, with two measures of one round
-	// trip: the baseline's one-command latency (its uncontended SET NX PX,
-	// back to back), and a PING measured inside the handoff cell after the
-	// same idle time as the release, the round trip under the handoff's own
-	// conditions. On a machine that is idle between rounds the two differ
-	// several times over, so both are checked.
-	h, okH := rep.find("redis/handoff/G=2/dlock")
-	handoffRTT := func(cells []string, name, what string, ok bool, rtt time.Duration) {
-		ok = ok && okH && rtt > 0
-		add(cells, name, ok, h.HandoffReturnP50 < 2*rtt,
-			fmt.Sprintf("p50 from release returning %v = %.1f RTT (from release called %v = %.1f RTT); RTT = %s %v",
-				fmtDur(h.HandoffReturnP50), float64(h.HandoffReturnP50)/float64(rtt),
-				fmtDur(h.HandoffCallP50), float64(h.HandoffCallP50)/float64(rtt), what, fmtDur(rtt)))
-	}
-	b1, ok := rep.find("redis/uncontended/G=1/baseline")
-	handoffRTT([]string{"redis/handoff/G=2/dlock", "redis/uncontended/G=1/baseline"}, "redis handoff p50 < 2 RTT (RTT: baseline one command)", "baseline's uncontended G=1 lock p50", ok, b1.LockP50)
-	handoffRTT([]string{"redis/handoff/G=2/dlock"}, "redis handoff p50 < 2 RTT (RTT: PING, same conditions)", "in-cell PING p50", true, h.RTTP50)
-
-	{
-		c := "redis/hotkey/G=64/CS=1ms/dlock"
-		hk, ok := rep.find(c)
-		limit := 3 * 64 * time.Millisecond
-		add([]string{c}, "redis hot key G=64 CS=1ms: no give-up, wait p99 <= 3x(64x1ms)", ok, hk.GaveUp == 0 && hk.LockP99 <= limit,
-			fmt.Sprintf("gave up %d; wait p99 %v vs limit %v", hk.GaveUp, fmtDur(hk.LockP99), fmtDur(limit)))
-	}
-
-	{
-		cs := []string{"redis/quorum/N=5/dlock", "redis/uncontended/G=1/dlock"}
-		q5, ok1 := rep.find(cs[0])
-		s1, ok2 := rep.find(cs[1])
-		if rep.ran(cs[0]) {
-			add(cs, "redis quorum N=5: lock latency <= 1.5x single server", ok1 && ok2, float64(q5.LockP50) <= 1.5*float64(s1.LockP50),
-				fmt.Sprintf("lock p50 %v vs %v (%.2fx); pair p50 %v vs %v (%.2fx)",
-					fmtDur(q5.LockP50), fmtDur(s1.LockP50), float64(q5.LockP50)/float64(s1.LockP50),
-					fmtDur(q5.PairP50), fmtDur(s1.PairP50), float64(q5.PairP50)/float64(s1.PairP50)))
-		}
-	}
-
-	// The consensus stores: dlock against the store's own recipe.
-	for _, st := range []string{"etcd", "zk"} {
-		cellsOf := func(prefix string) (result, result, bool) {
-			d, ok := rep.find(st + "/" + prefix + "/dlock")
-			if !ok {
-				return d, result{}, false
-			}
-			n, ok := rep.native(d)
-			return d, n, ok
-		}
-		native := ""
-		for _, lib := range libraries {
-			if lib.store == st && lib.native {
-				native = lib.name
-			}
-		}
-		both := func(prefix string) []string {
-			return []string{st + "/" + prefix + "/dlock", st + "/" + prefix + "/" + native}
-		}
-		d, n, ok := cellsOf("uncontended/G=1")
-		ratio, lo, hi := roundRatio(d.RoundLockP50, n.RoundLockP50)
-		add(both("uncontended/G=1"), st+" uncontended G=1: dlock lock p50 <= 1.1x "+native, ok && ratio > 0, ratio <= 1.1,
-			fmt.Sprintf("%v vs %v; median of %d per-round ratios %.2f (%.2f-%.2f); pair p50 %v vs %v",
-				fmtDur(d.LockP50), fmtDur(n.LockP50), len(d.RoundLockP50), ratio, lo, hi, fmtDur(d.PairP50), fmtDur(n.PairP50)))
-		f, fok := rep.find(st + "/fifo/G=8/CS=1ms/dlock")
-		fn, _ := rep.native(f)
-		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" handoff p50 < 5ms (dlock, G=8)", fok && f.Handoffs > 0, f.HandoffCallP50 < 5*time.Millisecond,
-			fmt.Sprintf("p50 %v, p99 %v over %d handoffs (%s: p50 %v, p99 %v)",
-				fmtDur(f.HandoffCallP50), fmtDur(f.HandoffCallP99), f.Handoffs, native, fmtDur(fn.HandoffCallP50), fmtDur(fn.HandoffCallP99)))
-		add([]string{st + "/fifo/G=8/CS=1ms/dlock"}, st+" FIFO: no out-of-order acquisition (dlock, G=8)", fok && f.Unconfirmed == 0, f.OutOfOrder == 0,
-			fmt.Sprintf("%d out of order in %d acquisitions (%s: %d in %d)", f.OutOfOrder, f.Ops, native, fn.OutOfOrder, fn.Ops))
-	}
-	return ts
 }
 
 // roundRatio returns the median, the least and the greatest of a[i]/b[i]:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -11,6 +12,19 @@ import (
 	"testing"
 	"time"
 )
+
+// TestMain makes the test binary a worker of the cells with OS processes
+// when the bench starts it as one (see startFleet).
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		if err := runWorker(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestAllWorkloads runs every workload on every library of every store for a
 // few milliseconds, so that the program keeps compiling and running. It
@@ -33,7 +47,7 @@ func TestAllWorkloads(t *testing.T) {
 		procPool: 2,
 	}
 	if testing.Short() {
-		cfg.only = regexp.MustCompile(`^redis/.*/baseline$|^(etcd|zk)/(uncontended/G=1|fifo)/|^pg/hotkey-procs/G=2/`)
+		cfg.only = regexp.MustCompile(`^redis/.*/(baseline|spin)$|^(etcd|zk)/(uncontended/G=1|fifo)/|^pg/hotkey-(procs|os)/G=2/`)
 	}
 	rep, err := run(ctx, cfg, io.Discard)
 	if err != nil {
@@ -47,7 +61,7 @@ func TestAllWorkloads(t *testing.T) {
 	want := 0
 	for _, c := range cells(cfg) {
 		for _, lib := range libraries {
-			if c.runs(lib, cfg.only) {
+			if c.runs(lib, cfg) {
 				want++
 			}
 		}
@@ -56,26 +70,7 @@ func TestAllWorkloads(t *testing.T) {
 		t.Errorf("%d results, want %d", len(rep.Results), want)
 	}
 	for _, r := range rep.Results {
-		if r.Errors > 0 || r.Ops == 0 || r.GaveUp > 0 {
-			t.Errorf("%s: %d ops, %d gave up, %d errors (first: %s)", r.Cell, r.Ops, r.GaveUp, r.Errors, r.FirstErr)
-		}
-		if r.Workload == "handoff" && r.HandoffCallP50 <= 0 {
-			t.Errorf("%s: no handoff latency", r.Cell)
-		}
-		if r.Workload == "hotkey-procs" && (r.Goroutines < 2 || r.Fairness <= 0 || r.Fairness > 1) {
-			t.Errorf("%s: %d goroutines, fairness %v", r.Cell, r.Goroutines, r.Fairness)
-		}
-		if r.Workload == "fifo" {
-			// Every library on these stores queues in order, and the
-			// workload sequences the queueing: a count is a fault of the
-			// lock or of the workload.
-			if r.Handoffs == 0 {
-				t.Errorf("%s: no handoffs measured", r.Cell)
-			}
-			if r.Unconfirmed == 0 && r.OutOfOrder > 0 {
-				t.Errorf("%s: %d acquisitions out of order", r.Cell, r.OutOfOrder)
-			}
-		}
+		checkResult(t, r)
 	}
 
 	var out bytes.Buffer
@@ -84,7 +79,7 @@ func TestAllWorkloads(t *testing.T) {
 	if !testing.Short() {
 		heads = append(heads, "Redis, uncontended", "Redis, hot key", "Redis, handoff", "etcd and ZooKeeper, hot key")
 	}
-	heads = append(heads, "etcd and ZooKeeper, uncontended", "etcd and ZooKeeper, handoff", "Hot key across processes")
+	heads = append(heads, "etcd and ZooKeeper, uncontended", "etcd and ZooKeeper, handoff", "Hot key across processes", "redis  hotkey-os", "handoff-os  spin", "Redis, handoff-os legs")
 	if !testing.Short() {
 		heads = append(heads, "Waiter scaling")
 	}
@@ -98,6 +93,40 @@ func TestAllWorkloads(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log("\n" + out.String())
+	}
+}
+
+// checkResult checks a result of TestAllWorkloads.
+func checkResult(t *testing.T, r result) {
+	t.Helper()
+	if r.Errors > 0 || r.Ops == 0 || r.GaveUp > 0 {
+		t.Errorf("%s: %d ops, %d gave up, %d errors (first: %s)", r.Cell, r.Ops, r.GaveUp, r.Errors, r.FirstErr)
+	}
+	if strings.HasPrefix(r.Workload, "handoff") && r.HandoffCallP50 <= 0 {
+		t.Errorf("%s: no handoff latency", r.Cell)
+	}
+	// The legs of every handoff between processes on Redis: the
+	// release and the acquire found in the server's log.
+	if r.Cell == "redis/handoff-os/G=2/"+r.Library && (r.Legs == nil || r.Legs.Handoffs == 0 || r.Legs.WaiterCmds < 1) {
+		t.Errorf("%s: legs %+v", r.Cell, r.Legs)
+	}
+	// A loop in each process: the handoffs are found across them.
+	if r.Workload == "hotkey-os" && r.Handoffs == 0 {
+		t.Errorf("%s: no handoffs measured", r.Cell)
+	}
+	if strings.HasPrefix(r.Workload, "hotkey-") && (r.Goroutines < 2 || r.Fairness <= 0 || r.Fairness > 1) {
+		t.Errorf("%s: %d goroutines, fairness %v", r.Cell, r.Goroutines, r.Fairness)
+	}
+	if r.Workload == "fifo" {
+		// Every library on these stores queues in order, and the
+		// workload sequences the queueing: a count is a fault of the
+		// lock or of the workload.
+		if r.Handoffs == 0 {
+			t.Errorf("%s: no handoffs measured", r.Cell)
+		}
+		if r.Unconfirmed == 0 && r.OutOfOrder > 0 {
+			t.Errorf("%s: %d acquisitions out of order", r.Cell, r.OutOfOrder)
+		}
 	}
 }
 
@@ -237,5 +266,93 @@ func TestFifoQueue(t *testing.T) {
 	}
 	if len(q.handoffs) != 1 {
 		t.Errorf("handoffs %v, want one", q.handoffs)
+	}
+}
+
+// TestRowsNameCells checks that every target reads cells a full run has,
+// on the libraries that run them, and that -short runs exactly those.
+func TestRowsNameCells(t *testing.T) {
+	cfg := config{fleet: 64, waiters: []int{8, 64, 256}, clients: 4}
+	have := map[string]bool{}
+	for _, c := range cells(cfg) {
+		for _, lib := range libraries {
+			if c.runs(lib, cfg) {
+				have[c.name(lib.name)] = true
+			}
+		}
+	}
+	need := neededCells(cfg)
+	for n := range need {
+		if !have[n] {
+			t.Errorf("a target reads %s, which no run has", n)
+		}
+	}
+	for _, n := range []string{"redis/handoff-os/G=2/spin", "redis/hotkey-os/G=64/CS=1ms/dlock", "pg/hotkey-os/G=8/CS=0s/dlock", "etcd/hotkey-os/G=256/CS=1ms/dlock"} {
+		if !need[n] {
+			t.Errorf("no target reads %s", n)
+		}
+	}
+	cfg.need = need
+	for _, c := range cells(cfg) {
+		for _, lib := range libraries {
+			if lib.store == c.store && c.runs(lib, cfg) != need[c.name(lib.name)] {
+				t.Errorf("-short: %s runs %v", c.name(lib.name), c.runs(lib, cfg))
+			}
+		}
+	}
+}
+
+// TestEvaluate checks a target's status: met, missed, n/a when its cells
+// failed, left out when they did not run.
+func TestEvaluate(t *testing.T) {
+	status := func(rs ...result) map[string]string {
+		rep := &report{Results: rs}
+		rep.Config.Fleet = 64
+		st := map[string]string{}
+		for _, tg := range rep.evaluate() {
+			st[tg.Name+" / "+tg.Reference] = tg.Status + " " + tg.Measured
+		}
+		return st
+	}
+	r := func(cell string, ops int, opsPerSec float64, errs int) result {
+		return result{Cell: cell, Ops: ops, OpsPerSec: opsPerSec, Errors: errs, HandoffCallP50: time.Duration(opsPerSec)}
+	}
+	un := "redis uncontended pairs/s, G=64, distinct keys: dlock / baseline (raw SET NX PX)"
+	ho := "redis handoff-os p50, release call -> next holder, separate Clients / spin (raw retrying at once)"
+	for _, c := range []struct {
+		rs   []result
+		want map[string]string
+	}{
+		{[]result{r("redis/uncontended/G=64/dlock", 1, 1300, 0), r("redis/uncontended/G=64/baseline", 1, 1000, 0)}, map[string]string{un: "met 1.30x"}},
+		{[]result{r("redis/uncontended/G=64/dlock", 1, 1200, 0), r("redis/uncontended/G=64/baseline", 1, 1000, 0)}, map[string]string{un: "missed 1.20x"}},
+		{[]result{r("redis/uncontended/G=64/dlock", 1, 1200, 1), r("redis/uncontended/G=64/baseline", 1, 1000, 0)}, map[string]string{un: "n/a -"}},
+		{[]result{r("redis/uncontended/G=64/dlock", 1, 1200, 0)}, map[string]string{}},
+		{[]result{r("redis/handoff-os/G=2/dlock", 1, 100, 0), r("redis/handoff-os/G=2/spin", 1, 100, 0)}, map[string]string{ho: "met 1.00x"}},
+		{[]result{r("redis/handoff-os/G=2/dlock", 1, 101, 0), r("redis/handoff-os/G=2/spin", 1, 100, 0)}, map[string]string{ho: "missed 1.01x"}},
+	} {
+		got := status(c.rs...)
+		if len(got) != len(c.want) {
+			t.Errorf("%v: targets %v, want %v", c.rs, got, c.want)
+		}
+		for k, v := range c.want {
+			if got[k] != v {
+				t.Errorf("%v: %q is %q, want %q", c.rs, k, got[k], v)
+			}
+		}
+	}
+}
+
+// TestParseMonitor reads MONITOR lines of a client and of a script.
+func TestParseMonitor(t *testing.T) {
+	l, ok := parseMonitor(`+1700000000.012345 [0 127.0.0.1:5000] "EVALSHA" "abc" "1" "k"`)
+	if !ok || l.at != time.Unix(1700000000, 12345000) || l.src != "127.0.0.1:5000" || l.cmd != "evalsha" {
+		t.Errorf("client line: %+v, %v", l, ok)
+	}
+	l, ok = parseMonitor(`+1700000000.000001 [0 lua] "publish" "ch" ""`)
+	if !ok || l.src != "lua" || l.cmd != "publish" {
+		t.Errorf("script line: %+v, %v", l, ok)
+	}
+	if _, ok := parseMonitor("+OK"); ok {
+		t.Error("+OK parsed as a command")
 	}
 }

@@ -10,8 +10,31 @@ import (
 )
 
 // print writes the report as aligned text tables, one per workload, with
-// one row per library (and parameter set).
+// one row per library (and parameter set): its sections in order (one
+// with nothing to show writes nothing).
 func (rep *report) print(w io.Writer) {
+	for _, section := range []func(io.Writer){
+		rep.printHeader, rep.printUncontended, rep.printHotKey, rep.printHandoff, rep.printLegs, rep.printQuorum,
+		rep.printQuorumConcurrent, rep.printConsensus, rep.printProcs, rep.printErrors, rep.printTargets,
+	} {
+		section(w)
+	}
+}
+
+// byWorkload returns the results of the workloads on store, in the order
+// they ran.
+func (rep *report) byWorkload(store string, wls ...string) []result {
+	var rs []result
+	for _, r := range rep.Results {
+		if r.Store == store && slices.Contains(wls, r.Workload) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// printHeader writes the settings, the servers and the round trips.
+func (rep *report) printHeader(w io.Writer) {
 	c := rep.Config
 	fmt.Fprintf(w, "dlock comparison: %v per cell and library (in %d interleaved slices) after %v warm-up; TTL %v; polling libraries retry every %v; go-redis PoolSize %d; up to %d clients per library; wait budget %v\n",
 		c.Duration, c.Slices, c.Warmup, c.TTL, c.Retry, c.Pool, c.Clients, c.Budget)
@@ -35,24 +58,12 @@ func (rep *report) print(w io.Writer) {
 		fmt.Fprintf(w, "load average (1/5/15 min) before: %s, after: %s\n", rep.LoadBefore, rep.LoadAfter)
 	}
 	fmt.Fprintln(w)
+}
 
-	var errLines []string
-	byWorkload := func(store, wl string) []result {
-		var rs []result
-		for _, r := range rep.Results {
-			if r.Store == store && r.Workload == wl {
-				rs = append(rs, r)
-				if r.Errors > 0 {
-					errLines = append(errLines, fmt.Sprintf("  %s: %d errors, first: %s", r.Cell, r.Errors, r.FirstErr))
-				}
-			}
-		}
-		return rs
-	}
-
-	if rs := byWorkload("redis", "uncontended"); len(rs) > 0 {
+func (rep *report) printUncontended(w io.Writer) {
+	if rs := rep.byWorkload("redis", "uncontended"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, uncontended: lock/unlock pairs, each goroutine on its own key")
-		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
+		t := table{header: []string{"G", "library", "pairs/s", "x baseline", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "allocs/op", "B/op", "errors"}, left: 2}
 		for _, r := range rs {
 			ratio := "-"
 			if b, ok := rep.find(strings.TrimSuffix(r.Cell, r.Library) + "baseline"); ok && b.OpsPerSec > 0 {
@@ -60,12 +71,14 @@ func (rep *report) print(w io.Writer) {
 			}
 			t.add(strconv.Itoa(r.Goroutines), r.Library, fmtRate(r.OpsPerSec), ratio,
 				fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.PairP50),
-				fmtDur(r.ClientCPUPerOp), fmtDur(r.ServerCPUPerOp), strconv.Itoa(r.Errors))
+				fmtDur(r.ClientCPUPerOp), fmtDur(r.ServerCPUPerOp), fmt.Sprintf("%.1f", r.AllocsPerOp), fmt.Sprintf("%.0f", r.BytesPerOp), strconv.Itoa(r.Errors))
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "hotkey"); len(rs) > 0 {
+func (rep *report) printHotKey(w io.Writer) {
+	if rs := rep.byWorkload("redis", "hotkey"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, hot key: all goroutines lock one key and hold it for CS")
 		t := table{header: []string{"G", "CS", "library", "acq/s", "wait p50", "wait p99", "wait max", "min/g", "max/g", "gave up", "errors"}, left: 3}
 		for _, r := range rs {
@@ -75,22 +88,26 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "handoff"); len(rs) > 0 {
-		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client takes the lock")
-		t := table{header: []string{"library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 1}
+func (rep *report) printHandoff(w io.Writer) {
+	if rs := rep.byWorkload("redis", "handoff", "handoff-os"); len(rs) > 0 {
+		fmt.Fprintln(w, "Redis, handoff: holder releases, a waiter in another client (handoff) or process (handoff-os) takes the lock")
+		t := table{header: []string{"cell", "library", "handoffs", "from return p50", "p99", "from call p50", "p99", "RTT p50", "p50 in RTT (return/call)", "errors"}, left: 2}
 		for _, r := range rs {
 			rtts := "-"
 			if rtt := float64(r.RTTP50); rtt > 0 {
 				rtts = fmt.Sprintf("%.1f / %.1f", float64(r.HandoffReturnP50)/rtt, float64(r.HandoffCallP50)/rtt)
 			}
-			t.add(r.Library, strconv.Itoa(r.Ops), fmtDur(r.HandoffReturnP50), fmtDur(r.HandoffReturnP99),
+			t.add(r.Workload, r.Library, strconv.Itoa(r.Ops), fmtDur(r.HandoffReturnP50), fmtDur(r.HandoffReturnP99),
 				fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallP99), fmtDur(r.RTTP50), rtts, strconv.Itoa(r.Errors))
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "quorum"); len(rs) > 0 {
+func (rep *report) printQuorum(w io.Writer) {
+	if rs := rep.byWorkload("redis", "quorum"); len(rs) > 0 {
 		fmt.Fprintln(w, "Redis, quorum (Redlock): one goroutine, uncontended, over N independent servers (N=1: the uncontended G=1 cell)")
 		t := table{header: []string{"N", "library", "lock p50", "lock p99", "pair p50", "pairs/s", "lock p50 x N=1", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, lib := range libraries {
@@ -125,8 +142,10 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	if rs := byWorkload("redis", "quorum-concurrent"); len(rs) > 0 {
+func (rep *report) printQuorumConcurrent(w io.Writer) {
+	if rs := rep.byWorkload("redis", "quorum-concurrent"); len(rs) > 0 {
 		fmt.Fprintf(w, "Redis, quorum (Redlock): %d goroutines, each on a key of its own, through one client, over N independent servers\n", quorumG)
 		t := table{header: []string{"N", "library", "pairs/s", "x redsync", "lock p50", "lock p99", "pair p50", "client CPU/op", "server CPU/op", "errors"}, left: 2}
 		for _, r := range rs {
@@ -139,15 +158,16 @@ func (rep *report) print(w io.Writer) {
 		}
 		t.write(w)
 	}
+}
 
-	rep.printConsensus(w, byWorkload)
-
-	var procs []result
-	for _, st := range storeList {
-		procs = append(procs, byWorkload(st.name, "hotkey-procs")...)
+// printErrors lists the cells with errors, and the cells skipped.
+func (rep *report) printErrors(w io.Writer) {
+	var errLines []string
+	for _, r := range rep.Results {
+		if r.Errors > 0 {
+			errLines = append(errLines, fmt.Sprintf("  %s: %d errors, first: %s", r.Cell, r.Errors, r.FirstErr))
+		}
 	}
-	rep.printProcs(w, procs)
-
 	if len(errLines) > 0 {
 		fmt.Fprintln(w, "Errors:")
 		fmt.Fprintln(w, strings.Join(errLines, "\n"))
@@ -160,13 +180,32 @@ func (rep *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
 
+func (rep *report) printTargets(w io.Writer) {
 	if len(rep.Targets) > 0 {
-		fmt.Fprintln(w, "Targets for dlock")
-		t := table{header: []string{"status", "target", "measured"}, left: 3}
+		fmt.Fprintln(w, "Targets for dlock (measured: dlock over the reference, or the value itself where the reference is -)")
+		t := table{header: []string{"status", "target", "reference", "measured", "goal", "from"}, left: 3}
 		for _, tg := range rep.Targets {
-			t.add(tg.Status, tg.Name, tg.Detail)
+			t.add(tg.Status, tg.Name, tg.Reference, tg.Measured, tg.Goal, tg.Detail)
 		}
+		t.write(w)
+	}
+}
+
+// printLegs writes the legs of the handoffs across processes on Redis.
+func (rep *report) printLegs(w io.Writer) {
+	t := table{header: []string{"library", "handoffs", "release send", "release reply", "delivery", "wake", "waiter extra", "acquire reply",
+		"holder cmds", "waiter cmds", "most frequent sequence (H holder, W waiter)"}, left: 1}
+	for _, r := range rep.Results {
+		if g := r.Legs; g != nil && r.Store == "redis" {
+			t.add(r.Library, strconv.Itoa(g.Handoffs), fmtDur(g.ReleaseSend), fmtDur(g.ReleaseReply), fmtDur(g.Delivery), fmtDur(g.Wake),
+				fmtDur(g.Extra), fmtDur(g.AcquireReply), fmt.Sprintf("%.1f", g.HolderCmds), fmt.Sprintf("%.1f", g.WaiterCmds), g.Sequence)
+		}
+	}
+	if len(t.rows) > 0 {
+		fmt.Fprintln(w, "Redis, handoff-os legs (medians, from the server's MONITOR log and a PSUBSCRIBE * spy in the bench): release call -> server runs it (send) -> call returns (reply);",
+			"server runs it -> spy reads the notification (delivery); -> waiter's first command (wake); -> its last (waiter extra); -> its Lock returns (acquire reply)")
 		t.write(w)
 	}
 }
@@ -175,13 +214,13 @@ func (rep *report) print(w io.Writer) {
 // ZooKeeper), where dlock is compared with the store's own recipe: "x
 // native" is the median, over the cell's rounds, of dlock's round median
 // divided by the native recipe's in the same round.
-func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string) []result) {
+func (rep *report) printConsensus(w io.Writer) {
 	var un, hot, fifo, ho []result
 	for _, st := range []string{"etcd", "zk"} {
-		un = append(un, byWorkload(st, "uncontended")...)
-		hot = append(hot, byWorkload(st, "hotkey")...)
-		fifo = append(fifo, byWorkload(st, "fifo")...)
-		ho = append(ho, byWorkload(st, "handoff")...)
+		un = append(un, rep.byWorkload(st, "uncontended")...)
+		hot = append(hot, rep.byWorkload(st, "hotkey")...)
+		fifo = append(fifo, rep.byWorkload(st, "fifo")...)
+		ho = append(ho, rep.byWorkload(st, "handoff", "handoff-os")...)
 	}
 	ratio := func(r result, pick func(result) []time.Duration) string {
 		n, ok := rep.native(r)
@@ -234,7 +273,7 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 						}
 					}
 					acq := fmtRate(r.OpsPerSec)
-					if r.Workload == "handoff" {
+					if strings.HasPrefix(r.Workload, "handoff") {
 						acq = "-"
 					}
 					t.add(r.Store, strings.TrimSuffix(strings.TrimPrefix(r.Cell, r.Store+"/"), "/"+r.Library), r.Library, acq, strconv.Itoa(r.Handoffs),
@@ -249,19 +288,23 @@ func (rep *report) printConsensus(w io.Writer, byWorkload func(store, wl string)
 
 // printProcs writes the hot-key-across-processes tables: every cell, then
 // the waiter scaling (the CS=1ms cells by number of processes).
-func (rep *report) printProcs(w io.Writer, rs []result) {
+func (rep *report) printProcs(w io.Writer) {
+	var rs []result
+	for _, st := range storeList {
+		rs = append(rs, rep.byWorkload(st.name, "hotkey-procs", "hotkey-os")...)
+	}
 	if len(rs) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "Hot key across processes: G goroutines, a Client each (own connection pool, session, subscription), lock one key and hold it for CS")
-	t := table{header: []string{"store", "G", "CS", "library", "acq/s", "x shared", "wait p50", "wait p99", "wait max", "fairness", "min/g", "max/g",
-		"handoff p50", "handoff p99", "server CPU/acq", "client CPU/acq", "gave up", "errors"}, left: 4}
+	fmt.Fprintln(w, "Hot key across processes: G goroutines (hotkey-procs) or OS processes (hotkey-os), a Client each (own connection pool, session, subscription), lock one key and hold it for CS")
+	t := table{header: []string{"store", "cell", "G", "CS", "library", "acq/s", "x shared", "wait p50", "wait p99", "wait max", "fairness", "min/g", "max/g",
+		"handoff p50", "handoff p99", "server CPU/acq", "client CPU/acq", "gave up", "errors"}, left: 5}
 	for _, r := range rs {
 		shared := "-"
 		if o, ok := rep.shared(r); ok && o.OpsPerSec > 0 {
 			shared = fmt.Sprintf("%.2f", r.OpsPerSec/o.OpsPerSec)
 		}
-		t.add(r.Store, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec), shared,
+		t.add(r.Store, r.Workload, strconv.Itoa(r.Goroutines), r.CS.String(), r.Library, fmtRate(r.OpsPerSec), shared,
 			fmtDur(r.LockP50), fmtDur(r.LockP99), fmtDur(r.LockMax), fmt.Sprintf("%.2f", r.Fairness),
 			strconv.Itoa(r.MinPerG), strconv.Itoa(r.MaxPerG), fmtDur(r.HandoffCallP50), fmtDur(r.HandoffCallP99),
 			fmtDur(r.ServerCPUPerOp), fmtDur(r.ClientCPUPerOp), strconv.Itoa(r.GaveUp), strconv.Itoa(r.Errors))
@@ -281,35 +324,37 @@ func (rep *report) printProcs(w io.Writer, rs []result) {
 		return
 	}
 	fmt.Fprintln(w, "Waiter scaling: hot key across processes, CS=1ms, by number of processes; server CPU per acquisition, and its largest over its smallest")
-	hdr := []string{"store", "library"}
+	hdr := []string{"store", "cell", "library"}
 	for _, g := range gs {
 		hdr = append(hdr, fmt.Sprintf("G=%d acq/s", g), "fairness", "server CPU/acq")
 	}
-	t = table{header: append(hdr, "CPU/acq max/min"), left: 2}
+	t = table{header: append(hdr, "CPU/acq max/min"), left: 3}
 	for _, st := range storeList {
 		for _, lib := range libraries {
-			if lib.store != st.name {
-				continue
-			}
-			row := []string{st.name, lib.name}
-			any := false
-			for _, g := range gs {
-				r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", st.name, g, lib.name))
-				if !ok {
-					row = append(row, "-", "-", "-")
+			for _, wl := range []string{"hotkey-procs", "hotkey-os"} {
+				if lib.store != st.name {
 					continue
 				}
-				any = true
-				row = append(row, fmtRate(r.OpsPerSec), fmt.Sprintf("%.2f", r.Fairness), fmtDur(r.ServerCPUPerOp))
+				row := []string{st.name, wl, lib.name}
+				any := false
+				for _, g := range gs {
+					r, ok := rep.find(fmt.Sprintf("%s/%s/G=%d/CS=1ms/%s", st.name, wl, g, lib.name))
+					if !ok {
+						row = append(row, "-", "-", "-")
+						continue
+					}
+					any = true
+					row = append(row, fmtRate(r.OpsPerSec), fmt.Sprintf("%.2f", r.Fairness), fmtDur(r.ServerCPUPerOp))
+				}
+				if !any {
+					continue
+				}
+				ratio := "-"
+				if m, ok := rep.cpuSpread(st.name+"/"+wl, lib.name, gs); ok {
+					ratio = fmt.Sprintf("%.2f", m)
+				}
+				t.add(append(row, ratio)...)
 			}
-			if !any {
-				continue
-			}
-			ratio := "-"
-			if m, ok := rep.cpuSpread(st.name, lib.name, gs); ok {
-				ratio = fmt.Sprintf("%.2f", m)
-			}
-			t.add(append(row, ratio)...)
 		}
 	}
 	t.write(w)
@@ -319,17 +364,18 @@ func (rep *report) printProcs(w io.Writer, rs []result) {
 // processes result (the hotkey cell of the same G, CS and library, where
 // the goroutines share -clients Clients), if it ran without errors.
 func (rep *report) shared(r result) (result, bool) {
-	return rep.find(strings.Replace(r.Cell, "/hotkey-procs/", "/hotkey/", 1))
+	return rep.find(r.Store + "/hotkey/" + strings.TrimPrefix(r.Cell, r.Store+"/"+r.Workload+"/"))
 }
 
 // cpuSpread returns the largest server CPU per acquisition over the smallest
-// among the store's hot-key-across-processes cells with CS=1ms and the given
-// numbers of processes, for lib; ok only if at least two of them ran and
-// the server's CPU time is known.
-func (rep *report) cpuSpread(store, lib string, gs []int) (float64, bool) {
+// among the hot-key-across-processes cells of a store and workload
+// ("redis/hotkey-os") with CS=1ms and the given numbers of processes, for
+// lib; ok only if at least two of them ran and the server's CPU time is
+// known.
+func (rep *report) cpuSpread(workload, lib string, gs []int) (float64, bool) {
 	var cpu []time.Duration
 	for _, g := range gs {
-		r, ok := rep.find(fmt.Sprintf("%s/hotkey-procs/G=%d/CS=1ms/%s", store, g, lib))
+		r, ok := rep.find(fmt.Sprintf("%s/G=%d/CS=1ms/%s", workload, g, lib))
 		if !ok {
 			continue
 		}

@@ -73,6 +73,13 @@ type result struct {
 	// the redis-servers of the cell (INFO cpu, all servers summed).
 	ClientCPUPerOp time.Duration `json:"client_cpu_per_op,omitempty"`
 	ServerCPUPerOp time.Duration `json:"server_cpu_per_op,omitempty"`
+	// Heap allocations per operation in this process (cells in one
+	// process only): the library's, its client's and the workload's own.
+	AllocsPerOp float64 `json:"allocs_per_op,omitempty"`
+	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
+
+	// Handoff across processes on Redis: where its time goes.
+	Legs *legs `json:"legs,omitempty"`
 
 	Errors   int    `json:"errors"`
 	FirstErr string `json:"first_error,omitempty"`
@@ -103,6 +110,7 @@ type samples struct {
 	pairs   []time.Duration
 
 	fromReturn, fromCall, rtts []time.Duration
+	windows                    []handoffWindow // handoff: each one's times
 
 	outOfOrder, unconfirmed int
 
@@ -111,6 +119,7 @@ type samples struct {
 	roundLockP50, roundHandoffP50 []time.Duration
 
 	clientCPU, serverCPU time.Duration
+	mallocs, bytes       uint64
 
 	mu       sync.Mutex
 	nErrs    int
@@ -159,6 +168,7 @@ func (s *samples) result() result {
 	r.RTTP50 = pct(s.rtts, 0.50)
 	if s.ops > 0 {
 		r.ClientCPUPerOp, r.ServerCPUPerOp = s.clientCPU/time.Duration(s.ops), s.serverCPU/time.Duration(s.ops)
+		r.AllocsPerOp, r.BytesPerOp = float64(s.mallocs)/float64(s.ops), float64(s.bytes)/float64(s.ops)
 	}
 	if s.firstErr != nil {
 		r.FirstErr = s.firstErr.Error()
@@ -181,8 +191,8 @@ func (rc *runCtx) lock(l locker, key string) (unlock func(context.Context) error
 // loop runs g goroutines over the lockers (goroutine i uses client i mod
 // clients) that lock, hold for cs and unlock key(i) until rc.dur has passed.
 // It records the time spent in each Lock call and each whole pair, and with
-// a handoffClock the handoffs.
-func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string, hc *handoffClock) {
+// a handoff recorder the acquisitions and releases of the handoffs.
+func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) string, hc handoffRecorder) {
 	if s.counts == nil {
 		s.counts = make([]int, g)
 	}
@@ -214,12 +224,16 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 					return
 				}
 				t1 := time.Now()
-				hc.acquired(t0, t1)
+				if hc != nil {
+					hc.acquired(t0, t1)
+				}
 				if cs > 0 {
 					time.Sleep(cs)
 				}
-				hc.releasing()
 				t2 := time.Now()
+				if hc != nil {
+					hc.releasing(t2)
+				}
 				if err := unlock(rc.ctx); err != nil {
 					s.err(err)
 					return
@@ -231,9 +245,6 @@ func loop(rc *runCtx, s *samples, g int, cs time.Duration, key func(i int) strin
 	}
 	wg.Wait()
 	s.elapsed += time.Since(start)
-	if hc != nil {
-		s.fromCall = append(s.fromCall, hc.samples...)
-	}
 }
 
 // uncontended: g goroutines, each on a key of its own.
@@ -244,7 +255,17 @@ func uncontended(rc *runCtx, s *samples, g int) {
 // hotKey: g goroutines contend for one key and hold it for cs. It also
 // measures the handoffs (see handoffClock).
 func hotKey(rc *runCtx, s *samples, g int, cs time.Duration) {
-	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" }, &handoffClock{})
+	hc := &handoffClock{}
+	loop(rc, s, g, cs, func(int) string { return rc.prefix + "hot" }, hc)
+	s.fromCall = append(s.fromCall, hc.samples...)
+}
+
+// handoffRecorder is told of each acquisition (when its Lock was called and
+// when it returned holding the lock) and each release (just before the
+// release call) on a hot key.
+type handoffRecorder interface {
+	acquired(called, got time.Time)
+	releasing(at time.Time)
 }
 
 // handoffClock measures the handoffs on one key: the time from the holder
@@ -261,9 +282,6 @@ type handoffClock struct {
 // acquired records that a Lock called at called returned holding the lock
 // at got.
 func (h *handoffClock) acquired(called, got time.Time) {
-	if h == nil {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.release.IsZero() {
@@ -274,17 +292,15 @@ func (h *handoffClock) acquired(called, got time.Time) {
 	}
 }
 
-// releasing records that the holder is about to release.
-func (h *handoffClock) releasing() {
-	if h == nil {
-		return
-	}
+// releasing records that the holder is about to release, at at.
+func (h *handoffClock) releasing(at time.Time) {
 	h.mu.Lock()
-	h.release = time.Now()
+	h.release = at
 	h.mu.Unlock()
 }
 
-// handoff measures how long a waiter in another client takes to hold the
+// handoff measures how long a waiter in another client (or process: with
+// remoteLockers the times are the workers' own) takes to hold the
 // lock once the holder releases it. The holder keeps the lock 2-3ms, long
 // enough for the waiter to be waiting (subscribed, or polling at a random
 // phase), then releases; the two clients swap roles every round. Halfway
@@ -311,7 +327,9 @@ func handoff(rc *runCtx, s *samples) {
 		ch := make(chan got, 1)
 		go func() {
 			u, _, err := rc.lock(waiter, key)
-			ch <- got{u, time.Now(), err}
+			now := time.Now()
+			_, at := stamped(waiter, now, now)
+			ch <- got{u, at, err}
 		}()
 		time.Sleep(time.Millisecond + rand.N(time.Millisecond))
 		t0 := time.Now()
@@ -324,6 +342,7 @@ func handoff(rc *runCtx, s *samples) {
 		called := time.Now()
 		err = unlock(rc.ctx)
 		returned := time.Now()
+		called, returned = stamped(holder, called, returned)
 		w := <-ch
 		if err == nil {
 			err = w.err
@@ -337,6 +356,7 @@ func handoff(rc *runCtx, s *samples) {
 		}
 		s.fromReturn = append(s.fromReturn, w.at.Sub(returned)) // may be < 0: the waiter can win the race with the reply
 		s.fromCall = append(s.fromCall, w.at.Sub(called))
+		s.windows = append(s.windows, handoffWindow{holder: clientName(i % 2), called: called, returned: returned, got: w.at})
 		s.ops++
 		if err := w.unlock(rc.ctx); err != nil {
 			s.err(err)
