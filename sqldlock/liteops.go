@@ -61,11 +61,10 @@ func (o liteOps) enter(ctx context.Context) (func(), error) {
 	}
 }
 
-// liteStmts are the statements of the SQLite driver, in
-// sql/sqlite_stmts.sql.
+// liteStmts are the statements of sql/sqlite_stmts.sql.
 type liteStmts struct {
-	SchemaExists, NextToken, RenewBehind, AcquireExclusive, SetToken                          string
-	Refresh, Release, ForceMain, ForceHolders, ForceRest, List, Count, SweepLocks, SweepHolds string
+	SchemaExists, NextToken, RenewBehind, AcquireExclusive, SetToken                             string
+	Refresh, Release, ForceLive, ForceLiveHolds, ForceHolds, List, Count, SweepLocks, SweepHolds string
 	multiStmts
 }
 
@@ -302,32 +301,7 @@ func (o liteOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int,
 		return 0, err
 	}
 	defer leave()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer rollback(tx)
-	var live bool
-	err = tx.QueryRowContext(ctx, o.q.ForceMain, key).Scan(&live)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, err
-	}
-	n := 0
-	if live {
-		n = 1
-	}
-	res, err := tx.ExecContext(ctx, o.q.ForceHolders, key)
-	if err != nil {
-		return 0, err
-	}
-	m, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.ExecContext(ctx, o.q.ForceRest, key); err != nil {
-		return 0, err
-	}
-	return n + int(m), tx.Commit()
+	return forceDelete(ctx, db, nil, key, o.q.ForceLive, o.q.ForceLiveHolds, o.q.DeleteMain, o.q.ForceHolds)
 }
 
 // keyRange returns the bounds of the keys that start with prefix, for
@@ -340,11 +314,7 @@ func keyRange(prefix string) []any {
 }
 
 func (o liteOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, o.q.List, keyRange(prefix)...)
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Millisecond)
+	return queryHolders(ctx, db, time.Millisecond, o.q.List, keyRange(prefix)...)
 }
 
 func (o liteOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {

@@ -562,9 +562,14 @@ func (q *multiSQL) refreshMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 	return true, nil
 }
 
-// scanModeHolders reads rows of (key, owner, mode, limit, token, info, time
-// left in units), sorted by key and token.
-func scanModeHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error) {
+// queryHolders runs the List statement q, whose rows are (key, owner, mode,
+// limit, token, info, time left in units), and returns the holders sorted by
+// key and token.
+func queryHolders(ctx context.Context, db *sql.DB, unit time.Duration, q string, args ...any) ([]driver.Holder, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	var hs []driver.Holder
 	for rows.Next() {

@@ -66,7 +66,7 @@ type myOps struct {
 	q    *myStmts
 }
 
-// myStmts are the statements of the MySQL driver, in sql/mysql_stmts.sql.
+// myStmts are the statements of sql/mysql_stmts.sql.
 type myStmts struct {
 	SchemaExists, SchemaObjects, Peek, InsertMarker, RenewBehind, DeleteStale                string
 	Enqueue, DrawToken, Refresh, IsHeld, ReleaseLive, ReleaseExpired, ReleaseFair, ReadEntry string
@@ -251,18 +251,14 @@ func (o myOps) drawToken(ctx context.Context, db Execer) (int64, error) {
 }
 
 func (o myOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
-	res, err := db.ExecContext(ctx, o.q.Refresh, ttl, req.Key, req.Owner)
-	if err != nil {
-		return false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
+	if n, err := execCount(ctx, db, o.q.Refresh, ttl, req.Key, req.Owner); err != nil || n == 1 {
 		return n == 1, err
 	}
 	// MySQL counts changed rows, not matched ones (unless the DSN sets
 	// clientFoundRows): a row whose expiry was already exactly the new
 	// value counts 0. Tell that apart from "not held".
 	var n int
-	err = db.QueryRowContext(ctx, o.q.IsHeld, req.Key, req.Owner).Scan(&n)
+	err := db.QueryRowContext(ctx, o.q.IsHeld, req.Key, req.Owner).Scan(&n)
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
@@ -354,16 +350,21 @@ func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (
 }
 
 func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	return forceDelete(ctx, db, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, key,
+		o.q.ForceLive, o.q.ForceLiveHolds, o.q.ForceMain, o.q.ForceHolds)
+}
+
+// forceDelete runs stmts on key in one transaction with opts: the first two
+// delete the live holds of the lock table and of the holds table, which it
+// counts; the others every remaining row.
+func forceDelete(ctx context.Context, db *sql.DB, opts *sql.TxOptions, key string, stmts ...string) (int, error) {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
 	defer rollback(tx)
 	live := 0
-	for i, q := range []string{
-		// The live holders first, to count them; then every remaining row.
-		o.q.ForceLive, o.q.ForceLiveHolds, o.q.ForceMain, o.q.ForceHolds,
-	} {
+	for i, q := range stmts {
 		res, err := tx.ExecContext(ctx, q, key)
 		if err != nil {
 			return 0, err
@@ -380,11 +381,7 @@ func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, e
 }
 
 func (o myOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, o.q.List, likePrefix(prefix), likePrefix(prefix))
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Microsecond)
+	return queryHolders(ctx, db, time.Microsecond, o.q.List, likePrefix(prefix), likePrefix(prefix))
 }
 
 func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {

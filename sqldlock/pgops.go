@@ -65,8 +65,7 @@ type pgOps struct {
 	q    *pgStmts
 }
 
-// pgStmts are the statements of the PostgreSQL driver, in
-// sql/postgres_stmts.sql.
+// pgStmts are the statements of sql/postgres_stmts.sql.
 type pgStmts struct {
 	SchemaLock, SchemaExists, Acquire, Wait, AcquireMulti, Refresh, RefreshMulti, ReleaseFair, Release string
 	LeaveQueue, ReleaseMulti, ForceRelease, List, Count, SweepLocks, SweepHolds                        string
@@ -196,11 +195,7 @@ func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request,
 }
 
 func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
-	res, err := db.ExecContext(ctx, o.q.Refresh, req.Key, req.Owner, ttl)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, db, o.q.Refresh, req.Key, req.Owner, ttl)
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
@@ -245,11 +240,7 @@ func (o pgOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, e
 }
 
 func (o pgOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, o.q.List, likePrefix(prefix))
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Microsecond)
+	return queryHolders(ctx, db, time.Microsecond, o.q.List, likePrefix(prefix))
 }
 
 func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
@@ -260,19 +251,11 @@ func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 
 // sweep deletes a batch of long-expired rows of each table.
 func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
-	res, err := db.ExecContext(ctx, o.q.SweepLocks, grace.Microseconds(), limit)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, db, o.q.SweepLocks, grace.Microseconds(), limit)
 	if err != nil {
 		return int(n), err
 	}
-	res, err = db.ExecContext(ctx, o.q.SweepHolds, grace.Microseconds(), limit, max(grace, goneFor).Microseconds())
-	if err != nil {
-		return int(n), err
-	}
-	m, err := res.RowsAffected()
+	m, err := execCount(ctx, db, o.q.SweepHolds, grace.Microseconds(), limit, max(grace, goneFor).Microseconds())
 	return int(n + m), err
 }
 

@@ -46,12 +46,11 @@ DELETE FROM {{.Table}} WHERE lock_key = ?1 AND owner = ?2
 	AND expires_at > {{template "now_ms"}})
 {{- end}}
 RETURNING expires_at > {{template "now_ms"}};
--- name: ForceMain(key)
-DELETE FROM {{.Table}} WHERE lock_key = ?
-RETURNING owner <> '' AND expires_at > {{template "now_ms"}};
--- name: ForceHolders(key)
+-- name: ForceLive(key)
+DELETE FROM {{.Table}} WHERE lock_key = ? AND owner <> '' AND expires_at > {{template "now_ms"}};
+-- name: ForceLiveHolds(key)
 DELETE FROM {{.Holds}} WHERE lock_key = ? AND waiting = 0 AND expires_at > {{template "now_ms"}};
--- name: ForceRest(key)
+-- name: ForceHolds(key)
 DELETE FROM {{.Holds}} WHERE lock_key = ?;
 -- name: List(from, to)
 -- The live holds of the keys from ?1 up to ?2, the range of a prefix (a
