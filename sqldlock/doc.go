@@ -284,10 +284,10 @@
 // processes do it at once. On MySQL/MariaDB the user that creates it needs
 // the CREATE ROUTINE privilege, and the application's user EXECUTE.
 //
-// The statements of each dialect are in the package's sql folder
-// (sql/postgres.sql, sql/mysql.sql, sql/sqlite.sql), embedded in the
-// program; `dlock schema --print --url URL` prints them with the URL's table
-// name, ready for psql, mysql or sqlite3. The lock table records the schema
+// The schema of each dialect is in the package's sql folder (sql/postgres.sql,
+// sql/mysql.sql, sql/sqlite.sql; the statements the driver runs beside it, in
+// sql/DIALECT_stmts.sql), embedded in the program; `dlock schema --print
+// --url URL` prints it with the URL's table name, for psql, mysql or sqlite3. The lock table records the schema
 // version ("dlock schema 1"). A driver neither uses nor changes a lock
 // table that records another version, or none (one made by an earlier
 // development version): it reports a *SchemaError.

@@ -115,7 +115,7 @@ func mainRow(t *testing.T, d *Driver, key string) (owner string, live bool) {
 		var (
 			token, left int64
 		)
-		err := tx.QueryRowContext(ctx, q.readMain, key).Scan(&owner, &token, &live, &left)
+		err := tx.QueryRowContext(ctx, q.ReadMain, key).Scan(&owner, &token, &live, &left)
 		if errors.Is(err, sql.ErrNoRows) {
 			owner, err = "(none)", nil
 		}

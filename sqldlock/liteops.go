@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/dlockhq/dlock/driver"
@@ -42,6 +41,7 @@ import (
 type liteOps struct {
 	n    names
 	fair bool
+	q    *liteStmts
 	// gate, if set, is the write gate of the database file (see
 	// sqliteGate), held by every write of the driver.
 	gate chan struct{}
@@ -61,32 +61,28 @@ func (o liteOps) enter(ctx context.Context) (func(), error) {
 	}
 }
 
-func (liteOps) unit() time.Duration { return time.Millisecond }
+// liteStmts are the statements of sql/sqlite_stmts.sql.
+type liteStmts struct {
+	SchemaExists, NextToken, RenewBehind, AcquireExclusive, SetToken                             string
+	Refresh, Release, ForceLive, ForceLiveHolds, ForceHolds, List, Count, SweepLocks, SweepHolds string
+	multiStmts
+}
 
-// liteNow is the current time in Unix milliseconds. julianday('now') is
-// fixed for the duration of one sqlite3_step call, so every use in one
-// statement sees the same instant; it works on every SQLite 3.
-const liteNow = `CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`
+func (liteOps) unit() time.Duration { return time.Millisecond }
 
 func (liteOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
 
-// multi returns the statements of the holds-table protocol (see multiSQL).
+// multi returns the holds-table protocol on SQLite (see multiSQL).
 func (o liteOps) multi() *multiSQL {
-	t, h := o.n.Table, o.n.Holds
-	exp := liteNow + ` + ?`
-	q := upsertMulti(t, h, liteNow, exp, `expires_at - `+liteNow, "max")
-	q.lockKey = `DELETE FROM ` + h + ` WHERE lock_key = ? AND expires_at <= ` + liteNow + `
-AND (waiting = 0 OR expires_at <= ` + liteNow + ` - ` + strconv.FormatInt(goneFor.Milliseconds(), 10) + `)`
-	q.nextToken, q.unit, q.fair = o.nextToken, time.Millisecond, o.fair
-	return q
+	return &multiSQL{multiStmts: &o.q.multiStmts, nextToken: o.nextToken, unit: time.Millisecond, fair: o.fair}
 }
 
 // nextToken draws a token from the counter.
 func (o liteOps) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var token int64
-	err := tx.QueryRowContext(ctx, `UPDATE `+o.n.Seq+` SET v = v + 1 WHERE id = 1 RETURNING v`).Scan(&token)
+	err := tx.QueryRowContext(ctx, o.q.NextToken).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = errors.New("the token counter row is missing from " + o.n.Seq)
 	}
@@ -116,7 +112,7 @@ func (o liteOps) createSchema(ctx context.Context, db *sql.DB) error {
 }
 
 func (o liteOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	return checkVersion(ctx, db, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, o.n.Name, o.n.Name)
+	return checkVersion(ctx, db, o.q.SchemaExists, o.n.Name, o.n.Name)
 }
 
 func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
@@ -147,11 +143,7 @@ func (o liteOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, tt
 // false if req.Owner is not so queued (the caller runs a transaction).
 func (o liteOps) renewBehind(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (_ driver.Result, done bool, _ error) {
 	var left int64
-	err := db.QueryRowContext(ctx, `UPDATE `+o.n.Holds+` SET expires_at = `+liteNow+` + ?3
-WHERE lock_key = ?1 AND owner = ?2 AND waiting = 1 AND expires_at > `+liteNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE lock_key = ?1 AND owner <> '' AND owner <> ?2
-	AND expires_at > `+liteNow+`)
-RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.Table+` WHERE lock_key = ?1)`, req.Key, req.Owner, ttl).Scan(&left)
+	err := db.QueryRowContext(ctx, o.q.RenewBehind, req.Key, req.Owner, ttl).Scan(&left)
 	switch {
 	case err == nil:
 		return driver.Result{RetryAfter: time.Duration(max(left, 0)) * time.Millisecond}, true, nil
@@ -166,25 +158,8 @@ RETURNING (SELECT expires_at - `+liteNow+` FROM `+o.n.Table+` WHERE lock_key = ?
 // otherwise reports the time left on it, or runs the holds-table protocol
 // where that decides (acquireMulti). It commits unless it failed.
 func (o liteOps) acquireExclusive(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
-	// May the row be taken over: an expired row (and, for a fair driver,
-	// no other owner waiting), or the owner's own live row?
-	takeover := `l.owner = excluded.owner OR l.expires_at <= ` + liteNow
-	if o.fair {
-		takeover = `l.owner = excluded.owner AND l.expires_at > ` + liteNow + ` OR l.expires_at <= ` + liteNow + `
-	AND NOT EXISTS (SELECT 1 FROM ` + o.n.Holds + ` WHERE lock_key = ?1 AND waiting = 1 AND owner <> ?2
-		AND expires_at > ` + liteNow + `)`
-	}
 	var token int64
-	err := tx.QueryRowContext(ctx, `INSERT INTO `+o.n.Table+` AS l (lock_key, owner, token, info, expires_at)
-VALUES (?1, ?2, 0, ?3, `+liteNow+` + ?4)
-ON CONFLICT (lock_key) DO UPDATE SET
-	owner = excluded.owner,
-	info = excluded.info,
-	expires_at = excluded.expires_at,
-	token = CASE WHEN l.owner = excluded.owner AND l.expires_at > `+liteNow+` THEN l.token
-		WHEN l.owner = '' THEN -1 ELSE 0 END
-WHERE `+takeover+`
-RETURNING token`, req.Key, req.Owner, req.Info, ttl).Scan(&token)
+	err := tx.QueryRowContext(ctx, o.q.AcquireExclusive, req.Key, req.Owner, req.Info, ttl).Scan(&token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return o.notTaken(ctx, tx, req, ttl)
 	}
@@ -208,7 +183,7 @@ func (o liteOps) notTaken(ctx context.Context, tx *sql.Tx, req driver.Request, t
 		owner string
 		left  int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT owner, expires_at - `+liteNow+` FROM `+o.n.Table+` WHERE lock_key = ?`, req.Key).Scan(&owner, &left)
+	err := tx.QueryRowContext(ctx, o.q.ReadMain, req.Key).Scan(&owner, new(int64), new(bool), &left)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return driver.Result{}, err
 	}
@@ -230,14 +205,14 @@ func (o liteOps) notTaken(ctx context.Context, tx *sql.Tx, req driver.Request, t
 func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request, token int64, queued bool) (int64, error) {
 	if token == -1 {
 		// The expired marker of readers or permits: their rows go.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND waiting = 0`, req.Key); err != nil {
+		if _, err := tx.ExecContext(ctx, o.q.DeleteHolders, req.Key); err != nil {
 			return 0, err
 		}
 		token = 0
 	}
 	if queued {
 		// The owner's queue entry, if it waited.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner); err != nil {
+		if _, err := tx.ExecContext(ctx, o.q.DeleteHold, req.Key, req.Owner); err != nil {
 			return 0, err
 		}
 	}
@@ -248,7 +223,7 @@ func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE `+o.n.Table+` SET token = ? WHERE lock_key = ?`, token, req.Key)
+	_, err = tx.ExecContext(ctx, o.q.SetToken, token, req.Key)
 	return token, err
 }
 
@@ -257,7 +232,7 @@ func (o liteOps) settleToken(ctx context.Context, tx *sql.Tx, req driver.Request
 // holds-table rows), which takes SQLite's write lock.
 func (o liteOps) acquireMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (driver.Result, error) {
 	q := o.multi()
-	if _, err := tx.ExecContext(ctx, q.lockKey, req.Key); err != nil {
+	if _, err := tx.ExecContext(ctx, q.LockKey, req.Key); err != nil {
 		return driver.Result{}, err
 	}
 	res, err := q.acquireMulti(ctx, tx, req, ttl)
@@ -276,8 +251,7 @@ func (o liteOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, tt
 		return false, err
 	}
 	defer leave()
-	n, err := execCount(ctx, db, `UPDATE `+o.n.Table+` SET expires_at = `+liteNow+` + ?
-WHERE lock_key = ? AND owner = ? AND expires_at > `+liteNow, ttl, req.Key, req.Owner)
+	n, err := execCount(ctx, db, o.q.Refresh, ttl, req.Key, req.Owner)
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
@@ -299,15 +273,7 @@ func (o liteOps) release(ctx context.Context, db *sql.DB, req driver.Request) (f
 		return false, false, err
 	}
 	defer leave()
-	// A fair driver's DELETE applies only while the key has no live queue
-	// entry: otherwise the transaction below leaves the waiters' marker.
-	cond := ""
-	if o.fair {
-		cond = ` AND NOT EXISTS (SELECT 1 FROM ` + o.n.Holds + ` WHERE lock_key = ?1 AND waiting = 1
-	AND expires_at > ` + liteNow + `)`
-	}
-	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.Table+` WHERE lock_key = ?1 AND owner = ?2`+cond+`
-RETURNING expires_at > `+liteNow, req.Key, req.Owner).Scan(&live)
+	err = db.QueryRowContext(ctx, o.q.Release, req.Key, req.Owner).Scan(&live)
 	if err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return err == nil, live, err
 	}
@@ -335,65 +301,25 @@ func (o liteOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int,
 		return 0, err
 	}
 	defer leave()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer rollback(tx)
-	var live bool
-	err = tx.QueryRowContext(ctx, `DELETE FROM `+o.n.Table+` WHERE lock_key = ?
-RETURNING owner <> '' AND expires_at > `+liteNow, key).Scan(&live)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, err
-	}
-	n := 0
-	if live {
-		n = 1
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND waiting = 0 AND expires_at > `+liteNow, key)
-	if err != nil {
-		return 0, err
-	}
-	m, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ?`, key); err != nil {
-		return 0, err
-	}
-	return n + int(m), tx.Commit()
+	return forceDelete(ctx, db, nil, key, o.q.ForceLive, o.q.ForceLiveHolds, o.q.DeleteMain, o.q.ForceHolds)
 }
 
-// keyRange returns the condition and arguments selecting keys that start
-// with prefix: a range on the primary key, since SQLite's LIKE ignores
-// ASCII case.
-func keyRange(prefix string) (string, []any) {
-	end, ok := prefixEnd(prefix)
-	if !ok {
-		return `lock_key >= ?`, []any{prefix}
+// keyRange returns the bounds of the keys that start with prefix, for
+// List and Count: prefix, and the end of the range (nil for none).
+func keyRange(prefix string) []any {
+	if end, ok := prefixEnd(prefix); ok {
+		return []any{prefix, end}
 	}
-	return `lock_key >= ? AND lock_key < ?`, []any{prefix, end}
+	return []any{prefix, nil}
 }
 
 func (o liteOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	cond, args := keyRange(prefix)
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, expires_at - `+liteNow+`
-FROM `+o.n.Table+` WHERE `+cond+` AND owner <> '' AND expires_at > `+liteNow+`
-UNION ALL
-SELECT lock_key, owner, mode, lim, token, info, expires_at - `+liteNow+`
-FROM `+o.n.Holds+` WHERE `+cond+` AND waiting = 0 AND expires_at > `+liteNow+`
-ORDER BY 1, 5`, append(args, args...)...)
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Millisecond)
+	return queryHolders(ctx, db, time.Millisecond, o.q.List, keyRange(prefix)...)
 }
 
 func (o liteOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
-	cond, args := keyRange(prefix)
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.Table+` WHERE `+cond+`)
-	+ (SELECT count(*) FROM `+o.n.Holds+` WHERE `+cond+`)`, append(args, args...)...).Scan(&n)
+	err := db.QueryRowContext(ctx, o.q.Count, keyRange(prefix)...).Scan(&n)
 	return n, err
 }
 
@@ -403,17 +329,10 @@ func (o liteOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, lim
 		return 0, err
 	}
 	defer leave()
-	// An expired Exclusive hold with live waiters behind it stays: it
-	// keeps their places until one of them turns it into their marker.
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key IN (
-	SELECT lock_key FROM `+o.n.Table+` AS l WHERE expires_at < `+liteNow+` - ?
-	AND NOT EXISTS (SELECT 1 FROM `+o.n.Holds+` AS h WHERE h.lock_key = l.lock_key AND h.expires_at > `+liteNow+`)
-	LIMIT ?)`, grace.Milliseconds(), limit)
+	n, err := execCount(ctx, db, o.q.SweepLocks, grace.Milliseconds(), limit)
 	if err != nil {
 		return int(n), err
 	}
-	m, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+` WHERE (lock_key, owner) IN (
-	SELECT lock_key, owner FROM `+o.n.Holds+` WHERE expires_at < `+liteNow+` - ?
-	AND (waiting = 0 OR expires_at < `+liteNow+` - ?) LIMIT ?)`, grace.Milliseconds(), max(grace, goneFor).Milliseconds(), limit)
+	m, err := execCount(ctx, db, o.q.SweepHolds, grace.Milliseconds(), max(grace, goneFor).Milliseconds(), limit)
 	return int(n + m), err
 }

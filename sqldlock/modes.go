@@ -35,7 +35,7 @@ import (
 // stands for the waiters queued behind it.
 //
 // Every step on a key in the holds table runs in one transaction that first
-// locks the key (see multiSQL.lockKey), so that contenders for one key,
+// locks the key (see multiStmts.LockKey), so that contenders for one key,
 // including Exclusive ones, are serialized. On PostgreSQL and MySQL each
 // step is one call of a function or procedure of the schema
 // (NAME_acquire_multi and its siblings, in sql/) doing
@@ -52,75 +52,13 @@ const markerOwner = ""
 // fair driver, taking a lock that has meanwhile become free), as memdlock
 // does. Package dlock releases the owner then, which deletes the row; if
 // the owner never comes back, the row goes goneFor after its lease ended
-// (lockKey, the cleanup).
+// (LockKey, the cleanup).
 const goneFor = time.Minute
 
-// multiSQL are the statements of the holds-table protocol for one dialect,
-// with ? placeholders; exp is the expression of "now plus the ttl
-// argument", in the order the arguments are listed in each comment.
+// multiSQL runs the holds-table protocol with the statements of a dialect,
+// whose arguments are listed on each field of multiStmts.
 type multiSQL struct {
-	// lockKey locks the key for the transaction (SQLite: it must be a
-	// write) and deletes the key's expired holder rows and the waiter rows
-	// whose lease ended more than goneFor ago. Args: key (SQLite); key, key
-	// (PostgreSQL).
-	lockKey string
-	// lockMain, if set, locks the key's lock-table row before Refresh and
-	// Release touch the holds table, so that every transaction locks the
-	// lock-table row first. Args: key.
-	lockMain string
-	// notify, if set, wakes the key's waiters when the transaction
-	// commits. Args: key.
-	notify string
-	// readMain reads the lock-table row: owner, token, live, time left.
-	// Args: key.
-	readMain string
-	// deleteMain deletes the key's lock-table row. Args: key.
-	deleteMain string
-	// readHolds reads the key's rows: owner, waiting, mode, lim, token,
-	// time left, live. Args: key.
-	readHolds string
-	// upsertHold inserts or replaces (key, owner)'s row. Args: key, owner,
-	// waiting, mode, lim, token, info, ttl.
-	upsertHold string
-	// touchHold sets the expiry of (key, owner)'s row. Args: ttl, key, owner.
-	touchHold string
-	// upsertMarker inserts the marker or extends it to ttl from now if
-	// that is later. Args: key, ttl.
-	upsertMarker string
-	// markRow makes the lock-table row a marker whose expiry is the
-	// latest of the key's live holds-table rows, if there are any: it
-	// inserts it, resets an existing marker or turns an expired Exclusive
-	// hold into it, and leaves a live Exclusive hold alone. Args: key, key.
-	markRow string
-	// downgrade turns the key's Exclusive row into a marker. Args: ttl, key.
-	downgrade string
-	// setMain makes the key's row an Exclusive hold. Args: key, owner,
-	// token, info, ttl.
-	setMain string
-	// deleteHold deletes (key, owner)'s row. Args: key, owner.
-	deleteHold string
-	// deleteHolders deletes the key's holder rows. Args: key.
-	deleteHolders string
-	// releaseHold deletes (key, owner)'s row and returns waiting and
-	// live. Args: key, owner. Without RETURNING (MySQL), it is a locking
-	// SELECT of waiting and live, and deleteHold follows.
-	releaseHold string
-	// releaseRow deletes (key, owner)'s lock-table row and returns live.
-	// Args: key, owner. Without RETURNING (MySQL), it is a locking SELECT
-	// of live, and deleteOwnMain follows.
-	releaseRow string
-	// deleteOwnMain deletes (key, owner)'s lock-table row. Args: key, owner.
-	deleteOwnMain string
-	// noReturning says that releaseHold and releaseRow only read (MySQL).
-	noReturning bool
-	// idleMain deletes the marker, or an expired Exclusive hold, if the key
-	// has no live holds-table row. Args: key, key.
-	idleMain string
-	// idleHolds deletes the key's expired holder rows if the key has no
-	// lock-table row left (so no live row at all). Args: key, key.
-	idleHolds string
-	// refreshHold extends (key, owner)'s live holder row. Args: ttl, key, owner.
-	refreshHold string
+	*multiStmts
 	// nextToken draws a token from the counter.
 	nextToken func(ctx context.Context, tx *sql.Tx) (int64, error)
 	// unit is the unit of "time left" and ttl.
@@ -131,27 +69,26 @@ type multiSQL struct {
 	fair bool
 }
 
-// execIf runs the statement q, if there is one.
-func execIf(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
-	if q == "" {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, q, args...)
-	return err
-}
-
-// lockRow runs lockMain, if set: a locking read, run as a query (an Exec of
-// a SELECT that returns no row hangs in go-sql-driver/mysql).
-func (q *multiSQL) lockRow(ctx context.Context, tx *sql.Tx, key string) error {
-	if q.lockMain == "" {
-		return nil
-	}
-	var one int
-	err := tx.QueryRowContext(ctx, q.lockMain, key).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	return err
+// multiStmts are the statements of the holds-table protocol, whose
+// arguments the "-- name:" lines of sql/sqlite_stmts.sql list.
+type multiStmts struct {
+	LockKey       string // locks the key for the transaction (SQLite: a write), deletes its stale holds-table rows
+	ReadMain      string // reads the lock-table row: owner, token, live, time left
+	DeleteMain    string // deletes the lock-table row
+	ReadHolds     string // reads the holds-table rows: owner, waiting, mode, lim, token, time left, live
+	UpsertHold    string // inserts or replaces (key, owner)'s row
+	TouchHold     string // sets the expiry of (key, owner)'s row
+	UpsertMarker  string // inserts the marker or extends it to ttl from now if that is later
+	MarkRow       string // makes the lock-table row, unless a live Exclusive hold, the marker of the live rows
+	Downgrade     string // turns the key's Exclusive row into a marker
+	SetMain       string // makes the key's row an Exclusive hold
+	DeleteHold    string // deletes (key, owner)'s row
+	DeleteHolders string // deletes the key's holder rows
+	ReleaseHold   string // deletes (key, owner)'s row, returning waiting and live
+	ReleaseRow    string // deletes (key, owner)'s lock-table row, returning live
+	IdleMain      string // deletes the marker or an expired hold if the key has no live holds-table row
+	IdleHolds     string // deletes the expired holder rows if the key has no lock-table row left
+	RefreshHold   string // extends (key, owner)'s live holder row
 }
 
 // entry is a row of the holds table.
@@ -178,7 +115,7 @@ func placeLost(key string) error {
 // acquireMulti is the slow path of Acquire, for Shared and Semaphore
 // requests, for Exclusive ones on a key marked as held or awaited in the
 // holds table, and for those of queued owners. tx has locked the key
-// (lockKey has run). On an error the caller rolls tx back.
+// (LockKey has run). On an error the caller rolls tx back.
 //
 // It reads the key's state (readKey), decides what req gets (decide), and
 // writes that (apply), as memdlock does under its mutex.
@@ -220,16 +157,16 @@ func (q *multiSQL) readKey(ctx context.Context, tx *sql.Tx, req driver.Request) 
 		k     keyState
 		mLive bool
 	)
-	err := tx.QueryRowContext(ctx, q.readMain, req.Key).Scan(&k.mOwner, &k.mToken, &mLive, &k.mLeft)
+	err := tx.QueryRowContext(ctx, q.ReadMain, req.Key).Scan(&k.mOwner, &k.mToken, &mLive, &k.mLeft)
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return k, err
 	}
 	if found && !mLive {
-		if _, err := tx.ExecContext(ctx, q.deleteMain, req.Key); err != nil {
+		if _, err := tx.ExecContext(ctx, q.DeleteMain, req.Key); err != nil {
 			return k, err
 		}
-		if _, err := tx.ExecContext(ctx, q.deleteHolders, req.Key); err != nil {
+		if _, err := tx.ExecContext(ctx, q.DeleteHolders, req.Key); err != nil {
 			return k, err
 		}
 		found = false
@@ -407,13 +344,13 @@ func (q *multiSQL) apply(ctx context.Context, tx *sql.Tx, req driver.Request, tt
 		return q.downgradeTo(ctx, tx, req, ttl, st.token)
 	case keepMain:
 		// The hold's row stands for the waiters queued behind it.
-		_, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, st.token, req.Info, ttl)
+		_, err := tx.ExecContext(ctx, q.SetMain, req.Key, req.Owner, st.token, req.Info, ttl)
 		return acquired(st.token, err)
 	case keepHold:
-		if _, err := tx.ExecContext(ctx, q.touchHold, ttl, req.Key, req.Owner); err != nil {
+		if _, err := tx.ExecContext(ctx, q.TouchHold, ttl, req.Key, req.Owner); err != nil {
 			return driver.Result{}, err
 		}
-		_, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, ttl)
+		_, err := tx.ExecContext(ctx, q.UpsertMarker, req.Key, ttl)
 		return acquired(st.token, err)
 	case takeMain, takeHold:
 		return q.take(ctx, tx, req, ttl, k, st.do == takeMain)
@@ -430,19 +367,19 @@ func acquired(token int64, err error) (driver.Result, error) {
 }
 
 // downgradeTo turns req.Owner's Exclusive hold into a Shared one with the
-// same token, and wakes the key's waiters: readers may join.
+// same token: readers may join.
 func (q *multiSQL) downgradeTo(ctx context.Context, tx *sql.Tx, req driver.Request, ttl, token int64) (driver.Result, error) {
-	if _, err := tx.ExecContext(ctx, q.downgrade, ttl, req.Key); err != nil {
+	if _, err := tx.ExecContext(ctx, q.Downgrade, ttl, req.Key); err != nil {
 		return driver.Result{}, err
 	}
-	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, token, req.Info, ttl); err != nil {
+	if _, err := tx.ExecContext(ctx, q.UpsertHold, req.Key, req.Owner, 0, int(driver.Shared), 0, token, req.Info, ttl); err != nil {
 		return driver.Result{}, err
 	}
 	// The marker covers the waiters too.
-	if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
+	if _, err := tx.ExecContext(ctx, q.MarkRow, req.Key, req.Key); err != nil {
 		return driver.Result{}, err
 	}
-	return acquired(token, execIf(ctx, tx, q.notify, req.Key))
+	return acquired(token, nil)
 }
 
 // take gives req.Owner a new hold with a new token: the key Exclusive in
@@ -454,24 +391,18 @@ func (q *multiSQL) take(ctx context.Context, tx *sql.Tx, req driver.Request, ttl
 	}
 	if excl {
 		if k.own != nil || k.gone {
-			if _, err := tx.ExecContext(ctx, q.deleteHold, req.Key, req.Owner); err != nil {
+			if _, err := tx.ExecContext(ctx, q.DeleteHold, req.Key, req.Owner); err != nil {
 				return driver.Result{}, err
 			}
 		}
 		// The hold's row stands for the waiters left in the queue.
-		_, err := tx.ExecContext(ctx, q.setMain, req.Key, req.Owner, tok, req.Info, ttl)
+		_, err := tx.ExecContext(ctx, q.SetMain, req.Key, req.Owner, tok, req.Info, ttl)
 		return acquired(tok, err)
 	}
-	if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, ttl); err != nil {
+	if _, err := tx.ExecContext(ctx, q.UpsertHold, req.Key, req.Owner, 0, int(req.Mode), req.Limit, tok, req.Info, ttl); err != nil {
 		return driver.Result{}, err
 	}
-	if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
-		return driver.Result{}, err
-	}
-	if k.own != nil {
-		// An entry left the queue: the next in line may be admitted too.
-		err = execIf(ctx, tx, q.notify, req.Key)
-	}
+	_, err = tx.ExecContext(ctx, q.MarkRow, req.Key, req.Key)
 	return acquired(tok, err)
 }
 
@@ -529,7 +460,7 @@ func (o multiOut) result(req driver.Request) (driver.Result, error) {
 func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own *entry, exp, left int64, mark bool) (driver.Result, error) {
 	if req.Queue {
 		if own != nil {
-			if _, err := tx.ExecContext(ctx, q.touchHold, exp, req.Key, req.Owner); err != nil {
+			if _, err := tx.ExecContext(ctx, q.TouchHold, exp, req.Key, req.Owner); err != nil {
 				return driver.Result{}, err
 			}
 		} else {
@@ -537,7 +468,7 @@ func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own
 			if err != nil {
 				return driver.Result{}, err
 			}
-			if _, err := tx.ExecContext(ctx, q.upsertHold, req.Key, req.Owner, 1, int(req.Mode), req.Limit, seq, "", exp); err != nil {
+			if _, err := tx.ExecContext(ctx, q.UpsertHold, req.Key, req.Owner, 1, int(req.Mode), req.Limit, seq, "", exp); err != nil {
 				return driver.Result{}, err
 			}
 		}
@@ -545,7 +476,7 @@ func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own
 	if mark {
 		// Whatever kept req out (a holder, a waiter ahead) is live, so
 		// the marker is needed.
-		if _, err := tx.ExecContext(ctx, q.markRow, req.Key, req.Key); err != nil {
+		if _, err := tx.ExecContext(ctx, q.MarkRow, req.Key, req.Key); err != nil {
 			return driver.Result{}, err
 		}
 	}
@@ -553,7 +484,7 @@ func (q *multiSQL) wait(ctx context.Context, tx *sql.Tx, req driver.Request, own
 }
 
 func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]entry, error) {
-	rows, err := tx.QueryContext(ctx, q.readHolds, key)
+	rows, err := tx.QueryContext(ctx, q.ReadHolds, key)
 	if err != nil {
 		return nil, err
 	}
@@ -578,7 +509,7 @@ func (q *multiSQL) readEntries(ctx context.Context, tx *sql.Tx, key string) ([]e
 // expired holder rows, if none are left).
 func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
 	var waiting bool
-	found, err = q.release(ctx, tx, req, q.releaseHold, q.deleteHold, &waiting, &live)
+	found, err = q.release(ctx, tx, req, q.ReleaseHold, &waiting, &live)
 	return found, live, err
 }
 
@@ -586,20 +517,14 @@ func (q *multiSQL) releaseMulti(ctx context.Context, tx *sql.Tx, req driver.Requ
 // if the key has waiters, leaves the marker that keeps their places. It
 // reports whether there was such a row; if not, nothing has changed.
 func (q *multiSQL) releaseMain(ctx context.Context, tx *sql.Tx, req driver.Request) (found, live bool, err error) {
-	found, err = q.release(ctx, tx, req, q.releaseRow, q.deleteOwnMain, &live)
+	found, err = q.release(ctx, tx, req, q.ReleaseRow, &live)
 	return found, live, err
 }
 
 // release deletes req.Owner's row with del, a DELETE that returns the
-// row's columns into dest (without RETURNING, on MySQL: a locking read of
-// them, after which deleteAfter deletes the row), then makes the key's
-// marker cover the rows left and wakes the key's waiters: a holder, a
-// reader, a permit or a queued waiter left, so others may get in. It
-// reports whether there was such a row; if not, nothing has changed.
-func (q *multiSQL) release(ctx context.Context, tx *sql.Tx, req driver.Request, del, deleteAfter string, dest ...any) (bool, error) {
-	if err := q.lockRow(ctx, tx, req.Key); err != nil {
-		return false, err
-	}
+// row's columns into dest, then makes the key's marker cover the rows left.
+// It reports whether there was such a row; if not, nothing has changed.
+func (q *multiSQL) release(ctx context.Context, tx *sql.Tx, req driver.Request, del string, dest ...any) (bool, error) {
 	err := tx.QueryRowContext(ctx, del, req.Key, req.Owner).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -607,25 +532,14 @@ func (q *multiSQL) release(ctx context.Context, tx *sql.Tx, req driver.Request, 
 	if err != nil {
 		return false, err
 	}
-	if q.noReturning {
-		if _, err := tx.ExecContext(ctx, deleteAfter, req.Key, req.Owner); err != nil {
-			return false, err
-		}
-	}
-	if err := q.fixMarker(ctx, tx, req.Key); err != nil {
-		return false, err
-	}
-	if err := execIf(ctx, tx, q.notify, req.Key); err != nil {
-		return false, err
-	}
-	return true, nil
+	return true, q.fixMarker(ctx, tx, req.Key)
 }
 
 // fixMarker makes the key's marker cover exactly its live holds-table rows
 // or, if there are none, deletes it with the key's expired holder rows. A
 // live Exclusive hold is left alone.
 func (q *multiSQL) fixMarker(ctx context.Context, tx *sql.Tx, key string) error {
-	for _, s := range []string{q.markRow, q.idleMain, q.idleHolds} {
+	for _, s := range []string{q.MarkRow, q.IdleMain, q.IdleHolds} {
 		if _, err := tx.ExecContext(ctx, s, key, key); err != nil {
 			return err
 		}
@@ -635,25 +549,27 @@ func (q *multiSQL) fixMarker(ctx context.Context, tx *sql.Tx, key string) error 
 
 // refreshMulti extends req.Owner's live holder row and the key's marker.
 func (q *multiSQL) refreshMulti(ctx context.Context, tx *sql.Tx, req driver.Request, ttl int64) (bool, error) {
-	if err := q.lockRow(ctx, tx, req.Key); err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, q.refreshHold, ttl, req.Key, req.Owner)
+	res, err := tx.ExecContext(ctx, q.RefreshHold, ttl, req.Key, req.Owner)
 	if err != nil {
 		return false, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, q.upsertMarker, req.Key, ttl); err != nil {
+	if _, err := tx.ExecContext(ctx, q.UpsertMarker, req.Key, ttl); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-// scanModeHolders reads rows of (key, owner, mode, limit, token, info, time
-// left in units), sorted by key and token.
-func scanModeHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error) {
+// queryHolders runs the List statement q, whose rows are (key, owner, mode,
+// limit, token, info, time left in units), and returns the holders sorted by
+// key and token.
+func queryHolders(ctx context.Context, db *sql.DB, unit time.Duration, q string, args ...any) ([]driver.Holder, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	var hs []driver.Holder
 	for rows.Next() {
@@ -675,47 +591,4 @@ func scanModeHolders(rows *sql.Rows, unit time.Duration) ([]driver.Holder, error
 	}
 	sortHolders(hs)
 	return hs, nil
-}
-
-// upsertMulti returns the statements of the holds-table protocol that
-// PostgreSQL and SQLite write alike (both have INSERT ... ON CONFLICT and
-// DELETE ... RETURNING), given the tables t and h and the dialect's
-// expressions: now (the database's clock), exp (now plus the lease in the
-// statement's parameter), left (the time left on expires_at, in the
-// dialect's unit) and greatest (its two-argument maximum). The caller adds
-// the statements that differ.
-func upsertMulti(t, h, now, exp, left, greatest string) *multiSQL {
-	return &multiSQL{
-		readMain:   `SELECT owner, token, expires_at > ` + now + `, ` + left + ` FROM ` + t + ` WHERE lock_key = ?`,
-		deleteMain: `DELETE FROM ` + t + ` WHERE lock_key = ?`,
-		readHolds: `SELECT owner, waiting, mode, lim, token, ` + left + `, expires_at > ` + now + ` FROM ` + h + `
-WHERE lock_key = ? ORDER BY waiting, token`,
-		upsertHold: `INSERT INTO ` + h + ` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key, owner) DO UPDATE SET waiting = excluded.waiting, mode = excluded.mode,
-	lim = excluded.lim, token = excluded.token, info = excluded.info, expires_at = excluded.expires_at`,
-		touchHold: `UPDATE ` + h + ` SET expires_at = ` + exp + ` WHERE lock_key = ? AND owner = ?`,
-		upsertMarker: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
-VALUES (?, '', 0, '', ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET expires_at = ` + greatest + `(l.expires_at, excluded.expires_at) WHERE l.owner = ''`,
-		markRow: `INSERT INTO ` + t + ` AS l (lock_key, owner, token, info, expires_at)
-SELECT ?, '', 0, '', m FROM (SELECT max(expires_at) AS m FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + now + `) AS x
-WHERE m IS NOT NULL
-ON CONFLICT (lock_key) DO UPDATE SET owner = '', token = 0, info = '', expires_at = excluded.expires_at
-WHERE l.owner = '' OR l.expires_at <= ` + now,
-		downgrade: `UPDATE ` + t + ` SET owner = '', token = 0, info = '', expires_at = ` + exp + ` WHERE lock_key = ?`,
-		setMain: `INSERT INTO ` + t + ` (lock_key, owner, token, info, expires_at) VALUES (?, ?, ?, ?, ` + exp + `)
-ON CONFLICT (lock_key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-	info = excluded.info, expires_at = excluded.expires_at`,
-		deleteHold:    `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ?`,
-		deleteHolders: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0`,
-		releaseHold:   `DELETE FROM ` + h + ` WHERE lock_key = ? AND owner = ? RETURNING waiting, expires_at > ` + now,
-		releaseRow:    `DELETE FROM ` + t + ` WHERE lock_key = ? AND owner = ? RETURNING expires_at > ` + now,
-		idleMain: `DELETE FROM ` + t + ` WHERE lock_key = ? AND (owner = '' OR expires_at <= ` + now + `)
-AND NOT EXISTS (SELECT 1 FROM ` + h + ` WHERE lock_key = ? AND expires_at > ` + now + `)`,
-		idleHolds: `DELETE FROM ` + h + ` WHERE lock_key = ? AND waiting = 0 AND expires_at <= ` + now + `
-AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE lock_key = ?)`,
-		refreshHold: `UPDATE ` + h + ` SET expires_at = ` + exp + `
-WHERE lock_key = ? AND owner = ? AND waiting = 0 AND expires_at > ` + now,
-	}
 }

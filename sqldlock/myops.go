@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,18 +49,12 @@ import (
 // queueing locks the row too, in share mode while its statement runs). Its
 // waiter that is queued behind a live Exclusive hold renews its entry with
 // one UPDATE (it cannot be admitted, and the hold's row stands for the
-// queue). It releases an Exclusive hold with
-//
-//	DELETE FROM t WHERE lock_key = ? AND owner = ? AND expires_at > now
-//		AND NOT EXISTS (SELECT 1 FROM t_holds AS w
-//			WHERE w.lock_key = t.lock_key AND w.waiting = 1 AND w.expires_at > now)
-//
-// whose correlated subquery is evaluated on the row once it is locked, so it
-// sees the entry of a waiter that held the row before it; otherwise (the
-// key has live queue entries, or the hold expired) NAME_release_multi
-// deletes the row and leaves the waiters' marker. The subquery carries the
-// hint NO_SEMIJOIN, so that MySQL does not turn it into a join that reads
-// the holds table first (MariaDB reads it as a comment).
+// queue). It releases an Exclusive hold with ReleaseFair (in
+// sql/mysql_stmts.sql), a DELETE while the key has no live queue entry, whose
+// correlated subquery is evaluated on the row once it is locked, so it sees
+// the entry of a waiter that held the row before it; otherwise (the key has
+// live queue entries, or the hold expired) NAME_release_multi deletes the
+// row and leaves the waiters' marker.
 //
 // No step therefore keeps a row locked across a round trip to the client:
 // however slow, paused or cut off a client is, the holders' renewals and
@@ -70,17 +63,22 @@ import (
 type myOps struct {
 	n    names
 	fair bool
+	q    *myStmts
+}
+
+// myStmts are the statements of sql/mysql_stmts.sql.
+type myStmts struct {
+	SchemaExists, SchemaObjects, Peek, InsertMarker, RenewBehind, DeleteStale                string
+	Enqueue, DrawToken, Refresh, IsHeld, ReleaseLive, ReleaseExpired, ReleaseFair, ReadEntry string
+	LeaveQueue, ForceLive, ForceLiveHolds, ForceMain, ForceHolds, List, Count, SweepHolds    string
+	ExpiredLocks, SweepLocks, AcquireMulti, RefreshMulti, ReleaseMulti                       string
 }
 
 func (myOps) unit() time.Duration { return time.Microsecond }
 
-const myNow = `UTC_TIMESTAMP(6)`
-
 func (myOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
-
-const myLeft = `TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, expires_at)`
 
 // createSchema runs the statements one by one: each is idempotent and
 // atomic, and MySQL serializes concurrent CREATE TABLE IF NOT EXISTS of one
@@ -102,19 +100,13 @@ func (o myOps) createSchema(ctx context.Context, db *sql.DB) error {
 // schemaExists checks the schema version and, since MySQL's DDL is not
 // transactional, that a concurrent creator has made every object.
 func (o myOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	ok, err := checkVersion(ctx, db, `SELECT TABLE_COMMENT FROM information_schema.TABLES
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, o.n.Name, o.n.Name)
+	ok, err := checkVersion(ctx, db, o.q.SchemaExists, o.n.Name, o.n.Name)
 	if !ok || err != nil {
 		return ok, err
 	}
-	var rows int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Seq+` WHERE id = 1`).Scan(&rows); err != nil || rows != 1 {
-		return false, err
-	}
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Holds+` WHERE 1 = 0`).Scan(&rows); err != nil {
-		return false, err
-	}
-	return o.procsExist(ctx, db)
+	var n int
+	err = db.QueryRowContext(ctx, o.q.SchemaObjects).Scan(&n)
+	return n == 4, err
 }
 
 // myPeek is what acquire learns about a key from its plain read.
@@ -144,10 +136,7 @@ func (o myOps) peek(ctx context.Context, db *sql.DB, req driver.Request) (myPeek
 		waiting       sql.NullInt64
 		eLive, recent sql.NullBool
 	)
-	err := db.QueryRowContext(ctx, `SELECT l.owner, l.expires_at > `+myNow+`, TIMESTAMPDIFF(MICROSECOND, `+myNow+`, l.expires_at),
-	w.waiting, w.expires_at > `+myNow+`, w.expires_at > `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND
-FROM `+o.n.Table+` AS l LEFT JOIN `+o.n.Holds+` AS w ON w.lock_key = l.lock_key AND w.owner = ?
-WHERE l.lock_key = ?`, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &waiting, &eLive, &recent)
+	err := db.QueryRowContext(ctx, o.q.Peek, req.Owner, req.Key).Scan(&p.owner, &p.live, &p.left, &waiting, &eLive, &recent)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return p, nil
@@ -196,17 +185,12 @@ func (o myOps) acquireOnce(ctx context.Context, db *sql.DB, req driver.Request, 
 		// The hold ended meanwhile.
 	}
 	if !p.exists {
-		if _, err := db.ExecContext(ctx, `INSERT INTO `+o.n.Table+` (lock_key, owner, token, info, expires_at)
-VALUES (?, '', 0, '', '1970-01-01') ON DUPLICATE KEY UPDATE owner = owner`, req.Key); err != nil {
+		if _, err := db.ExecContext(ctx, o.q.InsertMarker, req.Key); err != nil {
 			return driver.Result{}, err
 		}
 	}
 	return o.acquireProcCall(ctx, db, req, ttl)
 }
-
-// myHeld is true of the lock-table row of a key that another owner holds
-// Exclusive, live. Args: key, owner.
-const myHeld = `lock_key = ? AND owner <> '' AND owner <> ? AND expires_at > ` + myNow
 
 // waitBehind queues req.Owner behind another owner's live Exclusive hold,
 // or renews its queue entry there, with statements that each lock rows
@@ -215,17 +199,13 @@ func (o myOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 	wait := driver.Result{RetryAfter: micros(p.left)}
 	switch {
 	case p.entry && p.waiting && p.eLive:
-		return behind(ctx, db, wait, `UPDATE `+o.n.Holds+` SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
-WHERE lock_key = ? AND owner = ? AND waiting = 1 AND expires_at > `+myNow+`
-AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`,
-			ttl, req.Key, req.Owner, req.Key, req.Owner)
+		return behind(ctx, db, wait, o.q.RenewBehind, ttl, req.Key, req.Owner, req.Key, req.Owner)
 	case p.entry && p.waiting && p.recent:
 		return driver.Result{}, false, placeLost(req.Key)
 	case p.entry:
 		// A stale row of req.Owner (an expired hold, a queue entry
 		// long gone) goes first.
-		if _, err := db.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ? AND expires_at <= `+myNow+`
-AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64(goneFor/time.Second), 10)+` SECOND)`, req.Key, req.Owner); err != nil {
+		if _, err := db.ExecContext(ctx, o.q.DeleteStale, req.Key, req.Owner); err != nil {
 			return driver.Result{}, false, err
 		}
 	}
@@ -236,11 +216,7 @@ AND (waiting = 0 OR expires_at <= `+myNow+` - INTERVAL `+strconv.FormatInt(int64
 	if err != nil {
 		return driver.Result{}, false, err
 	}
-	// LOCK IN SHARE MODE: a fair driver's takeover of the expired key
-	// locks the row first, and so sees every entry queued while the key
-	// was held.
-	return behind(ctx, db, wait, `INSERT INTO `+o.n.Holds+` (lock_key, owner, waiting, mode, lim, token, info, expires_at)
-SELECT ?, ?, 1, ?, ?, ?, '', `+myNow+` + INTERVAL ? MICROSECOND FROM `+o.n.Table+` WHERE `+myHeld+` LOCK IN SHARE MODE`,
+	return behind(ctx, db, wait, o.q.Enqueue,
 		req.Key, req.Owner, int(req.Mode), req.Limit, seq, ttl, req.Key, req.Owner)
 }
 
@@ -260,7 +236,7 @@ func behind(ctx context.Context, db *sql.DB, wait driver.Result, q string, args 
 // another round trip). On a pool the statement keeps the row locked only
 // while it runs; in a transaction, until it ends.
 func (o myOps) drawToken(ctx context.Context, db Execer) (int64, error) {
-	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Seq+` SET v = LAST_INSERT_ID(v + 1) WHERE id = 1`)
+	res, err := db.ExecContext(ctx, o.q.DrawToken)
 	if err != nil {
 		return 0, err
 	}
@@ -275,21 +251,14 @@ func (o myOps) drawToken(ctx context.Context, db Execer) (int64, error) {
 }
 
 func (o myOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
-	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Table+`
-SET expires_at = `+myNow+` + INTERVAL ? MICROSECOND
-WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, ttl, req.Key, req.Owner)
-	if err != nil {
-		return false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
+	if n, err := execCount(ctx, db, o.q.Refresh, ttl, req.Key, req.Owner); err != nil || n == 1 {
 		return n == 1, err
 	}
 	// MySQL counts changed rows, not matched ones (unless the DSN sets
 	// clientFoundRows): a row whose expiry was already exactly the new
 	// value counts 0. Tell that apart from "not held".
 	var n int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+o.n.Table+`
-WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner).Scan(&n)
+	err := db.QueryRowContext(ctx, o.q.IsHeld, req.Key, req.Owner).Scan(&n)
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
@@ -324,11 +293,11 @@ func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) 
 	if o.fair {
 		return o.releaseFair(ctx, db, req)
 	}
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow, req.Key, req.Owner)
+	n, err := execCount(ctx, db, o.q.ReleaseLive, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
 	}
-	n, err = execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ?`, req.Key, req.Owner)
+	n, err = execCount(ctx, db, o.q.ReleaseExpired, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, false, err
 	}
@@ -342,9 +311,7 @@ func (o myOps) releaseOnce(ctx context.Context, db *sql.DB, req driver.Request) 
 // goes in one statement while its key has no queue entry; everything else
 // in one transaction that keeps the waiters' marker.
 func (o myOps) releaseFair(ctx context.Context, db *sql.DB, req driver.Request) (found, live bool, err error) {
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ? AND expires_at > `+myNow+`
-AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM `+o.n.Holds+` AS w
-	WHERE w.lock_key = `+o.n.Table+`.lock_key AND w.waiting = 1 AND w.expires_at > `+myNow+`)`, req.Key, req.Owner)
+	n, err := execCount(ctx, db, o.q.ReleaseFair, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, n == 1, err
 	}
@@ -366,10 +333,7 @@ func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (
 		waiting sql.NullInt64
 		eLive   sql.NullBool
 	)
-	err = db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.Table+` WHERE lock_key = ? AND owner = ?),
-	(SELECT waiting FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?),
-	(SELECT expires_at > `+myNow+` FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ?)`,
-		req.Key, req.Owner, req.Key, req.Owner, req.Key, req.Owner).Scan(&mine, &waiting, &eLive)
+	err = db.QueryRowContext(ctx, o.q.ReadEntry, req.Key, req.Owner, req.Key, req.Owner, req.Key, req.Owner).Scan(&mine, &waiting, &eLive)
 	switch {
 	case err != nil:
 		return false, false, true, err
@@ -378,8 +342,7 @@ func (o myOps) leaveQueue(ctx context.Context, db *sql.DB, req driver.Request) (
 	case !waiting.Valid:
 		return false, false, true, nil
 	}
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+` WHERE lock_key = ? AND owner = ? AND waiting = 1
-AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`, req.Key, req.Owner, req.Key, req.Owner)
+	n, err := execCount(ctx, db, o.q.LeaveQueue, req.Key, req.Owner, req.Key, req.Owner)
 	if err != nil || n == 1 {
 		return n == 1, eLive.Bool, true, err
 	}
@@ -387,19 +350,21 @@ AND EXISTS (SELECT 1 FROM `+o.n.Table+` WHERE `+myHeld+`)`, req.Key, req.Owner, 
 }
 
 func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	return forceDelete(ctx, db, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, key,
+		o.q.ForceLive, o.q.ForceLiveHolds, o.q.ForceMain, o.q.ForceHolds)
+}
+
+// forceDelete runs stmts on key in one transaction with opts: the first two
+// delete the live holds of the lock table and of the holds table, which it
+// counts; the others every remaining row.
+func forceDelete(ctx context.Context, db *sql.DB, opts *sql.TxOptions, key string, stmts ...string) (int, error) {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
 	defer rollback(tx)
 	live := 0
-	for i, q := range []string{
-		// The live holders first, to count them; then every remaining row.
-		`DELETE FROM ` + o.n.Table + ` WHERE lock_key = ? AND owner <> '' AND expires_at > ` + myNow,
-		`DELETE FROM ` + o.n.Holds + ` WHERE lock_key = ? AND waiting = 0 AND expires_at > ` + myNow,
-		`DELETE FROM ` + o.n.Table + ` WHERE lock_key = ?`,
-		`DELETE FROM ` + o.n.Holds + ` WHERE lock_key = ?`,
-	} {
+	for i, q := range stmts {
 		res, err := tx.ExecContext(ctx, q, key)
 		if err != nil {
 			return 0, err
@@ -416,24 +381,12 @@ func (o myOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, e
 }
 
 func (o myOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, `+myLeft+`
-FROM `+o.n.Table+`
-WHERE lock_key LIKE ? ESCAPE '!' AND owner <> '' AND expires_at > `+myNow+`
-UNION ALL
-SELECT lock_key, owner, mode, lim, token, info, `+myLeft+`
-FROM `+o.n.Holds+`
-WHERE lock_key LIKE ? ESCAPE '!' AND waiting = 0 AND expires_at > `+myNow, likePrefix(prefix), likePrefix(prefix))
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Microsecond)
+	return queryHolders(ctx, db, time.Microsecond, o.q.List, likePrefix(prefix), likePrefix(prefix))
 }
 
 func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+o.n.Table+` WHERE lock_key LIKE ? ESCAPE '!')
-	+ (SELECT COUNT(*) FROM `+o.n.Holds+` WHERE lock_key LIKE ? ESCAPE '!')`,
-		likePrefix(prefix), likePrefix(prefix)).Scan(&n)
+	err := db.QueryRowContext(ctx, o.q.Count, likePrefix(prefix), likePrefix(prefix)).Scan(&n)
 	return n, err
 }
 
@@ -443,10 +396,7 @@ func (o myOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error
 func (o myOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
 	// Long-expired holds-table rows (of readers and permits; of waiters,
 	// once they are no longer needed as records of lost places).
-	m, err := execCount(ctx, db, `DELETE FROM `+o.n.Holds+`
-WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND
-AND (waiting = 0 OR expires_at < `+myNow+` - INTERVAL ? MICROSECOND) LIMIT ?`,
-		grace.Microseconds(), max(grace, goneFor).Microseconds(), limit)
+	m, err := execCount(ctx, db, o.q.SweepHolds, grace.Microseconds(), max(grace, goneFor).Microseconds(), limit)
 	if err != nil {
 		return int(m), err
 	}
@@ -455,12 +405,7 @@ AND (waiting = 0 OR expires_at < `+myNow+` - INTERVAL ? MICROSECOND) LIMIT ?`,
 }
 
 func (o myOps) sweepLocks(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
-	// An expired Exclusive hold with live waiters behind it stays: it keeps
-	// their places until one of them turns it into their marker.
-	live := `NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM ` + o.n.Holds + ` AS w
-	WHERE w.lock_key = ` + o.n.Table + `.lock_key AND w.expires_at > ` + myNow + `)`
-	rows, err := db.QueryContext(ctx, `SELECT lock_key FROM `+o.n.Table+`
-WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock_key LIMIT ?`, grace.Microseconds(), limit)
+	rows, err := db.QueryContext(ctx, o.q.ExpiredLocks, grace.Microseconds(), limit)
 	if err != nil {
 		return 0, err
 	}
@@ -480,9 +425,9 @@ WHERE expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live+` ORDER BY lock
 	// One statement, outside a transaction: go-sql-driver's Commit does
 	// not watch the context, so a COMMIT on a hung server would keep
 	// Close waiting for the sweep.
+	// SweepLocks has one ? in its IN list: one per key.
 	marks := strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")
-	n, err := execCount(ctx, db, `DELETE FROM `+o.n.Table+` WHERE lock_key IN (`+marks+`)
-AND expires_at < `+myNow+` - INTERVAL ? MICROSECOND AND `+live, append(keys, grace.Microseconds())...)
+	n, err := execCount(ctx, db, strings.Replace(o.q.SweepLocks, "IN (?)", "IN ("+marks+")", 1), append(keys, grace.Microseconds())...)
 	return int(n), err
 }
 

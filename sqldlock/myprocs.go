@@ -17,17 +17,6 @@ import (
 // multiSQL's statements, bound to the procedures' parameters) and what the
 // PostgreSQL functions of the same names do.
 
-// procsExist reports whether every procedure exists in the current
-// database.
-func (o myOps) procsExist(ctx context.Context, db *sql.DB) (bool, error) {
-	names := []string{o.n.Name + "_acquire_multi", o.n.Name + "_refresh_multi", o.n.Name + "_release_multi"}
-	var n int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.ROUTINES
-WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?, ?, ?)`,
-		names[0], names[1], names[2]).Scan(&n)
-	return n == len(names), err
-}
-
 // call runs a CALL of a procedure and scans its result row into dest. A
 // CALL that the server rolled back as a deadlock victim had no effect: it
 // runs again, three times in all.
@@ -43,8 +32,7 @@ func (o myOps) call(ctx context.Context, db *sql.DB, query string, args []any, d
 // acquireProcCall runs NAME_acquire_multi.
 func (o myOps) acquireProcCall(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
 	var out multiOut
-	err := db.QueryRowContext(ctx, `CALL `+o.n.AcquireMulti+`(?, ?, ?, ?, ?, ?, ?, ?)`,
-		req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
+	err := db.QueryRowContext(ctx, o.q.AcquireMulti, req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
 		Scan(&out.state, &out.token, &out.retry, &out.mode, &out.limit)
 	if err != nil {
 		return driver.Result{}, err
@@ -55,12 +43,12 @@ func (o myOps) acquireProcCall(ctx context.Context, db *sql.DB, req driver.Reque
 // refreshProcCall runs NAME_refresh_multi.
 func (o myOps) refreshProcCall(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
 	var ok bool
-	err := o.call(ctx, db, `CALL `+o.n.RefreshMulti+`(?, ?, ?)`, []any{req.Key, req.Owner, ttl}, &ok)
+	err := o.call(ctx, db, o.q.RefreshMulti, []any{req.Key, req.Owner, ttl}, &ok)
 	return ok, err
 }
 
 // releaseProcCall runs NAME_release_multi.
 func (o myOps) releaseProcCall(ctx context.Context, db *sql.DB, req driver.Request, main bool) (found, live bool, err error) {
-	err = o.call(ctx, db, `CALL `+o.n.ReleaseMulti+`(?, ?, ?)`, []any{req.Key, req.Owner, main}, &found, &live)
+	err = o.call(ctx, db, o.q.ReleaseMulti, []any{req.Key, req.Owner, main}, &found, &live)
 	return found, live && found, err
 }

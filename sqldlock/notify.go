@@ -140,17 +140,14 @@ func (l *listener) retire() {
 // targeted wake-ups, and as the server-side functions of fair drivers and of
 // Shared and Semaphore holds still do). A release of an Exclusive hold by a
 // driver that is not fair, when waiters are queued, sends instead a waiter
-// payload (see parseWaiter) for each waiter that can take the key next,
-// which wakes that waiter and the key's subscribers that do not queue
-// (leader.Observe, say), and no others: the other queued waiters sleep on,
-// so that they do not all retry at every release. A key that happens to
+// payload (see parseWaiter, and Release in sql/postgres_stmts.sql) for
+// each waiter that can take the key next, which wakes that waiter and the
+// key's subscribers that do not queue (leader.Observe, say), and no others:
+// the other queued waiters sleep on, so that they do not all retry at every
+// release. A key that happens to
 // look like a waiter payload (it would start with a control character)
 // costs wake-ups that go astray, and the waiters' fallback polls then find
 // the release.
-
-// pgWaiterPayload is the waiter payload in PostgreSQL, for a statement whose
-// $1 is the key and whose row has the waiter's owner.
-const pgWaiterPayload = `chr(1) || octet_length(owner) || ':' || owner || $1`
 
 // parseWaiter returns the key and the owner of a waiter payload:
 // "\x01", the length of the owner in bytes, ":", the owner, the key.

@@ -62,6 +62,13 @@ import (
 type pgOps struct {
 	n    names
 	fair bool
+	q    *pgStmts
+}
+
+// pgStmts are the statements of sql/postgres_stmts.sql.
+type pgStmts struct {
+	SchemaLock, SchemaExists, Acquire, Wait, AcquireMulti, Refresh, RefreshMulti, ReleaseFair, Release string
+	LeaveQueue, ReleaseMulti, ForceRelease, List, Count, SweepLocks, SweepHolds                        string
 }
 
 func (pgOps) unit() time.Duration { return time.Microsecond }
@@ -69,9 +76,6 @@ func (pgOps) unit() time.Duration { return time.Microsecond }
 func (pgOps) modes() driver.ModeSet {
 	return driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore)
 }
-
-// pgLeft is the time left on expires_at, in microseconds.
-const pgLeft = `(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
 
 // createSchema runs the DDL in one transaction holding an advisory lock, so
 // that concurrent creators (which would otherwise collide in the catalog)
@@ -84,7 +88,7 @@ func (o pgOps) createSchema(ctx context.Context, db *sql.DB) error {
 	defer rollback(tx)
 	h := fnv.New64a()
 	h.Write([]byte("dlock schema " + o.n.Name))
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
+	if _, err := tx.ExecContext(ctx, o.q.SchemaLock, int64(h.Sum64())); err != nil {
 		return err
 	}
 	for _, q := range ddl(Postgres, o.n) {
@@ -96,7 +100,7 @@ func (o pgOps) createSchema(ctx context.Context, db *sql.DB) error {
 }
 
 func (o pgOps) schemaExists(ctx context.Context, db *sql.DB) (bool, error) {
-	return checkVersion(ctx, db, `SELECT coalesce(obj_description(c, 'pg_class'), '') FROM to_regclass($1) AS c WHERE c IS NOT NULL`, o.n.Table, o.n.Name)
+	return checkVersion(ctx, db, o.q.SchemaExists, o.n.Table, o.n.Name)
 }
 
 func (o pgOps) acquire(ctx context.Context, db *sql.DB, req driver.Request, ttl int64, queued bool) (driver.Result, error) {
@@ -127,9 +131,7 @@ func (o pgOps) acquireExclusive(ctx context.Context, db *sql.DB, req driver.Requ
 		token, retry sql.NullInt64
 		marked       sql.NullBool
 	)
-	err := db.QueryRowContext(ctx,
-		`SELECT o_acquired, o_token, o_retry_us, o_marked FROM `+o.n.Acquire+`($1, $2, $3, $4, $5, $6)`,
-		req.Key, req.Owner, req.Info, ttl, queued, o.fair).Scan(&acquired, &token, &retry, &marked)
+	err := db.QueryRowContext(ctx, o.q.Acquire, req.Key, req.Owner, req.Info, ttl, queued, o.fair).Scan(&acquired, &token, &retry, &marked)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		// A serialization failure or deadlock (possible under a stricter
@@ -161,8 +163,7 @@ func (o pgOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 		state int
 		retry sql.NullInt64
 	)
-	err := db.QueryRowContext(ctx, `SELECT o_state, o_retry_us FROM `+o.n.Wait+`($1, $2, $3, $4, $5)`,
-		req.Key, req.Owner, int(req.Mode), req.Limit, ttl).Scan(&state, &retry)
+	err := db.QueryRowContext(ctx, o.q.Wait, req.Key, req.Owner, int(req.Mode), req.Limit, ttl).Scan(&state, &retry)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
 		return driver.Result{}, true, nil
@@ -182,9 +183,7 @@ func (o pgOps) waitBehind(ctx context.Context, db *sql.DB, req driver.Request, t
 // round trips, so other owners' renewals never wait for one.
 func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (driver.Result, error) {
 	var out multiOut
-	err := db.QueryRowContext(ctx, `SELECT o_state, o_token, o_retry_us, o_mode, o_lim FROM `+o.n.AcquireMulti+
-		`($1, $2, $3, $4, $5, $6, $7, $8)`,
-		req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
+	err := db.QueryRowContext(ctx, o.q.AcquireMulti, req.Key, req.Owner, req.Info, ttl, int(req.Mode), req.Limit, req.Queue, o.fair).
 		Scan(&out.state, &out.token, &out.retry, &out.mode, &out.limit)
 	switch {
 	case err != nil && pgContention(err) && ctx.Err() == nil:
@@ -196,20 +195,13 @@ func (o pgOps) acquireMulti(ctx context.Context, db *sql.DB, req driver.Request,
 }
 
 func (o pgOps) refresh(ctx context.Context, db *sql.DB, req driver.Request, ttl int64) (bool, error) {
-	res, err := db.ExecContext(ctx, `UPDATE `+o.n.Table+`
-SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
-WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`,
-		req.Key, req.Owner, ttl)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, db, o.q.Refresh, req.Key, req.Owner, ttl)
 	if n == 1 || err != nil {
 		return n == 1, err
 	}
 	// A Shared or Semaphore hold: one statement (see acquireMulti).
 	var ok bool
-	err = db.QueryRowContext(ctx, `SELECT o_ok FROM `+o.n.RefreshMulti+`($1, $2, $3)`, req.Key, req.Owner, ttl).Scan(&ok)
+	err = db.QueryRowContext(ctx, o.q.RefreshMulti, req.Key, req.Owner, ttl).Scan(&ok)
 	return ok, err
 }
 
@@ -220,115 +212,50 @@ func (o pgOps) release(ctx context.Context, db *sql.DB, req driver.Request) (fou
 	if o.fair {
 		// The Exclusive hold, leaving the waiters' marker if needed.
 		var l sql.NullBool
-		err = db.QueryRowContext(ctx, `SELECT o_live FROM `+o.n.Release+`($1, $2)`, req.Key, req.Owner).Scan(&l)
+		err = db.QueryRowContext(ctx, o.q.ReleaseFair, req.Key, req.Owner).Scan(&l)
 		if err != nil || l.Valid {
 			return err == nil, l.Bool, err
 		}
 	} else {
-		// Wake the waiters that can take the key next (see
-		// parseWaiter): the head of its queue and, if that is a
-		// reader, the readers queued before the first writer. With
-		// nobody queued, every subscriber of the key.
-		err = db.QueryRowContext(ctx, `WITH d AS (
-	DELETE FROM `+o.n.Table+` WHERE lock_key = $1 AND owner = $2
-	RETURNING expires_at > clock_timestamp() AS live),
-q AS (
-	SELECT owner, row_number() OVER w AS pos, count(*) FILTER (WHERE mode <> $4) OVER w AS writers
-	FROM `+o.n.Holds+`
-	WHERE lock_key = $1 AND waiting = 1 AND expires_at > clock_timestamp() AND EXISTS (SELECT FROM d)
-	WINDOW w AS (ORDER BY token)),
-n AS (
-	SELECT count(pg_notify($3, `+pgWaiterPayload+`)) AS woken
-	FROM q WHERE pos = 1 OR writers = 0)
-SELECT d.live, CASE WHEN n.woken = 0 THEN pg_notify($3, $1)::text END FROM d, n`,
-			req.Key, req.Owner, o.n.Name, int(driver.Shared)).Scan(&live, new(sql.NullString))
+		err = db.QueryRowContext(ctx, o.q.Release, req.Key, req.Owner, o.n.Name, int(driver.Shared)).Scan(&live, new(sql.NullString))
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return err == nil, live, err
 		}
 	}
-	// A waiter queued behind another owner's live Exclusive hold leaves the
-	// queue in one statement: the hold's row stands for the queue, so
-	// nothing else changes (and the hold's row stays unlocked).
-	err = db.QueryRowContext(ctx, `DELETE FROM `+o.n.Holds+` AS h WHERE h.lock_key = $1 AND h.owner = $2 AND h.waiting = 1
-	AND EXISTS (SELECT 1 FROM `+o.n.Table+` AS l WHERE l.lock_key = $1 AND l.owner <> '' AND l.owner <> $2
-		AND l.expires_at > clock_timestamp())
-RETURNING h.expires_at > clock_timestamp()`, req.Key, req.Owner).Scan(&live)
+	err = db.QueryRowContext(ctx, o.q.LeaveQueue, req.Key, req.Owner).Scan(&live)
 	if err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return err == nil, live, err
 	}
 	// A Shared or Semaphore hold, or a queue entry: one statement (see
 	// acquireMulti).
-	err = db.QueryRowContext(ctx, `SELECT o_found, o_live FROM `+o.n.ReleaseMulti+`($1, $2)`,
-		req.Key, req.Owner).Scan(&found, &live)
+	err = db.QueryRowContext(ctx, o.q.ReleaseMulti, req.Key, req.Owner).Scan(&found, &live)
 	return found, live, err
 }
 
 func (o pgOps) forceRelease(ctx context.Context, db *sql.DB, key string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `WITH d AS (
-	DELETE FROM `+o.n.Table+` WHERE lock_key = $1
-	RETURNING owner <> '' AND expires_at > clock_timestamp() AS live),
-h AS (
-	DELETE FROM `+o.n.Holds+` WHERE lock_key = $1
-	RETURNING waiting = 0 AND expires_at > clock_timestamp() AS live)
-SELECT (SELECT count(*) FILTER (WHERE live) FROM d) + (SELECT count(*) FILTER (WHERE live) FROM h)
-FROM pg_notify($2, $1)`,
+	err := db.QueryRowContext(ctx, o.q.ForceRelease,
 		key, o.n.Name).Scan(&n)
 	return n, err
 }
 
 func (o pgOps) list(ctx context.Context, db *sql.DB, prefix string) ([]driver.Holder, error) {
-	rows, err := db.QueryContext(ctx, `SELECT lock_key, owner, 0, 0, token, info, `+pgLeft+`
-FROM `+o.n.Table+`
-WHERE lock_key LIKE $1 ESCAPE '!' AND owner <> '' AND expires_at > clock_timestamp()
-UNION ALL
-SELECT lock_key, owner, mode, lim, token, info, `+pgLeft+`
-FROM `+o.n.Holds+`
-WHERE lock_key LIKE $1 ESCAPE '!' AND waiting = 0 AND expires_at > clock_timestamp()`, likePrefix(prefix))
-	if err != nil {
-		return nil, err
-	}
-	return scanModeHolders(rows, time.Microsecond)
+	return queryHolders(ctx, db, time.Microsecond, o.q.List, likePrefix(prefix))
 }
 
 func (o pgOps) count(ctx context.Context, db *sql.DB, prefix string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+o.n.Table+` WHERE lock_key LIKE $1 ESCAPE '!')
-	+ (SELECT count(*) FROM `+o.n.Holds+` WHERE lock_key LIKE $1 ESCAPE '!')`,
-		likePrefix(prefix)).Scan(&n)
+	err := db.QueryRowContext(ctx, o.q.Count, likePrefix(prefix)).Scan(&n)
 	return n, err
 }
 
-// sweep deletes a batch of long-expired rows, skipping rows another
-// transaction has locked (an acquirer taking one over, say); FOR UPDATE
-// re-checks the expiry on the latest version of each row it locks. An
-// expired Exclusive hold with live waiters behind it stays: it keeps their
-// places until one of them turns it into their marker (a change of the row,
-// which a sweep that read the holds table before they committed re-checks
-// all the same).
+// sweep deletes a batch of long-expired rows of each table.
 func (o pgOps) sweep(ctx context.Context, db *sql.DB, grace time.Duration, limit int) (int, error) {
-	res, err := db.ExecContext(ctx, `DELETE FROM `+o.n.Table+` WHERE lock_key IN (
-	SELECT lock_key FROM `+o.n.Table+` AS l
-	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-	AND NOT EXISTS (SELECT 1 FROM `+o.n.Holds+` AS h
-		WHERE h.lock_key = l.lock_key AND h.expires_at > clock_timestamp())
-	LIMIT $2 FOR UPDATE OF l SKIP LOCKED)`, grace.Microseconds(), limit)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+	n, err := execCount(ctx, db, o.q.SweepLocks, grace.Microseconds(), limit)
 	if err != nil {
 		return int(n), err
 	}
-	res, err = db.ExecContext(ctx, `DELETE FROM `+o.n.Holds+` WHERE (lock_key, owner) IN (
-	SELECT lock_key, owner FROM `+o.n.Holds+`
-	WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-	AND (waiting = 0 OR expires_at < clock_timestamp() - $3::bigint * interval '1 microsecond')
-	LIMIT $2 FOR UPDATE SKIP LOCKED)`, grace.Microseconds(), limit, max(grace, goneFor).Microseconds())
-	if err != nil {
-		return int(n), err
-	}
-	m, err := res.RowsAffected()
+	m, err := execCount(ctx, db, o.q.SweepHolds, grace.Microseconds(), limit, max(grace, goneFor).Microseconds())
 	return int(n + m), err
 }
 

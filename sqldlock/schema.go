@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,10 +34,13 @@ var (
 
 // schemaScript returns the schema of dialect d rendered with names n, as a
 // script for the dialect's command-line client.
-func schemaScript(d Dialect, n names) string {
+func schemaScript(d Dialect, n names) string { return render(d.String()+".sql", n) }
+
+// render returns the file of sql/ rendered with data.
+func render(file string, data any) string {
 	var b strings.Builder
-	if err := schemas.ExecuteTemplate(&b, d.String()+".sql", n); err != nil {
-		panic("sqldlock: the schema of " + d.String() + ": " + err.Error())
+	if err := schemas.ExecuteTemplate(&b, file, data); err != nil {
+		panic("sqldlock: " + file + ": " + err.Error())
 	}
 	return b.String()
 }
@@ -65,21 +69,71 @@ func SchemaScript(u *url.URL) (string, error) {
 }
 
 // ddl returns the statements of the schema of dialect d, rendered with names
-// n: the text after each "-- name:" line of its file, without the mysql
-// client's DELIMITER lines and each statement's terminator (; or //).
+// n (see fileEntries).
 func ddl(d Dialect, n names) []string {
-	parts := strings.Split(schemaScript(d, n), "\n-- name: ")[1:]
-	for i, p := range parts {
+	_, stmts := fileEntries(schemaScript(d, n))
+	return stmts
+}
+
+// fileEntries returns the entries of a rendered file: the name on each
+// "-- name:" line (before the arguments, if it lists them: "-- name:
+// Refresh(ttl, key, owner)"), and the statement after it without the
+// comments that open it, the mysql client's DELIMITER lines and its
+// terminator (; or //).
+func fileEntries(script string) (keys, stmts []string) {
+	for _, p := range strings.Split(script, "\n-- name: ")[1:] {
+		lines := strings.Split(p, "\n")
 		var b strings.Builder
-		for _, line := range strings.Split(p, "\n")[1:] {
-			if !strings.HasPrefix(line, "DELIMITER ") {
+		for _, line := range lines[1:] {
+			if !strings.HasPrefix(line, "DELIMITER ") && (b.Len() > 0 || !strings.HasPrefix(line, "--")) {
 				b.WriteString(line + "\n")
 			}
 		}
 		s := strings.TrimSpace(b.String())
-		parts[i] = strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(s, "//"), ";"))
+		name, _, _ := strings.Cut(lines[0], "(")
+		keys = append(keys, strings.TrimSpace(name))
+		stmts = append(stmts, strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(s, "//"), ";")))
 	}
-	return parts
+	return keys, stmts
+}
+
+// stmtData is what a statements file is rendered with: the names of the
+// schema objects, and whether the driver is fair (WithFair).
+type stmtData struct {
+	names
+	Fair bool
+}
+
+// loadStmts renders sql/DIALECT_stmts.sql, the statements that d's driver
+// runs, with data into *dst, a struct (embedded ones included) of string
+// fields, one per "-- name:" entry of the same name. An entry with no field
+// (or twice) and a field with no entry are errors.
+func loadStmts(d Dialect, data stmtData, dst any) error {
+	file := d.String() + "_stmts.sql"
+	v := reflect.ValueOf(dst).Elem()
+	keys, stmts := fileEntries(render(file, data))
+	for i, k := range keys {
+		if f := v.FieldByName(k); !f.IsValid() || f.Kind() != reflect.String || f.String() != "" || stmts[i] == "" {
+			return fmt.Errorf("%s: the entry %q has no field, comes twice or is empty", file, k)
+		}
+		v.FieldByName(k).SetString(stmts[i])
+	}
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		if !f.Anonymous && v.FieldByIndex(f.Index).String() == "" {
+			return fmt.Errorf("%s: no entry for %s", file, f.Name)
+		}
+	}
+	return nil
+}
+
+// stmtsOf returns the statements of d's driver (see loadStmts), which the
+// embedded files always give.
+func stmtsOf[T any](d Dialect, n names, fair bool) *T {
+	s := new(T)
+	if err := loadStmts(d, stmtData{n, fair}, s); err != nil {
+		panic("sqldlock: " + err.Error())
+	}
+	return s
 }
 
 // SchemaError reports that the lock table holds a schema other than the

@@ -243,11 +243,11 @@ func newDriver(db *sql.DB, d Dialect, owns bool, listen sqldialect.Listener, opt
 	drv.ctx, drv.cancel = context.WithCancel(context.Background())
 	switch d {
 	case Postgres:
-		drv.ops = pgOps{n: n, fair: cfg.fair}
+		drv.ops = pgOps{n: n, fair: cfg.fair, q: stmtsOf[pgStmts](d, n, cfg.fair)}
 	case MySQL:
-		drv.ops = myOps{n: n, fair: cfg.fair}
+		drv.ops = myOps{n: n, fair: cfg.fair, q: stmtsOf[myStmts](d, n, cfg.fair)}
 	default:
-		o := liteOps{n: n, fair: cfg.fair}
+		o := liteOps{n: n, fair: cfg.fair, q: stmtsOf[liteStmts](d, n, cfg.fair)}
 		if cfg.fair && cfg.file != "" {
 			o.gate, drv.unGate = sqliteGate(cfg.file)
 		}
