@@ -91,19 +91,20 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 // of this Client for the same key queue in its gate first, so that one
 // remote wait per key and process serves them all.
 func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg lockConfig, wait bool) (*Lock, error) {
-	at := c.newAttempts(parent, []driver.Request{req}, []lockConfig{cfg}, wait)
+	at := c.newAttempts(parent, 1, wait)
 	defer at.finish()
-	leave := func() {} // readers and permits that do not wait ask the store at once
-	if wait {
-		if leave = c.gates.enter(at.ctx, req.Key, true); leave == nil {
+	at.reqs[0], at.cfgs[0] = req, cfg
+	var p pass // readers and permits that do not wait ask the store at once
+	if wait || req.Mode == driver.Exclusive {
+		var ok bool
+		switch p, ok = c.gates.enter(at.ctx, req.Key, wait); {
+		case !ok && wait:
 			return nil, at.ended(nil)
-		}
-	} else if req.Mode == driver.Exclusive {
-		if leave = c.gates.enter(at.ctx, req.Key, false); leave == nil {
+		case !ok:
 			return nil, fmt.Errorf("dlock: %w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 		}
 	}
-	at.leaves = []func(){leave}
+	at.passes = append(at.passes, p)
 	locks, err := at.run()
 	if err != nil {
 		return nil, err
@@ -227,33 +228,39 @@ func (g *gates) put(key string, gt *gate) {
 	}
 }
 
-// enter returns the function that leaves the key's gate once the caller is
-// alone inside it. If the gate is taken it waits, if wait is set, until it
-// is free or ctx ends; it returns nil if the caller is not let in.
-func (g *gates) enter(ctx context.Context, key string, wait bool) func() {
+// enter returns the caller's pass once it is alone inside the key's gate.
+// If the gate is taken it waits, if wait is set, until it is free or ctx
+// ends; it returns false if the caller is not let in.
+func (g *gates) enter(ctx context.Context, key string, wait bool) (pass, bool) {
 	gt := g.get(key)
 	select {
 	case gt.ch <- struct{}{}:
-		return g.leaver(key, gt)
+		return pass{g, key, gt}, true
 	default:
 	}
 	if wait {
 		select {
 		case gt.ch <- struct{}{}:
-			return g.leaver(key, gt)
+			return pass{g, key, gt}, true
 		case <-ctx.Done():
 		}
 	}
 	g.put(key, gt)
-	return nil
+	return pass{}, false
 }
 
-func (g *gates) leaver(key string, gt *gate) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-gt.ch
-			g.put(key, gt)
-		})
+// pass is a goroutine's place inside a key's gate; the zero pass is none.
+type pass struct {
+	g   *gates
+	key string
+	gt  *gate
+}
+
+// leave leaves the gate, once: leaving again does nothing.
+func (p *pass) leave() {
+	if p.gt != nil {
+		<-p.gt.ch
+		p.g.put(p.key, p.gt)
+		p.gt = nil
 	}
 }

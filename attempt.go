@@ -27,7 +27,7 @@ type attempts struct {
 	keys      string               // names them in errors: ` keys ["a" "b"] at once`
 	many      string               // says there are more in an error naming one
 	wait      bool
-	leaves    []func()  // leave the keys' gates of this Client
+	passes    []pass    // into the keys' gates of this Client
 	kept      int       // the requests whose Locks were handed out
 	sent      time.Time // when the latest attempt was sent
 	dirty     bool      // the store may keep something of the owners
@@ -38,6 +38,15 @@ type attempts struct {
 	subscribe bool // subscribe to releases at the next pause for one
 	woken     bool // the latest pause ended with a notification
 	bo        backoff
+	// send makes one attempt on the store (acquireOne, or AcquireAll).
+	send func(context.Context) (driver.MultiResult, error)
+	one  struct { // backs the slices of an attempt at one key
+		req    [1]driver.Request
+		cfg    [1]lockConfig
+		pass   [1]pass
+		result [1]driver.Result
+		lock   [1]*Lock
+	}
 }
 
 // verdict is what the policy makes of an attempt's outcome.
@@ -51,12 +60,17 @@ const (
 	await                // wait for a release, then attempt again
 )
 
-// newAttempts starts the attempts for reqs. A wait, or an attempt at several
-// keys, is bound to Close too; Close waits for a single attempt at one key.
-func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs []lockConfig, wait bool) *attempts {
-	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, reqs: reqs, cfgs: cfgs, wait: wait,
-		subscribe: wait && c.notifier != nil, bo: backoff{min: cfgs[0].minBackoff, max: cfgs[0].maxBackoff}}
-	if wait || len(reqs) > 1 {
+// newAttempts starts the attempts for n keys, whose requests and
+// configurations the caller then fills in (reqs, cfgs). A wait, or an
+// attempt at several keys, is bound to Close too; Close waits for a single
+// attempt at one key.
+func (c *Client) newAttempts(parent context.Context, n int, wait bool) *attempts {
+	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, wait: wait, subscribe: wait && c.notifier != nil}
+	at.reqs, at.cfgs, at.passes, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:0], at.acquireOne
+	if n > 1 {
+		at.reqs, at.cfgs, at.passes = make([]driver.Request, n), make([]lockConfig, n), make([]pass, 0, n)
+	}
+	if wait || n > 1 {
 		at.ctx, at.unbind = c.bind(parent)
 	}
 	return at
@@ -66,6 +80,7 @@ func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs
 // the locks (see hold). Several keys are taken at once in one attempt only:
 // when the policy would go on, the caller takes them one by one.
 func (at *attempts) run() ([]*Lock, error) {
+	at.bo = backoff{min: at.cfgs[0].minBackoff, max: at.cfgs[0].maxBackoff}
 	for {
 		o, err := at.attempt()
 		if at.ma != nil && errors.Is(err, driver.ErrUnsupported) {
@@ -93,14 +108,7 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 		return driver.MultiResult{}, err
 	}
 	at.dirty, at.sent = true, time.Now()
-	acquire := func(ctx context.Context) (driver.MultiResult, error) {
-		res, err := at.c.drv.Acquire(ctx, at.reqs[0])
-		return driver.MultiResult{Acquired: res.Acquired, Results: []driver.Result{res}, RetryAfter: res.RetryAfter}, err
-	}
-	if at.ma != nil {
-		acquire = func(ctx context.Context) (driver.MultiResult, error) { return at.ma.AcquireAll(ctx, at.reqs) }
-	}
-	res, inflight, err := do(at.c, at.ctx, acquire)
+	res, inflight, err := do(at.c, at.ctx, at.send)
 	if inflight != nil {
 		at.dirty = false
 		inflight.after(at.c, func(driver.MultiResult, error) { at.cleanup(context.Background()) })
@@ -110,6 +118,13 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 	}
 	res.Blocked = max(0, min(res.Blocked, len(at.reqs)-1))
 	return res, err
+}
+
+// acquireOne is the attempt at one key on the store.
+func (at *attempts) acquireOne(ctx context.Context) (driver.MultiResult, error) {
+	res, err := at.c.drv.Acquire(ctx, at.reqs[0])
+	at.one.result[0] = res
+	return driver.MultiResult{Acquired: res.Acquired, Results: at.one.result[:], RetryAfter: res.RetryAfter}, err
 }
 
 // decide is the policy: what follows an attempt's outcome.
@@ -207,15 +222,18 @@ func (at *attempts) late(o driver.MultiResult) error {
 // meanwhile, it returns the locks made before with the error, for the
 // caller to report and release; finish clears the rest.
 func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
-	locks := make([]*Lock, 0, len(at.reqs))
+	locks := at.one.lock[:0]
+	if len(at.reqs) > 1 {
+		locks = make([]*Lock, 0, len(at.reqs))
+	}
 	for i, req := range at.reqs {
 		ttl, validUntil := lease(req, o.Results[i], at.sent)
 		if req.Mode != driver.Exclusive {
 			// Readers and permits of one Client hold at once: the gate
 			// serialises only their waits.
-			at.leaves[i]() // (leaving twice is leaving once)
+			at.passes[i].leave()
 		}
-		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.leaves[i])
+		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.passes[i])
 		if l == nil {
 			return locks, at.ended(nil)
 		}
@@ -300,8 +318,8 @@ func (at *attempts) finish() {
 	if at.sub != nil {
 		at.sub.Close()
 	}
-	for i := len(at.leaves) - 1; i >= at.kept; i-- {
-		at.leaves[i]()
+	for i := len(at.passes) - 1; i >= at.kept; i-- {
+		at.passes[i].leave()
 	}
 	at.unbind()
 }

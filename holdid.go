@@ -178,7 +178,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}
-	l := newLock(c, ctx, req, held.Token, ttl, cfg, sent, validUntil, func() {})
+	l := newLock(c, ctx, req, held.Token, ttl, cfg, sent, validUntil, pass{})
 	if l == nil {
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
 	}

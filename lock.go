@@ -32,7 +32,7 @@ type Lock struct {
 	acquiredAt time.Time
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
-	leave      func() // leaves the Client's gate for the key
+	gate       pass // in the Client's gate for the key, until the hold ends
 	events     lockEvents
 
 	// Renewal runs on a timer, not a goroutine of its own: an idle lock
@@ -63,9 +63,9 @@ type Lock struct {
 
 // newLock makes the handle of an acquired lock. Its context carries the lock
 // on top of the locks that acq, the acquisition's context, carries.
-func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, leave func()) *Lock {
+func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
 	renew := cfg.renew
-	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
+	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
 	if l.events.id == 0 {
 		l.events.id = nextAcquisitionID()
@@ -196,7 +196,7 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 		l.mu.Unlock()
 		// Readers of this Client may now join, as they may join any
 		// read lock: only exclusive holds keep the Client's gate.
-		l.leave()
+		l.leaveGate()
 		return nil
 	case err == nil:
 		// Whatever the store made of the request is not this lock's hold:
@@ -548,7 +548,7 @@ func (l *Lock) end(s lockState, cause error) {
 
 	l.cancel(cause)
 	l.haltRenewal()
-	l.leave()
+	l.leaveGate()
 	l.c.forget(l)
 	e := l.event(EventReleased, nil)
 	e.Held = time.Since(l.acquiredAt)
@@ -557,6 +557,16 @@ func (l *Lock) end(s lockState, cause error) {
 		e.Kind, e.Err = EventLost, cause
 	}
 	l.c.observe(e)
+}
+
+// leaveGate lets the next goroutine of this Client that waits for the key
+// in, once.
+func (l *Lock) leaveGate() {
+	l.mu.Lock()
+	p := l.gate
+	l.gate = pass{}
+	l.mu.Unlock()
+	p.leave()
 }
 
 // checkExpiry runs when the validity deadline may have passed.
