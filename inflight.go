@@ -47,7 +47,7 @@ const workerIdle = 5 * time.Second
 // returns promptly on its own (Capabilities.CancelsPromptly), runs fn on the
 // caller's goroutine.
 func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, *call[T], error) {
-	if ctx.Done() == nil || c.caps.CancelsPromptly {
+	if c.caps.CancelsPromptly || ctx.Done() == nil {
 		v, err := fn(ctx)
 		return v, nil, err
 	}
