@@ -157,7 +157,7 @@ type Client struct {
 	cfg      clientConfig
 	gates    gates
 
-	// closing ends when Close begins: every wait of the Client watches it.
+	// closing ends when Close begins: idle workers leave (see spawn).
 	closing context.Context
 	stop    context.CancelCauseFunc
 	ops     tracker     // acquisitions in progress
@@ -168,6 +168,7 @@ type Client struct {
 	closed    bool
 	closeDone chan struct{} // closed when Close has finished
 	locks     map[*Lock]struct{}
+	bound     map[context.Context]context.CancelCauseFunc // the waits Close ends (see bind)
 }
 
 // New returns a Client over d. The Client owns d: Close closes it.
@@ -189,7 +190,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
@@ -512,6 +513,9 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.closeDone = make(chan struct{})
+	for _, cancel := range c.bound {
+		cancel(ErrClosed)
+	}
 	c.mu.Unlock()
 	defer close(c.closeDone)
 
@@ -548,9 +552,16 @@ func (c *Client) enter() bool {
 // bind returns a context that ends when ctx does or when Close begins.
 func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel(ErrClosed)
+	}
+	c.bound[bctx] = cancel
 	return bctx, func() {
-		stop()
+		c.mu.Lock()
+		delete(c.bound, bctx)
+		c.mu.Unlock()
 		cancel(nil)
 	}
 }
