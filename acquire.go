@@ -199,8 +199,9 @@ func (b *backoff) next() time.Duration {
 // gates queues the goroutines of one Client that want the same key, so that at
 // most one of them acquires or holds it at a time.
 type gates struct {
-	mu sync.Mutex
-	m  map[string]*gate
+	mu   sync.Mutex
+	m    map[string]*gate
+	free sync.Pool // of gates that no goroutine is in or waits for
 }
 
 type gate struct {
@@ -213,7 +214,10 @@ func (g *gates) get(key string) *gate {
 	defer g.mu.Unlock()
 	gt := g.m[key]
 	if gt == nil {
-		gt = &gate{ch: make(chan struct{}, 1)}
+		gt, _ = g.free.Get().(*gate)
+		if gt == nil {
+			gt = &gate{ch: make(chan struct{}, 1)}
+		}
 		g.m[key] = gt
 	}
 	gt.refs++
@@ -225,6 +229,7 @@ func (g *gates) put(key string, gt *gate) {
 	defer g.mu.Unlock()
 	if gt.refs--; gt.refs == 0 {
 		delete(g.m, key)
+		g.free.Put(gt)
 	}
 }
 
