@@ -139,7 +139,7 @@ func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 			c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
 		}
 	}
-	if _, err, ok := cl.waitFor(ctx, cleanupGrace); ok {
+	if _, err, ok := cl.Wait(ctx, cleanupGrace); ok {
 		report(struct{}{}, err)
 	} else {
 		cl.after(c, report)
@@ -209,21 +209,6 @@ type gate struct {
 	refs int
 }
 
-func (g *gates) get(key string) *gate {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gt := g.m[key]
-	if gt == nil {
-		gt, _ = g.free.Get().(*gate)
-		if gt == nil {
-			gt = &gate{ch: make(chan struct{}, 1)}
-		}
-		g.m[key] = gt
-	}
-	gt.refs++
-	return gt
-}
-
 func (g *gates) put(key string, gt *gate) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -237,7 +222,16 @@ func (g *gates) put(key string, gt *gate) {
 // If the gate is taken it waits, if wait is set, until it is free or ctx
 // ends; it returns false if the caller is not let in.
 func (g *gates) enter(ctx context.Context, key string, wait bool) (pass, bool) {
-	gt := g.get(key)
+	g.mu.Lock()
+	gt := g.m[key]
+	if gt == nil {
+		if gt, _ = g.free.Get().(*gate); gt == nil {
+			gt = &gate{ch: make(chan struct{}, 1)}
+		}
+		g.m[key] = gt
+	}
+	gt.refs++
+	g.mu.Unlock()
 	select {
 	case gt.ch <- struct{}{}:
 		return pass{g, key, gt}, true

@@ -28,7 +28,7 @@ type attempts struct {
 	many      string               // says there are more in an error naming one
 	wait      bool
 	passes    []pass    // into the keys' gates of this Client
-	kept      int       // the requests whose Locks were handed out
+	locks     []*Lock   // handed out, for the first requests
 	sent      time.Time // when the latest attempt was sent
 	dirty     bool      // the store may keep something of the owners
 	reached   bool      // the store has answered an attempt
@@ -66,9 +66,9 @@ const (
 // attempt at one key.
 func (c *Client) newAttempts(parent context.Context, n int, wait bool) *attempts {
 	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, wait: wait, subscribe: wait && c.notifier != nil}
-	at.reqs, at.cfgs, at.passes, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:0], at.acquireOne
+	at.reqs, at.cfgs, at.passes, at.locks, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:0], at.one.lock[:0], at.acquireOne
 	if n > 1 {
-		at.reqs, at.cfgs, at.passes = make([]driver.Request, n), make([]lockConfig, n), make([]pass, 0, n)
+		at.reqs, at.cfgs, at.passes, at.locks = make([]driver.Request, n), make([]lockConfig, n), make([]pass, 0, n), make([]*Lock, 0, n)
 	}
 	if wait || n > 1 {
 		at.ctx, at.unbind = c.bind(parent)
@@ -222,10 +222,6 @@ func (at *attempts) late(o driver.MultiResult) error {
 // meanwhile, it returns the locks made before with the error, for the
 // caller to report and release; finish clears the rest.
 func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
-	locks := at.one.lock[:0]
-	if len(at.reqs) > 1 {
-		locks = make([]*Lock, 0, len(at.reqs))
-	}
 	for i, req := range at.reqs {
 		ttl, validUntil := lease(req, o.Results[i], at.sent)
 		if req.Mode != driver.Exclusive {
@@ -235,12 +231,11 @@ func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
 		}
 		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.passes[i])
 		if l == nil {
-			return locks, at.ended(nil)
+			return at.locks, at.ended(nil)
 		}
-		locks = append(locks, l)
-		at.kept++
+		at.locks = append(at.locks, l)
 	}
-	return locks, nil
+	return at.locks, nil
 }
 
 // pause waits before the next attempt, and returns an error if the wait
@@ -318,7 +313,7 @@ func (at *attempts) finish() {
 	if at.sub != nil {
 		at.sub.Close()
 	}
-	for i := len(at.passes) - 1; i >= at.kept; i-- {
+	for i := len(at.passes) - 1; i >= len(at.locks); i-- {
 		at.passes[i].leave()
 	}
 	at.unbind()
@@ -327,7 +322,7 @@ func (at *attempts) finish() {
 // cleanup releases what the requests whose locks were not handed out may
 // hold (see Client.cleanup).
 func (at *attempts) cleanup(ctx context.Context) {
-	for _, req := range at.reqs[at.kept:] {
+	for _, req := range at.reqs[len(at.locks):] {
 		at.c.cleanup(ctx, req)
 	}
 }

@@ -110,6 +110,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -522,10 +523,7 @@ func (c *Client) Close() error {
 	c.stop(ErrClosed)
 	c.ops.wait(cleanupTimeout)
 	c.mu.Lock()
-	locks := make([]*Lock, 0, len(c.locks))
-	for l := range c.locks {
-		locks = append(locks, l)
-	}
+	locks := slices.Collect(maps.Keys(c.locks))
 	c.mu.Unlock()
 	errs := make([]error, len(locks)+1)
 	var wg sync.WaitGroup

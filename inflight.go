@@ -65,11 +65,6 @@ func (cl *call[T]) wait(ctx context.Context) (T, error, bool) {
 	return cl.Wait(ctx, abandonGrace)
 }
 
-// waitFor is wait with a grace of its own.
-func (cl *call[T]) waitFor(ctx context.Context, grace time.Duration) (T, error, bool) {
-	return cl.Wait(ctx, grace)
-}
-
 // after runs fn with the call's result once it has completed, on a
 // goroutine that Close waits for.
 func (cl *call[T]) after(c *Client, fn func(T, error)) { cl.Then(c.spawn, fn) }

@@ -63,7 +63,6 @@ type Lock struct {
 // newLock makes the handle of an acquired lock. Its context carries the lock
 // on top of the locks that acq, the acquisition's context, carries.
 func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
-	renew := cfg.renew
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
 	if l.events.id == 0 {
@@ -81,22 +80,16 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 		l.cancel(ErrClosed)
 		return nil
 	}
-	if l.maxHold > 0 {
-		// Once tracked: at a max hold that passed already, the lock
-		// ends at once.
-		l.mu.Lock()
-		if l.state == held { // Close may have ended the lock already
-			l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
-		}
-		l.mu.Unlock()
+	// Once tracked, unless Close has ended the lock already: at a max
+	// hold that passed already, the lock ends at once.
+	l.mu.Lock()
+	if l.maxHold > 0 && l.state == held {
+		l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
 	}
-	if renew {
-		l.mu.Lock()
-		if !l.renewStopped { // Close may have ended the lock already
-			l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
-		}
-		l.mu.Unlock()
+	if cfg.renew && !l.renewStopped {
+		l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
 	}
+	l.mu.Unlock()
 	return l
 }
 
@@ -186,10 +179,12 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 	case err == nil && res.Acquired && res.Token == l.token:
 		l.mu.Lock()
 		l.req.Mode = driver.Shared
+		gate := l.gate
+		l.gate = pass{}
 		l.mu.Unlock()
 		// Readers of this Client may now join, as they may join any
 		// read lock: only exclusive holds keep the Client's gate.
-		l.leaveGate()
+		gate.leave()
 		return nil
 	case err == nil:
 		// Whatever the store made of the request is not this lock's hold:
@@ -541,6 +536,8 @@ func (l *Lock) end(s lockState, cause error) {
 		return
 	}
 	l.state, l.cause = s, cause
+	gate := l.gate
+	l.gate = pass{}
 	l.expiry.Stop()
 	if l.holdTimer != nil {
 		l.holdTimer.Stop()
@@ -549,7 +546,7 @@ func (l *Lock) end(s lockState, cause error) {
 
 	l.cancel(cause)
 	l.haltRenewal()
-	l.leaveGate()
+	gate.leave()
 	l.c.forget(l)
 	e := l.event(EventReleased, nil)
 	e.Held = time.Since(l.acquiredAt)
@@ -558,16 +555,6 @@ func (l *Lock) end(s lockState, cause error) {
 		e.Kind, e.Err = EventLost, cause
 	}
 	l.c.observe(e)
-}
-
-// leaveGate lets the next goroutine of this Client that waits for the key
-// in, once.
-func (l *Lock) leaveGate() {
-	l.mu.Lock()
-	p := l.gate
-	l.gate = pass{}
-	l.mu.Unlock()
-	p.leave()
 }
 
 // checkExpiry runs when the validity deadline may have passed.
