@@ -94,17 +94,15 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 	at := c.newAttempts(parent, 1, wait)
 	defer at.finish()
 	at.reqs[0], at.cfgs[0] = req, cfg
-	var p pass // readers and permits that do not wait ask the store at once
-	if wait || req.Mode == driver.Exclusive {
+	if wait || req.Mode == driver.Exclusive { // readers and permits that do not wait ask the store at once
 		var ok bool
-		switch p, ok = c.gates.enter(at.ctx, req.Key, wait); {
+		switch at.passes[0], ok = c.gates.enter(at.ctx, req.Key, wait); {
 		case !ok && wait:
 			return nil, at.ended(nil)
 		case !ok:
 			return nil, fmt.Errorf("dlock: %w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 		}
 	}
-	at.passes = append(at.passes, p)
 	locks, err := at.run()
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ type attempts struct {
 	keys      string               // names them in errors: ` keys ["a" "b"] at once`
 	many      string               // says there are more in an error naming one
 	wait      bool
-	passes    []pass    // into the keys' gates of this Client
+	passes    []pass    // into the keys' gates of this Client (none: the zero pass)
 	locks     []*Lock   // handed out, for the first requests
 	sent      time.Time // when the latest attempt was sent
 	dirty     bool      // the store may keep something of the owners
@@ -66,9 +66,9 @@ const (
 // attempt at one key.
 func (c *Client) newAttempts(parent context.Context, n int, wait bool) *attempts {
 	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, wait: wait, subscribe: wait && c.notifier != nil}
-	at.reqs, at.cfgs, at.passes, at.locks, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:0], at.one.lock[:0], at.acquireOne
+	at.reqs, at.cfgs, at.passes, at.locks, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:], at.one.lock[:0], at.acquireOne
 	if n > 1 {
-		at.reqs, at.cfgs, at.passes, at.locks = make([]driver.Request, n), make([]lockConfig, n), make([]pass, 0, n), make([]*Lock, 0, n)
+		at.reqs, at.cfgs, at.passes, at.locks = make([]driver.Request, n), make([]lockConfig, n), make([]pass, n), make([]*Lock, 0, n)
 	}
 	if wait || n > 1 {
 		at.ctx, at.unbind = c.bind(parent)

@@ -578,9 +578,8 @@ func (c *Client) check(ctx context.Context) error {
 		return argError("ctx", nil, "must not be nil")
 	}
 	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	defer c.mu.Unlock()
+	if c.closed {
 		return ErrClosed
 	}
 	return nil

@@ -112,12 +112,11 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 		}
 		at.reqs[i], at.cfgs[i] = req, cfg
 	}
-	for _, k := range keys {
-		p, ok := c.gates.enter(ctx, k, false)
-		if !ok {
+	for i, k := range keys {
+		var ok bool
+		if at.passes[i], ok = c.gates.enter(ctx, k, false); !ok {
 			return nil, nil, nil
 		}
-		at.passes = append(at.passes, p)
 	}
 	acqs := make([]*acquisition, len(keys))
 	for i, req := range at.reqs {
