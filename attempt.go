@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +23,7 @@ type attempts struct {
 	reqs      []driver.Request
 	cfgs      []lockConfig
 	ma        driver.MultiAcquirer // takes several keys at once
-	keys      string               // names them in errors: ` keys ["a" "b"] at once`
-	many      string               // says there are more in an error naming one
+	keys      []string             // taken at once, if several
 	wait      bool
 	passes    []pass    // into the keys' gates of this Client (none: the zero pass)
 	locks     []*Lock   // handed out, for the first requests
@@ -136,7 +134,7 @@ func (at *attempts) decide(o driver.MultiResult, err error) (verdict, error) {
 	if !o.Acquired {
 		at.dirty = at.reqs[0].Queue // a refusal changes nothing but a queue entry
 		if !at.wait {
-			return stop, fmt.Errorf("dlock: %s%w: %q is held", at.many, ErrNotAcquired, at.reqs[o.Blocked].Key)
+			return stop, fmt.Errorf("dlock: %s%w: %q is held", at.many(), ErrNotAcquired, at.reqs[o.Blocked].Key)
 		}
 		return await, nil
 	}
@@ -212,7 +210,7 @@ func (at *attempts) late(o driver.MultiResult) error {
 			bound, d, until = "max hold", *mh, at.sent.Add(*mh)
 		}
 		if !time.Now().Before(until) {
-			return fmt.Errorf("dlock: %s%w: %q: the store answered after the %s of %v had run out", at.many, ErrNotAcquired, req.Key, bound, d)
+			return fmt.Errorf("dlock: %s%w: %q: the store answered after the %s of %v had run out", at.many(), ErrNotAcquired, req.Key, bound, d)
 		}
 	}
 	return nil
@@ -344,8 +342,20 @@ func (at *attempts) ended(err error) error {
 // keyed names the key, or the keys taken at once, after sep for a message
 // that wraps err, or returns "" if err names the key (see errtext.Keyed).
 func (at *attempts) keyed(sep string, err error) string {
-	if k := cmp.Or(at.keys, keyed(at.reqs[0].Key, err)); k != "" {
+	if at.keys != nil {
+		return fmt.Sprintf("%s keys %q at once", sep, at.keys)
+	}
+	if k := keyed(at.reqs[0].Key, err); k != "" {
 		return sep + k
 	}
 	return ""
+}
+
+// many says, in an error that names one of several keys taken at once,
+// that there are more.
+func (at *attempts) many() string {
+	if at.keys == nil {
+		return ""
+	}
+	return fmt.Sprintf("acquiring %d keys at once: ", len(at.keys))
 }

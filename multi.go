@@ -103,7 +103,7 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	defer c.ops.done()
 	at := c.newAttempts(ctx, len(keys), wait)
 	defer at.finish()
-	at.ma, at.keys, at.many = ma, fmt.Sprintf(" keys %q at once", keys), fmt.Sprintf("acquiring %d keys at once: ", len(keys))
+	at.ma, at.keys = ma, keys
 	at.send = func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, at.reqs) }
 	for i, k := range keys {
 		req, cfg, held, err := c.prepare(ctx, k, opts)
