@@ -103,6 +103,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -202,18 +203,10 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 
 func normalize(caps driver.Capabilities) driver.Capabilities {
 	caps.Modes |= driver.Modes(driver.Exclusive)
-	if caps.MaxKeyLen == 0 {
-		caps.MaxKeyLen = 1024
-	}
-	if caps.MinTTL == 0 {
-		caps.MinTTL = 10 * time.Millisecond
-	}
-	if caps.MaxTTL == 0 {
-		caps.MaxTTL = DefaultMaxTTL
-	}
-	if caps.MaxLimit == 0 {
-		caps.MaxLimit = math.MaxInt32
-	}
+	caps.MaxKeyLen = cmp.Or(caps.MaxKeyLen, 1024)
+	caps.MinTTL = cmp.Or(caps.MinTTL, 10*time.Millisecond)
+	caps.MaxTTL = cmp.Or(caps.MaxTTL, DefaultMaxTTL)
+	caps.MaxLimit = cmp.Or(caps.MaxLimit, math.MaxInt32)
 	return caps
 }
 

@@ -187,9 +187,7 @@ func (m *MultiLock) Release(ctx context.Context) error {
 	}
 	var errs []error
 	for _, l := range slices.Backward(m.locks) {
-		if err := l.Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, l.Release(ctx)) // (Join drops the nils)
 	}
 	return errors.Join(errs...)
 }
