@@ -187,7 +187,9 @@ func (m *MultiLock) Release(ctx context.Context) error {
 	}
 	var errs []error
 	for _, l := range slices.Backward(m.locks) {
-		errs = append(errs, l.Release(ctx)) // (Join drops the nils)
+		if err := l.Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
