@@ -91,19 +91,18 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 // of this Client for the same key queue in its gate first, so that one
 // remote wait per key and process serves them all.
 func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg lockConfig, wait bool) (*Lock, error) {
-	at := c.newAttempts(parent, []driver.Request{req}, []lockConfig{cfg}, wait)
+	at := c.newAttempts(parent, 1, wait)
 	defer at.finish()
-	leave := func() {} // readers and permits that do not wait ask the store at once
-	if wait {
-		if leave = c.gates.enter(at.ctx, req.Key, true); leave == nil {
+	at.reqs[0], at.cfgs[0] = req, cfg
+	if wait || req.Mode == driver.Exclusive { // readers and permits that do not wait ask the store at once
+		var ok bool
+		switch at.passes[0], ok = c.gates.enter(at.ctx, req.Key, wait); {
+		case !ok && wait:
 			return nil, at.ended(nil)
-		}
-	} else if req.Mode == driver.Exclusive {
-		if leave = c.gates.enter(at.ctx, req.Key, false); leave == nil {
+		case !ok:
 			return nil, fmt.Errorf("dlock: %w: %q is held (by another goroutine of this client)", ErrNotAcquired, req.Key)
 		}
 	}
-	at.leaves = []func(){leave}
 	locks, err := at.run()
 	if err != nil {
 		return nil, err
@@ -138,7 +137,7 @@ func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 			c.cfg.logger.Warn("dlock: cleanup release failed; the lease will expire", "key", req.Key, "err", err)
 		}
 	}
-	if _, err, ok := cl.waitFor(ctx, cleanupGrace); ok {
+	if _, err, ok := cl.Wait(ctx, cleanupGrace); ok {
 		report(struct{}{}, err)
 	} else {
 		cl.after(c, report)
@@ -198,8 +197,9 @@ func (b *backoff) next() time.Duration {
 // gates queues the goroutines of one Client that want the same key, so that at
 // most one of them acquires or holds it at a time.
 type gates struct {
-	mu sync.Mutex
-	m  map[string]*gate
+	mu   sync.Mutex
+	m    map[string]*gate
+	free sync.Pool // of gates that no goroutine is in or waits for
 }
 
 type gate struct {
@@ -207,53 +207,57 @@ type gate struct {
 	refs int
 }
 
-func (g *gates) get(key string) *gate {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gt := g.m[key]
-	if gt == nil {
-		gt = &gate{ch: make(chan struct{}, 1)}
-		g.m[key] = gt
-	}
-	gt.refs++
-	return gt
-}
-
 func (g *gates) put(key string, gt *gate) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if gt.refs--; gt.refs == 0 {
 		delete(g.m, key)
+		g.free.Put(gt)
 	}
 }
 
-// enter returns the function that leaves the key's gate once the caller is
-// alone inside it. If the gate is taken it waits, if wait is set, until it
-// is free or ctx ends; it returns nil if the caller is not let in.
-func (g *gates) enter(ctx context.Context, key string, wait bool) func() {
-	gt := g.get(key)
+// enter returns the caller's pass once it is alone inside the key's gate.
+// If the gate is taken it waits, if wait is set, until it is free or ctx
+// ends; it returns false if the caller is not let in.
+func (g *gates) enter(ctx context.Context, key string, wait bool) (pass, bool) {
+	g.mu.Lock()
+	gt := g.m[key]
+	if gt == nil {
+		if gt, _ = g.free.Get().(*gate); gt == nil {
+			gt = &gate{ch: make(chan struct{}, 1)}
+		}
+		g.m[key] = gt
+	}
+	gt.refs++
+	g.mu.Unlock()
 	select {
 	case gt.ch <- struct{}{}:
-		return g.leaver(key, gt)
+		return pass{g, key, gt}, true
 	default:
 	}
 	if wait {
 		select {
 		case gt.ch <- struct{}{}:
-			return g.leaver(key, gt)
+			return pass{g, key, gt}, true
 		case <-ctx.Done():
 		}
 	}
 	g.put(key, gt)
-	return nil
+	return pass{}, false
 }
 
-func (g *gates) leaver(key string, gt *gate) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-gt.ch
-			g.put(key, gt)
-		})
+// pass is a goroutine's place inside a key's gate; the zero pass is none.
+type pass struct {
+	g   *gates
+	key string
+	gt  *gate
+}
+
+// leave leaves the gate, once: leaving again does nothing.
+func (p *pass) leave() {
+	if p.gt != nil {
+		<-p.gt.ch
+		p.g.put(p.key, p.gt)
+		p.gt = nil
 	}
 }

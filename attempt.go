@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,11 +23,10 @@ type attempts struct {
 	reqs      []driver.Request
 	cfgs      []lockConfig
 	ma        driver.MultiAcquirer // takes several keys at once
-	keys      string               // names them in errors: ` keys ["a" "b"] at once`
-	many      string               // says there are more in an error naming one
+	keys      []string             // taken at once, if several
 	wait      bool
-	leaves    []func()  // leave the keys' gates of this Client
-	kept      int       // the requests whose Locks were handed out
+	passes    []pass    // into the keys' gates of this Client (none: the zero pass)
+	locks     []*Lock   // handed out, for the first requests
 	sent      time.Time // when the latest attempt was sent
 	dirty     bool      // the store may keep something of the owners
 	reached   bool      // the store has answered an attempt
@@ -38,6 +36,15 @@ type attempts struct {
 	subscribe bool // subscribe to releases at the next pause for one
 	woken     bool // the latest pause ended with a notification
 	bo        backoff
+	// send makes one attempt on the store (acquireOne, or AcquireAll).
+	send func(context.Context) (driver.MultiResult, error)
+	one  struct { // backs the slices of an attempt at one key
+		req    [1]driver.Request
+		cfg    [1]lockConfig
+		pass   [1]pass
+		result [1]driver.Result
+		lock   [1]*Lock
+	}
 }
 
 // verdict is what the policy makes of an attempt's outcome.
@@ -51,12 +58,17 @@ const (
 	await                // wait for a release, then attempt again
 )
 
-// newAttempts starts the attempts for reqs. A wait, or an attempt at several
-// keys, is bound to Close too; Close waits for a single attempt at one key.
-func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs []lockConfig, wait bool) *attempts {
-	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, reqs: reqs, cfgs: cfgs, wait: wait,
-		subscribe: wait && c.notifier != nil, bo: backoff{min: cfgs[0].minBackoff, max: cfgs[0].maxBackoff}}
-	if wait || len(reqs) > 1 {
+// newAttempts starts the attempts for n keys, whose requests and
+// configurations the caller then fills in (reqs, cfgs). A wait, or an
+// attempt at several keys, is bound to Close too; Close waits for a single
+// attempt at one key.
+func (c *Client) newAttempts(parent context.Context, n int, wait bool) *attempts {
+	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, wait: wait, subscribe: wait && c.notifier != nil}
+	at.reqs, at.cfgs, at.passes, at.locks, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:], at.one.lock[:0], at.acquireOne
+	if n > 1 {
+		at.reqs, at.cfgs, at.passes, at.locks = make([]driver.Request, n), make([]lockConfig, n), make([]pass, n), make([]*Lock, 0, n)
+	}
+	if wait || n > 1 {
 		at.ctx, at.unbind = c.bind(parent)
 	}
 	return at
@@ -66,6 +78,7 @@ func (c *Client) newAttempts(parent context.Context, reqs []driver.Request, cfgs
 // the locks (see hold). Several keys are taken at once in one attempt only:
 // when the policy would go on, the caller takes them one by one.
 func (at *attempts) run() ([]*Lock, error) {
+	at.bo = backoff{min: at.cfgs[0].minBackoff, max: at.cfgs[0].maxBackoff}
 	for {
 		o, err := at.attempt()
 		if at.ma != nil && errors.Is(err, driver.ErrUnsupported) {
@@ -93,14 +106,7 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 		return driver.MultiResult{}, err
 	}
 	at.dirty, at.sent = true, time.Now()
-	acquire := func(ctx context.Context) (driver.MultiResult, error) {
-		res, err := at.c.drv.Acquire(ctx, at.reqs[0])
-		return driver.MultiResult{Acquired: res.Acquired, Results: []driver.Result{res}, RetryAfter: res.RetryAfter}, err
-	}
-	if at.ma != nil {
-		acquire = func(ctx context.Context) (driver.MultiResult, error) { return at.ma.AcquireAll(ctx, at.reqs) }
-	}
-	res, inflight, err := do(at.c, at.ctx, acquire)
+	res, inflight, err := do(at.c, at.ctx, at.send)
 	if inflight != nil {
 		at.dirty = false
 		inflight.after(at.c, func(driver.MultiResult, error) { at.cleanup(context.Background()) })
@@ -112,6 +118,13 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 	return res, err
 }
 
+// acquireOne is the attempt at one key on the store.
+func (at *attempts) acquireOne(ctx context.Context) (driver.MultiResult, error) {
+	res, err := at.c.drv.Acquire(ctx, at.reqs[0])
+	at.one.result[0] = res
+	return driver.MultiResult{Acquired: res.Acquired, Results: at.one.result[:], RetryAfter: res.RetryAfter}, err
+}
+
 // decide is the policy: what follows an attempt's outcome.
 func (at *attempts) decide(o driver.MultiResult, err error) (verdict, error) {
 	if err != nil {
@@ -121,7 +134,7 @@ func (at *attempts) decide(o driver.MultiResult, err error) (verdict, error) {
 	if !o.Acquired {
 		at.dirty = at.reqs[0].Queue // a refusal changes nothing but a queue entry
 		if !at.wait {
-			return stop, fmt.Errorf("dlock: %s%w: %q is held", at.many, ErrNotAcquired, at.reqs[o.Blocked].Key)
+			return stop, fmt.Errorf("dlock: %s%w: %q is held", at.many(), ErrNotAcquired, at.reqs[o.Blocked].Key)
 		}
 		return await, nil
 	}
@@ -197,7 +210,7 @@ func (at *attempts) late(o driver.MultiResult) error {
 			bound, d, until = "max hold", *mh, at.sent.Add(*mh)
 		}
 		if !time.Now().Before(until) {
-			return fmt.Errorf("dlock: %s%w: %q: the store answered after the %s of %v had run out", at.many, ErrNotAcquired, req.Key, bound, d)
+			return fmt.Errorf("dlock: %s%w: %q: the store answered after the %s of %v had run out", at.many(), ErrNotAcquired, req.Key, bound, d)
 		}
 	}
 	return nil
@@ -207,22 +220,20 @@ func (at *attempts) late(o driver.MultiResult) error {
 // meanwhile, it returns the locks made before with the error, for the
 // caller to report and release; finish clears the rest.
 func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
-	locks := make([]*Lock, 0, len(at.reqs))
 	for i, req := range at.reqs {
 		ttl, validUntil := lease(req, o.Results[i], at.sent)
 		if req.Mode != driver.Exclusive {
 			// Readers and permits of one Client hold at once: the gate
 			// serialises only their waits.
-			at.leaves[i]() // (leaving twice is leaving once)
+			at.passes[i].leave()
 		}
-		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.leaves[i])
+		l := newLock(at.c, at.parent, req, o.Results[i].Token, ttl, at.cfgs[i], at.sent, validUntil, at.passes[i])
 		if l == nil {
-			return locks, at.ended(nil)
+			return at.locks, at.ended(nil)
 		}
-		locks = append(locks, l)
-		at.kept++
+		at.locks = append(at.locks, l)
 	}
-	return locks, nil
+	return at.locks, nil
 }
 
 // pause waits before the next attempt, and returns an error if the wait
@@ -300,8 +311,8 @@ func (at *attempts) finish() {
 	if at.sub != nil {
 		at.sub.Close()
 	}
-	for i := len(at.leaves) - 1; i >= at.kept; i-- {
-		at.leaves[i]()
+	for i := len(at.passes) - 1; i >= len(at.locks); i-- {
+		at.passes[i].leave()
 	}
 	at.unbind()
 }
@@ -309,7 +320,7 @@ func (at *attempts) finish() {
 // cleanup releases what the requests whose locks were not handed out may
 // hold (see Client.cleanup).
 func (at *attempts) cleanup(ctx context.Context) {
-	for _, req := range at.reqs[at.kept:] {
+	for _, req := range at.reqs[len(at.locks):] {
 		at.c.cleanup(ctx, req)
 	}
 }
@@ -331,8 +342,20 @@ func (at *attempts) ended(err error) error {
 // keyed names the key, or the keys taken at once, after sep for a message
 // that wraps err, or returns "" if err names the key (see errtext.Keyed).
 func (at *attempts) keyed(sep string, err error) string {
-	if k := cmp.Or(at.keys, keyed(at.reqs[0].Key, err)); k != "" {
+	if at.keys != nil {
+		return fmt.Sprintf("%s keys %q at once", sep, at.keys)
+	}
+	if k := keyed(at.reqs[0].Key, err); k != "" {
 		return sep + k
 	}
 	return ""
+}
+
+// many says, in an error that names one of several keys taken at once,
+// that there are more.
+func (at *attempts) many() string {
+	if at.keys == nil {
+		return ""
+	}
+	return fmt.Sprintf("acquiring %d keys at once: ", len(at.keys))
 }

@@ -103,6 +103,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -110,6 +111,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -157,7 +159,7 @@ type Client struct {
 	cfg      clientConfig
 	gates    gates
 
-	// closing ends when Close begins: every wait of the Client watches it.
+	// closing ends when Close begins: idle workers leave (see spawn).
 	closing context.Context
 	stop    context.CancelCauseFunc
 	ops     tracker     // acquisitions in progress
@@ -168,6 +170,7 @@ type Client struct {
 	closed    bool
 	closeDone chan struct{} // closed when Close has finished
 	locks     map[*Lock]struct{}
+	bound     map[context.Context]context.CancelCauseFunc // the waits Close ends (see bind)
 }
 
 // New returns a Client over d. The Client owns d: Close closes it.
@@ -189,7 +192,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
@@ -200,18 +203,10 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 
 func normalize(caps driver.Capabilities) driver.Capabilities {
 	caps.Modes |= driver.Modes(driver.Exclusive)
-	if caps.MaxKeyLen == 0 {
-		caps.MaxKeyLen = 1024
-	}
-	if caps.MinTTL == 0 {
-		caps.MinTTL = 10 * time.Millisecond
-	}
-	if caps.MaxTTL == 0 {
-		caps.MaxTTL = DefaultMaxTTL
-	}
-	if caps.MaxLimit == 0 {
-		caps.MaxLimit = math.MaxInt32
-	}
+	caps.MaxKeyLen = cmp.Or(caps.MaxKeyLen, 1024)
+	caps.MinTTL = cmp.Or(caps.MinTTL, 10*time.Millisecond)
+	caps.MaxTTL = cmp.Or(caps.MaxTTL, DefaultMaxTTL)
+	caps.MaxLimit = cmp.Or(caps.MaxLimit, math.MaxInt32)
 	return caps
 }
 
@@ -512,16 +507,16 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.closeDone = make(chan struct{})
+	for _, cancel := range c.bound {
+		cancel(ErrClosed)
+	}
 	c.mu.Unlock()
 	defer close(c.closeDone)
 
 	c.stop(ErrClosed)
 	c.ops.wait(cleanupTimeout)
 	c.mu.Lock()
-	locks := make([]*Lock, 0, len(c.locks))
-	for l := range c.locks {
-		locks = append(locks, l)
-	}
+	locks := slices.Collect(maps.Keys(c.locks))
 	c.mu.Unlock()
 	errs := make([]error, len(locks)+1)
 	var wg sync.WaitGroup
@@ -548,9 +543,16 @@ func (c *Client) enter() bool {
 // bind returns a context that ends when ctx does or when Close begins.
 func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel(ErrClosed)
+	}
+	c.bound[bctx] = cancel
 	return bctx, func() {
-		stop()
+		c.mu.Lock()
+		delete(c.bound, bctx)
+		c.mu.Unlock()
 		cancel(nil)
 	}
 }
@@ -569,9 +571,8 @@ func (c *Client) check(ctx context.Context) error {
 		return argError("ctx", nil, "must not be nil")
 	}
 	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	defer c.mu.Unlock()
+	if c.closed {
 		return ErrClosed
 	}
 	return nil

@@ -154,16 +154,9 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	}
 	defer c.ops.done()
 	sent := time.Now()
-	held, _, err := do(c, ctx, func(ctx context.Context) (driver.Holder, error) { return reader.ReadHold(ctx, h.key, h.owner) })
+	held, err := c.readHold(ctx, reader, h, len(holdID), cfg)
 	if err != nil {
-		return nil, c.resumeFailure(ctx, h.key, err)
-	}
-	downgraded := h.mode == driver.Exclusive && held.Mode == driver.Shared
-	if (held.Mode != h.mode && !downgraded) || held.Limit != h.limit || held.Token != h.token {
-		return nil, argError("hold ID", hidden(len(holdID)), "does not match the hold on the store: its token, mode or limit was changed")
-	}
-	if m, n := cfg.mode(); m != driver.Exclusive && (m != held.Mode || n != held.Limit) {
-		return nil, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, held.Mode, m)
+		return nil, err
 	}
 	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
 	_, _, err = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
@@ -178,7 +171,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}
-	l := newLock(c, ctx, req, held.Token, ttl, cfg, sent, validUntil, func() {})
+	l := newLock(c, ctx, req, held.Token, ttl, cfg, sent, validUntil, pass{})
 	if l == nil {
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.key, ErrClosed)
 	}
@@ -186,6 +179,24 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	e.Wait = time.Since(sent)
 	c.observe(e)
 	return l, nil
+}
+
+// readHold reads back from the store the hold that h names, and checks
+// that it is the hold that h, decoded from a hold ID of idLen bytes, names
+// (its token, mode and limit), and that cfg asks for its mode.
+func (c *Client) readHold(ctx context.Context, reader driver.HoldReader, h holdRef, idLen int, cfg lockConfig) (driver.Holder, error) {
+	held, _, err := do(c, ctx, func(ctx context.Context) (driver.Holder, error) { return reader.ReadHold(ctx, h.key, h.owner) })
+	downgraded := h.mode == driver.Exclusive && held.Mode == driver.Shared
+	m, n := cfg.mode()
+	switch {
+	case err != nil:
+		return held, c.resumeFailure(ctx, h.key, err)
+	case (held.Mode != h.mode && !downgraded) || held.Limit != h.limit || held.Token != h.token:
+		return held, argError("hold ID", hidden(idLen), "does not match the hold on the store: its token, mode or limit was changed")
+	case m != driver.Exclusive && (m != held.Mode || n != held.Limit):
+		return held, fmt.Errorf("dlock: resume %q: %w: the hold is %s, not %s", h.key, ErrModeMismatch, held.Mode, m)
+	}
+	return held, nil
 }
 
 // resumeFailure is the error of Resume for err, the failure of a store

@@ -47,7 +47,7 @@ const workerIdle = 5 * time.Second
 // returns promptly on its own (Capabilities.CancelsPromptly), runs fn on the
 // caller's goroutine.
 func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) (T, *call[T], error) {
-	if ctx.Done() == nil || c.caps.CancelsPromptly {
+	if c.caps.CancelsPromptly || ctx.Done() == nil {
 		v, err := fn(ctx)
 		return v, nil, err
 	}
@@ -63,11 +63,6 @@ func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, erro
 // (and abandonGrace passes) first.
 func (cl *call[T]) wait(ctx context.Context) (T, error, bool) {
 	return cl.Wait(ctx, abandonGrace)
-}
-
-// waitFor is wait with a grace of its own.
-func (cl *call[T]) waitFor(ctx context.Context, grace time.Duration) (T, error, bool) {
-	return cl.Wait(ctx, grace)
 }
 
 // after runs fn with the call's result once it has completed, on a

@@ -32,15 +32,14 @@ type Lock struct {
 	acquiredAt time.Time
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
-	leave      func() // leaves the Client's gate for the key
+	gate       pass // in the Client's gate for the key, until the hold ends
 	events     lockEvents
 
 	// Renewal runs on a timer, not a goroutine of its own: an idle lock
 	// costs no goroutine. renewTimer is nil without renewal.
 	renewTimer  *time.Timer
-	renewCancel context.CancelFunc // cancels an in-flight renewal
-	renewCtx    context.Context
-	renewing    sync.WaitGroup // counts in-flight renewals
+	renewCancel context.CancelFunc // cancels the latest renewal
+	renewing    sync.WaitGroup     // counts in-flight renewals
 
 	// calls keeps the rule of the driver contract that no request for the
 	// owner starts while an Acquire for it runs: refreshes share it, a
@@ -63,9 +62,8 @@ type Lock struct {
 
 // newLock makes the handle of an acquired lock. Its context carries the lock
 // on top of the locks that acq, the acquisition's context, carries.
-func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, leave func()) *Lock {
-	renew := cfg.renew
-	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, leave: leave}
+func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
+	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
 	if l.events.id == 0 {
 		l.events.id = nextAcquisitionID()
@@ -77,33 +75,21 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 	if cfg.maxHold != nil {
 		l.maxHold = *cfg.maxHold
 	}
-	if renew {
-		l.renewCtx, l.renewCancel = context.WithCancel(context.Background())
-	}
 	if !c.track(l) {
 		l.expiry.Stop()
 		l.cancel(ErrClosed)
-		if renew {
-			l.renewCancel()
-		}
 		return nil
 	}
-	if l.maxHold > 0 {
-		// Once tracked: at a max hold that passed already, the lock
-		// ends at once.
-		l.mu.Lock()
-		if l.state == held { // Close may have ended the lock already
-			l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
-		}
-		l.mu.Unlock()
+	// Once tracked, unless Close has ended the lock already: at a max
+	// hold that passed already, the lock ends at once.
+	l.mu.Lock()
+	if l.maxHold > 0 && l.state == held {
+		l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
 	}
-	if renew {
-		l.mu.Lock()
-		if !l.renewStopped { // Close may have ended the lock already
-			l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
-		}
-		l.mu.Unlock()
+	if cfg.renew && !l.renewStopped {
+		l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
 	}
+	l.mu.Unlock()
 	return l
 }
 
@@ -193,10 +179,12 @@ func (l *Lock) Downgrade(ctx context.Context) error {
 	case err == nil && res.Acquired && res.Token == l.token:
 		l.mu.Lock()
 		l.req.Mode = driver.Shared
+		gate := l.gate
+		l.gate = pass{}
 		l.mu.Unlock()
 		// Readers of this Client may now join, as they may join any
 		// read lock: only exclusive holds keep the Client's gate.
-		l.leave()
+		gate.leave()
 		return nil
 	case err == nil:
 		// Whatever the store made of the request is not this lock's hold:
@@ -389,7 +377,7 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 		if err := l.ended(); err != nil {
 			return err
 		}
-		return fmt.Errorf("dlock: %w: %q was released", ErrNotHeld, l.req.Key)
+		return &releasedError{l.req.Key}
 	}
 	defer l.endClaim()
 	l.stopRenewal()
@@ -408,18 +396,13 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 		return cause
 	}
 	req := l.request()
-	op := func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Release(ctx, req) }
-	if d > 0 {
-		req.TTL = d
-		op = func(ctx context.Context) (struct{}, error) { return struct{}{}, l.c.drv.Refresh(ctx, req) }
-	}
-	err, abandoned := l.storeCall(ctx, op)
+	err, abandoned := l.storeCall(ctx, req, d)
 	switch {
 	case err == nil && d > 0:
 		l.end(released, fmt.Errorf("dlock: %w: %q is held by its lease for %v more", ErrNotHeld, req.Key, d))
 		return nil
 	case err == nil:
-		l.end(released, fmt.Errorf("dlock: %w: %q was released", ErrNotHeld, req.Key))
+		l.end(released, &releasedError{req.Key})
 		return nil
 	case abandoned:
 		l.end(released, fmt.Errorf("dlock: %w: %q was released locally; the request is still on its way, and the store frees the lock when it lands or the lease ends", ErrNotHeld, req.Key))
@@ -433,29 +416,26 @@ func (l *Lock) finish(ctx context.Context, what string, d time.Duration) error {
 	}
 }
 
-// storeCall sends the request that ends the hold. It runs on a context of its
+// storeCall sends the request that ends the hold req: a Release, or for
+// d > 0 a Refresh to a lease of d. It runs on a context of its
 // own, detached from ctx's cancellation (not its values) and bounded by
 // ReleaseTimeout, so that it reaches the store even when ctx has ended. The
 // caller waits until it completes, or until ctx ends if ctx was live: then
 // the request is abandoned to finish in the background.
-func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}, error)) (err error, abandoned bool) {
+func (l *Lock) storeCall(ctx context.Context, req driver.Request, d time.Duration) (err error, abandoned bool) {
 	if l.c.caps.CancelsPromptly {
 		// The driver abandons a request when its ctx ends: the caller's
 		// ctx bounds the request while it is live, a context of its own
 		// once it has ended.
-		if ctx.Err() == nil {
-			if _, ok := ctx.Deadline(); !ok {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
-				defer cancel()
-			}
-			_, err := op(ctx)
-			return err, false
+		if ctx.Err() != nil {
+			ctx = context.WithoutCancel(ctx)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
-		defer cancel()
-		_, err := op(rctx)
-		return err, false
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
+			defer cancel()
+		}
+		return l.c.endHold(ctx, req, d), false
 	}
 	// Whether the caller still waits is decided before the request
 	// starts: a ctx that ends once it is on its way ends the wait.
@@ -467,11 +447,29 @@ func (l *Lock) storeCall(ctx context.Context, op func(context.Context) (struct{}
 	}
 	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
 		defer cancel()
-		return op(ctx)
+		return struct{}{}, l.c.endHold(ctx, req, d)
 	})
 	_, err, ok := cl.wait(wctx)
 	return err, !ok
 }
+
+// endHold asks the store to end the hold req: a Release, or for d > 0 a
+// Refresh to a lease of d.
+func (c *Client) endHold(ctx context.Context, req driver.Request, d time.Duration) error {
+	if d > 0 {
+		req.TTL = d
+		return c.drv.Refresh(ctx, req)
+	}
+	return c.drv.Release(ctx, req)
+}
+
+// releasedError is the cause of a released lock, formatted only when read.
+type releasedError struct{ key string }
+
+func (e *releasedError) Error() string {
+	return fmt.Sprintf("dlock: %v: %q was released", ErrNotHeld, e.key)
+}
+func (e *releasedError) Unwrap() error { return ErrNotHeld }
 
 // claimEnd makes the caller the one that ends the hold and reports true, or
 // returns false and a channel closed when the caller that did has finished.
@@ -514,9 +512,7 @@ func (l *Lock) closeLock() error {
 	if state != held {
 		return nil
 	}
-	err, _ := l.storeCall(context.Background(), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.c.drv.Release(ctx, l.request())
-	})
+	err, _ := l.storeCall(context.Background(), l.request(), 0)
 	l.end(closed, fmt.Errorf("dlock: %q: %w", l.req.Key, ErrClosed))
 	if err != nil && !errors.Is(err, driver.ErrNotOwner) {
 		return fmt.Errorf("dlock: release%s on close: %w", keyed(l.req.Key, err), err)
@@ -540,6 +536,8 @@ func (l *Lock) end(s lockState, cause error) {
 		return
 	}
 	l.state, l.cause = s, cause
+	gate := l.gate
+	l.gate = pass{}
 	l.expiry.Stop()
 	if l.holdTimer != nil {
 		l.holdTimer.Stop()
@@ -548,7 +546,7 @@ func (l *Lock) end(s lockState, cause error) {
 
 	l.cancel(cause)
 	l.haltRenewal()
-	l.leave()
+	gate.leave()
 	l.c.forget(l)
 	e := l.event(EventReleased, nil)
 	e.Held = time.Since(l.acquiredAt)
@@ -621,11 +619,11 @@ func (l *Lock) renewTick() {
 		return
 	}
 	l.renewing.Add(1)
-	validUntil := l.validUntil
+	ctx, cancel := context.WithDeadline(context.Background(), l.validUntil)
+	l.renewCancel = cancel
 	l.mu.Unlock()
 	defer l.renewing.Done()
 
-	ctx, cancel := context.WithDeadline(l.renewCtx, validUntil)
 	err := l.refresh(ctx)
 	cancel()
 	next := l.ttl / 3

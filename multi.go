@@ -97,33 +97,31 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, wait bool, opts 
 // see the acquisition of every key start once the attempt is made: started
 // returns those acquisitions, whose outcomes the caller then reports.
 func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, keys []string, wait bool, opts []LockOption) (_ []*Lock, started []*acquisition, _ error) {
-	reqs := make([]driver.Request, len(keys))
-	cfgs := make([]lockConfig, len(keys))
+	if !c.enter() {
+		return nil, nil, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
+	}
+	defer c.ops.done()
+	at := c.newAttempts(ctx, len(keys), wait)
+	defer at.finish()
+	at.ma, at.keys = ma, keys
+	at.send = func(ctx context.Context) (driver.MultiResult, error) { return ma.AcquireAll(ctx, at.reqs) }
 	for i, k := range keys {
 		req, cfg, held, err := c.prepare(ctx, k, opts)
 		if err != nil || held != nil {
 			return nil, nil, nil // the one-by-one path re-enters or reports it
 		}
-		reqs[i], cfgs[i] = req, cfg
+		at.reqs[i], at.cfgs[i] = req, cfg
 	}
-	if !c.enter() {
-		return nil, nil, fmt.Errorf("dlock: acquiring keys %q at once: %w: %w", keys, ErrNotAcquired, ErrClosed)
-	}
-	defer c.ops.done()
-	at := c.newAttempts(ctx, reqs, cfgs, wait)
-	at.ma, at.keys, at.many = ma, fmt.Sprintf(" keys %q at once", keys), fmt.Sprintf("acquiring %d keys at once: ", len(keys))
-	defer at.finish()
-	for _, k := range keys {
-		lv := c.gates.enter(ctx, k, false)
-		if lv == nil {
+	for i, k := range keys {
+		var ok bool
+		if at.passes[i], ok = c.gates.enter(ctx, k, false); !ok {
 			return nil, nil, nil
 		}
-		at.leaves = append(at.leaves, lv)
 	}
 	acqs := make([]*acquisition, len(keys))
-	for i, req := range reqs {
+	for i, req := range at.reqs {
 		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
-		cfgs[i].id = acqs[i].id
+		at.cfgs[i].id = acqs[i].id
 	}
 	locks, err := at.run()
 	for i, l := range locks {
