@@ -450,7 +450,8 @@ func TestCallerDB(t *testing.T) {
 	})
 }
 
-// TestURLOwnsDB checks that a driver opened by URL closes its pool.
+// TestURLOwnsDB checks that a driver opened by URL closes its pool: on
+// PostgreSQL and MySQL, the server ends its sessions.
 func TestURLOwnsDB(t *testing.T) {
 	forEach(t, func(t *testing.T, s store) {
 		d := s.open(t)
@@ -458,6 +459,19 @@ func TestURLOwnsDB(t *testing.T) {
 		mustAcquire(t, d, req("k", time.Minute))
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
+		}
+		if q := map[Dialect]string{
+			Postgres: `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+			MySQL:    `SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()`,
+		}[s.dialect]; q != "" {
+			admin := s.appDB(t)
+			waitUntil(t, "the driver's sessions to end", func() bool {
+				var n int
+				if err := admin.QueryRowContext(ctx, q).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			})
 		}
 		if _, err := d.List(ctx, ""); err == nil {
 			t.Error("List after Close succeeded")
