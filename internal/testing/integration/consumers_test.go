@@ -38,19 +38,12 @@ var recipes = map[string][]string{
 // packages, their imports, and the tests of all of them (and what those
 // tests import). A recipe may bring the client it compiles in itself, no
 // other.
-//
-// The SQL dialects share package sqldlock, whose own tests run every
-// dialect: a program that uses one of them still downloads the other two
-// drivers (docs/releasing.md), and they are not checked here yet.
 func TestConsumersDownloadOnlyTheirStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
 	const mod = "github.com/dlockhq/dlock"
 	for backend, own := range storeModules {
-		if strings.HasPrefix(backend, "sqldlock/") {
-			continue
-		}
 		t.Run(backend, func(t *testing.T) {
 			imports := []string{mod, mod + "/" + backend}
 			allowed := own

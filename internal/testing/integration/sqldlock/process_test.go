@@ -1,4 +1,4 @@
-package sqldlock
+package sqldlock_test
 
 import (
 	"bufio"

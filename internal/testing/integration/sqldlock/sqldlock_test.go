@@ -1,21 +1,22 @@
-package sqldlock
+package sqldlock_test
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/drivertest"
-	"github.com/dlockhq/dlock/internal/sqldialect"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
-	"github.com/dlockhq/dlock/sqldlock/internal/mysqlsupport"
-	"github.com/dlockhq/dlock/sqldlock/internal/pgsupport"
-	"github.com/dlockhq/dlock/sqldlock/internal/sqlitesupport"
+	. "github.com/dlockhq/dlock/sqldlock"
+	_ "github.com/dlockhq/dlock/sqldlock/mysql"
+	_ "github.com/dlockhq/dlock/sqldlock/postgres"
+	_ "github.com/dlockhq/dlock/sqldlock/sqlite"
 )
 
 func TestMain(m *testing.M) {
@@ -61,33 +62,13 @@ func newStore(t testing.TB, d Dialect) store {
 	return store{}
 }
 
-// The dialects' support, which the public packages sqldlock/postgres,
-// sqldlock/mysql and sqldlock/sqlite register (they import this package, so
-// its own tests cannot import them).
-func init() {
-	sqldialect.Register(pgsupport.Support)
-	sqldialect.Register(mysqlsupport.Support)
-	sqldialect.Register(sqlitesupport.Support)
-}
-
 // openURL opens a driver through the URL opener registered for the scheme.
 func openURL(ctx context.Context, raw string) (*Driver, error) {
-	u, err := url.Parse(raw)
+	c, err := dlock.Open(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
-	s := map[string]*sqldialect.Support{
-		"sqlite": sqlitesupport.Support, "postgres": pgsupport.Support,
-		"postgresql": pgsupport.Support, "mysql": mysqlsupport.Support,
-	}[u.Scheme]
-	if s == nil {
-		return nil, fmt.Errorf("unknown scheme %q", u.Scheme)
-	}
-	d, err := openDialectURL(ctx, s, u)
-	if err != nil {
-		return nil, err
-	}
-	return d.(*Driver), nil
+	return c.Driver().(*Driver), nil
 }
 
 // urlWith returns s's URL with the extra parameters (NAME=VALUE) added.
@@ -114,9 +95,17 @@ func (s store) open(t testing.TB, extra ...string) *Driver {
 	if err != nil {
 		t.Fatalf("open %s: %v", raw, err)
 	}
-	t.Cleanup(func() { d.Close() })
+	driverStores.Store(d, s)
+	t.Cleanup(func() {
+		d.Close()
+		driverStores.Delete(d)
+	})
 	return d
 }
+
+// driverStores maps the drivers store.open returns to their stores, for the
+// tests that read the drivers' rows.
+var driverStores sync.Map // *Driver → store
 
 // config is the conformance suite's configuration over s, with the extra
 // URL parameters.

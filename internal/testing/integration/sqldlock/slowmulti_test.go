@@ -1,4 +1,4 @@
-package sqldlock
+package sqldlock_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	. "github.com/dlockhq/dlock/sqldlock"
 )
 
 // TestSlowMultiContenderCannotStealRenewal is TestSlowContenderCannotStealRenewal

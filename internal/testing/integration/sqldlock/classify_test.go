@@ -1,4 +1,4 @@
-package sqldlock
+package sqldlock_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
+	. "github.com/dlockhq/dlock/sqldlock"
 )
 
 func TestPermanentClassifies(t *testing.T) {
@@ -52,8 +53,8 @@ func TestPermanentClassifies(t *testing.T) {
 		{syntax, false},
 		{driver.ErrBusy, false},
 	} {
-		if got := permanent(wrap(tc.err)); got != tc.want {
-			t.Errorf("permanent(%v) = %v; want %v", tc.err, got, tc.want)
+		if got := (*Driver)(nil).Permanent(wrap(tc.err)); got != tc.want {
+			t.Errorf("(*Driver)(nil).Permanent(%v) = %v; want %v", tc.err, got, tc.want)
 		}
 	}
 }
