@@ -125,6 +125,7 @@ import (
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/errclass"
+	"github.com/dlockhq/dlock/internal/inflight"
 	"github.com/dlockhq/dlock/internal/redact"
 )
 
@@ -162,9 +163,9 @@ type Client struct {
 	// closing ends when Close begins: idle workers leave (see spawn).
 	closing context.Context
 	stop    context.CancelCauseFunc
-	ops     tracker     // acquisitions in progress
-	bg      tracker     // worker goroutines (see spawn)
-	tasks   chan func() // hands a task to an idle worker
+	ops     tracker       // acquisitions in progress
+	bg      tracker       // worker goroutines (see spawn)
+	pool    inflight.Pool // runs driver requests on bg's workers
 
 	mu        sync.Mutex
 	closed    bool
@@ -192,8 +193,9 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkInfo(cfg.info); err != nil {
 		return nil, err
 	}
-	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, tasks: make(chan func()), gates: gates{m: map[string]*gate{}}}
+	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
+	c.pool = inflight.Pool{Tasks: make(chan func()), Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, e
 // spawn runs f on a worker goroutine of the Client (see inflight.Pool).
 // Close waits for the workers, which leave once it has begun.
 func (c *Client) spawn(f func()) {
-	inflight.Pool{Tasks: c.tasks, Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}.Go(f)
+	c.pool.Go(f)
 }
 
 // workerIdle is how long a worker waits for its next task before it ends.
