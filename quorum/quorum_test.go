@@ -902,17 +902,28 @@ func TestReleaseWaitsForAcquisitionInFlight(t *testing.T) {
 	gate := make(chan struct{})
 	var calls atomic.Int32
 	hung := make(chan int, 1)
+	landed := make(chan struct{})              // the hung acquisition reached its node
+	released := make(chan error, len(nodes)*4) // releases on the hung node
 	for i, inner := range nodes {
+		var isHung atomic.Bool
 		nodes[i] = &node{Driver: inner, acquire: func(ctx context.Context, r driver.Request) (driver.Result, error) {
 			// The lead answers first, alone; of the other two, the
 			// later one hangs on the wire, and lands when the node
 			// resumes, whatever its context says.
-			if calls.Add(1) == 3 {
-				hung <- i
-				<-gate
-				ctx = context.WithoutCancel(ctx)
+			if calls.Add(1) != 3 {
+				return inner.Acquire(ctx, r)
 			}
-			return inner.Acquire(ctx, r)
+			isHung.Store(true)
+			hung <- i
+			<-gate
+			defer close(landed)
+			return inner.Acquire(context.WithoutCancel(ctx), r)
+		}, release: func(ctx context.Context, r driver.Request) error {
+			err := inner.Release(ctx, r)
+			if isHung.Load() {
+				released <- err
+			}
+			return err
 		}}
 	}
 	q := newQuorum(t, nodes, quorum.WithoutFenceRound())
@@ -926,9 +937,13 @@ func TestReleaseWaitsForAcquisitionInFlight(t *testing.T) {
 	if err := q.Release(ctx(t), r); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	resume()
-	q.Close() // waits for the calls left in the background
 	i := <-hung
+	resume()
+	// The release on the hung node is sent once its acquisition has
+	// ended; had it overtaken it, it would have found nothing to release
+	// and the late grant would stay.
+	<-landed
+	<-released
 	if hs, err := stores[i].List(ctx(t), r.Key); err != nil || len(hs) > 0 {
 		t.Errorf("node %d after the release: holders %+v, %v; want none (the release overtook the acquisition)", i, hs, err)
 	}

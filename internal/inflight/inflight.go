@@ -142,7 +142,8 @@ func (c *Call[T]) Then(spawn func(func()), fn func(T, error)) {
 
 // Order orders the requests of one key (one owner's hold on one store):
 // each request waits until those entered before it with the same key have
-// ended, so that a release cannot overtake the acquisition it should undo,
+// ended (a request that gave up waiting for its turn counts as ended only
+// once those before it have), so that a release cannot overtake the acquisition it should undo,
 // and a clean-up release cannot remove what a later acquisition was granted.
 // An acquisition is refused (the store is slow or hung, and requests would
 // pile up) when two requests of its key are in flight or waiting already,
@@ -204,12 +205,28 @@ func (o *Order[K]) Enter(k K, kind Kind) *Turn {
 	t.end = func() {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		close(mine)
+		after(t.prev, func() { close(mine) })
 		if q.n--; q.n == 0 {
 			delete(o.keys, k)
 		}
 	}
 	return t
+}
+
+// after runs f once prev is closed: at once if prev is nil or closed
+// already, else on a goroutine that waits for it. A request that gave up
+// waiting for its turn ends before the requests ahead of it; the requests
+// behind it must still wait for those.
+func after(prev <-chan struct{}, f func()) {
+	select {
+	case <-prev:
+	default:
+		if prev != nil {
+			go func() { <-prev; f() }()
+			return
+		}
+	}
+	f()
 }
 
 // Wait waits until the requests entered before t have ended, or ctx ends.

@@ -139,3 +139,31 @@ func TestOrder(t *testing.T) {
 		t.Fatalf("%d keys left after every request ended", len(o.keys))
 	}
 }
+
+// A release that gave up waiting for the acquisition ahead of it ends first;
+// the clean-up entered behind it must still wait for the acquisition, or it
+// would run before a late grant lands and leave that grant held.
+func TestOrderGaveUpKeepsTheChain(t *testing.T) {
+	var o Order[string]
+	ctx := context.Background()
+	acq := o.Enter("k", Acquire)
+	rel := o.Enter("k", Release)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if rel.Wait(ended) == nil {
+		t.Fatal("the release's turn came before the acquisition ended")
+	}
+	rel.End() // gave up
+	cleanup := o.Enter("k", Cleanup)
+	if closedNow(cleanup.prev) {
+		t.Fatal("the clean-up's turn came while the acquisition was still in flight")
+	}
+	acq.End()
+	if err := cleanup.Wait(ctx); err != nil {
+		t.Fatalf("the clean-up's turn once the acquisition ended: %v", err)
+	}
+	cleanup.End()
+	if len(o.keys) != 0 {
+		t.Fatalf("%d keys left after every request ended", len(o.keys))
+	}
+}
