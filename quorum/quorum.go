@@ -50,6 +50,8 @@ type Driver struct {
 	pool    inflight.Pool         // workers for node calls and the work they leave
 	workers inflight.Tracker      // the pool's workers, and so the work calls leave behind
 	turns   inflight.Order[opKey] // the calls of each request on each node (see Ordering on one node)
+
+	contention *contention // keys refused lately, whose acquisitions ask the lead first
 }
 
 var (
@@ -151,6 +153,7 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		raise:       !cfg.noFence && raisers(nodes),
 		closing:     make(chan struct{}),
 		stalled:     make([]atomic.Bool, len(nodes)),
+		contention:  newContention(),
 	}
 	d.pool = inflight.Pool{Tasks: make(chan func()), Workers: &d.workers, Closing: d.closing, Idle: workerIdle}
 	d.caps = d.capabilities()
@@ -308,6 +311,11 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 	defer d.calls.Done()
 	answers := d.acquireRound(ctx, req)
 	yesN, noN, _ := count(answers)
+	if noN > 0 {
+		// Held by another owner, or wanted by one: ask the lead first
+		// for a while (see The lead of a key).
+		d.contention.refused(req.Key, req.TTL)
+	}
 	if yesN >= d.quorum {
 		return d.granted(ctx, req, answers)
 	}
