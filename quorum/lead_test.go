@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlockhq/dlock/driver"
 )
@@ -55,9 +56,9 @@ func TestAcquireFreeKeyAsksEveryNodeAtOnce(t *testing.T) {
 	}
 }
 
-// A key that a node refused is contended: until its lease has passed, an
-// acquisition asks the key's lead alone first (see The lead of a key), and
-// the other nodes only if the lead granted it.
+// A key that a node refused is contended: until the refused request's
+// lease has passed, an acquisition asks the key's lead alone first (see The
+// lead of a key), and the other nodes only if the lead granted it.
 func TestAcquireContendedKeyAsksLeadFirst(t *testing.T) {
 	const n = 3
 	var calls atomic.Int32
@@ -86,6 +87,17 @@ func TestAcquireContendedKeyAsksLeadFirst(t *testing.T) {
 	}
 	attempt(contender, true, n, "contended key, released (the lead, then the others)")
 	if err := q.Release(ctx(t), contender); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	// The memory of a refusal lasts one lease of the refused request.
+	attempt(holder, true, n, "taken again")
+	short := req(k)
+	short.TTL = 100 * time.Millisecond
+	attempt(short, false, 1, "contended key, held")
+	time.Sleep(short.TTL) // the lease of the refused request passes
+	attempt(short, false, n, "a lease after the refusal (every node asked at once)")
+	if err := q.Release(ctx(t), holder); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
