@@ -285,9 +285,10 @@ func (d *Driver) name(i int) string {
 // as one that is down.
 const acquireGrace = 5 * time.Millisecond
 
-// Acquire implements driver.Driver: it asks every node in parallel and
-// succeeds once a majority granted the hold, waiting only briefly for the
-// other nodes (see acquireGrace and fanout). The fencing token is the
+// Acquire implements driver.Driver: it asks every node in parallel (a
+// contended key's lead first, see The lead of a key) and succeeds once a
+// majority granted the hold, waiting only briefly for the other nodes (see
+// acquireGrace and fanout). The fencing token is the
 // largest of the nodes' lock tokens; unless WithoutFenceRound was given,
 // Acquire first makes sure that enough nodes count that far, raising the
 // counters that lag behind it (nodes that are TokenRaisers, in a second
