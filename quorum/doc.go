@@ -5,15 +5,17 @@
 // independent Redis servers, see the redlock:// URL below, but any dlock
 // drivers will do) and succeeds when a majority, N/2+1, of them agree:
 //
-//   - Acquire asks every node for the same hold (same key, same owner): the
-//     key's lead first, then, if the lead granted it, the others in
-//     parallel. The lead is the first node that answers in an order that
-//     every client of the same nodes derives from the key and the nodes'
-//     addresses (the nodes last known to hang last): contenders meet there,
-//     and the one it grants the hold to finds the others free, where
-//     contenders asking every node at once could split the votes of a bare
-//     majority of live nodes for as long as a fault lasts. A refusal by the
-//     lead ends the attempt. The lead costs one round trip more. The lock
+//   - Acquire asks every node for the same hold (same key, same owner), all
+//     at once. A key that a node refused to this Driver within the last
+//     lease is contended: its acquisitions ask the key's lead first, then,
+//     if the lead granted it, the others in parallel. The lead is the
+//     first node that answers in an order that every client of the same
+//     nodes derives from the key and the nodes' addresses (the nodes last
+//     known to hang last): contenders meet there, and the one it grants the
+//     hold to finds the others free, where contenders asking every node at
+//     once could split the votes of a bare majority of live nodes for as
+//     long as a fault lasts. A refusal by the lead ends the attempt. The
+//     lead costs one round trip more, on contended keys only. The lock
 //     is acquired if at least N/2+1 nodes granted it. Otherwise the
 //     partial hold is released on every node that granted it before Acquire
 //     reports "not acquired", so that a loser of a split vote does not block

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"hash/maphash"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/inflight"
@@ -17,25 +20,62 @@ import (
 // Contenders that ask every node at once split the vote: with a bare
 // majority of the nodes up, every node that grants the hold to one of them
 // leaves it out of a majority, and they can go on rolling back and trying
-// again for as long as the fault lasts. So an acquisition first asks the
-// key's lead alone, the first node in the key's order that answers, and
-// only if the lead grants the hold asks the other nodes, at once. The lead
-// grants the hold to one contender at a time; the others stop at its
-// refusal and leave the other nodes free for that one. The key's order is
-// the same for every client of the same nodes: the nodes ranked by a hash
-// of the key and the node's address (rendezvous hashing), the nodes known
-// to be stalled last, so that a hung lead is passed over at once. It costs
-// an acquisition one round trip more than asking every node at once.
+// again for as long as the fault lasts. So an acquisition of a contended
+// key first asks the key's lead alone, the first node in the key's order
+// that answers, and only if the lead grants the hold asks the other nodes,
+// at once. The lead grants the hold to one contender at a time; the others
+// stop at its refusal and leave the other nodes free for that one. The
+// key's order is the same for every client of the same nodes: the nodes
+// ranked by a hash of the key and the node's address (rendezvous hashing),
+// the nodes known to be stalled last, so that a hung lead is passed over
+// at once. It costs an acquisition one round trip more than asking every
+// node at once.
+//
+// A key that nobody else holds or wants does not need it: an acquisition
+// asks every node at once unless a node refused the key to this Driver
+// within the last lease (see contention). A contender thus asks every node
+// at once at most once before it asks the lead first, and contenders that
+// wait for a key, having been refused it, meet at its lead when it is
+// released.
+
+// contentionSlots is the number of slots of a contention table.
+const contentionSlots = 256
+
+// contention remembers which keys were refused lately: per slot of keys
+// (by a hash of the key), until when (Unix nanoseconds) an acquisition of
+// those keys asks the lead first. Keys that share a slot share the memory,
+// which costs them a round trip, never safety.
+type contention struct {
+	seed  maphash.Seed
+	until [contentionSlots]atomic.Int64
+}
+
+func newContention() *contention { return &contention{seed: maphash.MakeSeed()} }
+
+func (c *contention) slot(key string) *atomic.Int64 {
+	return &c.until[maphash.String(c.seed, key)%contentionSlots]
+}
+
+// refused records that a node refused key, held by another owner: its
+// acquisitions ask the lead first for a lease of ttl from now.
+func (c *contention) refused(key string, ttl time.Duration) {
+	c.slot(key).Store(time.Now().Add(ttl).UnixNano())
+}
+
+// contended reports whether key was refused within the lease recorded.
+func (c *contention) contended(key string) bool {
+	return time.Now().UnixNano() < c.slot(key).Load()
+}
 
 // errNotAsked is the answer of a node that an acquisition did not ask: its
 // outcome was decided without it.
 var errNotAsked = errors.New("not asked: the outcome was decided without it")
 
-// acquireRound asks the nodes for req's hold, the key's lead first (see The
-// lead of a key), and returns their answers, indexed like d.nodes. A
-// refusal by the lead stands for the nodes not asked; once the lead grants
-// the hold, or so many nodes failed that no majority is left, the other
-// nodes are asked at once.
+// acquireRound asks the nodes for req's hold and returns their answers,
+// indexed like d.nodes: every node at once, or, for a contended key, the
+// key's lead first (see The lead of a key). A refusal by the lead stands
+// for the nodes not asked; once the lead grants the hold, or so many nodes
+// failed that no majority is left, the other nodes are asked at once.
 func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer {
 	timeout := nodeTimeout(req.TTL)
 	turns := make([]*inflight.Turn, len(d.nodes))
@@ -53,7 +93,11 @@ func (d *Driver) acquireRound(ctx context.Context, req driver.Request) []answer 
 	answers := make([]answer, len(d.nodes))
 	asked := make([]bool, len(d.nodes))
 	failedN := 0
-	for _, i := range d.order(req.Key) {
+	var leads []int
+	if d.contention.contended(req.Key) {
+		leads = d.order(req.Key)
+	}
+	for _, i := range leads {
 		turns[i] = d.register(req, i, inflight.Acquire)
 		a := d.one(ctx, i, ask)
 		answers[i], asked[i] = a, true

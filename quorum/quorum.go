@@ -50,6 +50,8 @@ type Driver struct {
 	pool    inflight.Pool         // workers for node calls and the work they leave
 	workers inflight.Tracker      // the pool's workers, and so the work calls leave behind
 	turns   inflight.Order[opKey] // the calls of each request on each node (see Ordering on one node)
+
+	contention *contention // keys refused lately, whose acquisitions ask the lead first
 }
 
 var (
@@ -151,6 +153,7 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		raise:       !cfg.noFence && raisers(nodes),
 		closing:     make(chan struct{}),
 		stalled:     make([]atomic.Bool, len(nodes)),
+		contention:  newContention(),
 	}
 	d.pool = inflight.Pool{Tasks: make(chan func()), Workers: &d.workers, Closing: d.closing, Idle: workerIdle}
 	d.caps = d.capabilities()
@@ -282,9 +285,10 @@ func (d *Driver) name(i int) string {
 // as one that is down.
 const acquireGrace = 5 * time.Millisecond
 
-// Acquire implements driver.Driver: it asks every node in parallel and
-// succeeds once a majority granted the hold, waiting only briefly for the
-// other nodes (see acquireGrace and fanout). The fencing token is the
+// Acquire implements driver.Driver: it asks every node in parallel (a
+// contended key's lead first, see The lead of a key) and succeeds once a
+// majority granted the hold, waiting only briefly for the other nodes (see
+// acquireGrace and fanout). The fencing token is the
 // largest of the nodes' lock tokens; unless WithoutFenceRound was given,
 // Acquire first makes sure that enough nodes count that far, raising the
 // counters that lag behind it (nodes that are TokenRaisers, in a second
@@ -308,6 +312,11 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (_ driver.Resu
 	defer d.calls.Done()
 	answers := d.acquireRound(ctx, req)
 	yesN, noN, _ := count(answers)
+	if noN > 0 {
+		// Held by another owner, or wanted by one: ask the lead first
+		// for a while (see The lead of a key).
+		d.contention.refused(req.Key, req.TTL)
+	}
 	if yesN >= d.quorum {
 		return d.granted(ctx, req, answers)
 	}

@@ -686,16 +686,12 @@ type rendezvous struct {
 	mu      sync.Mutex
 	all     chan struct{}
 	entered int32
-	lead    atomic.Bool // the first call passes alone
 }
 
 func newRendezvous(n int) *rendezvous { return &rendezvous{n: int32(n), all: make(chan struct{})} }
 
 func (r *rendezvous) enter(ctx context.Context) error {
 	in := r.in.Add(1)
-	if r.lead.CompareAndSwap(true, false) {
-		return nil // the key's lead, asked alone
-	}
 	for {
 		m := r.maxIn.Load()
 		if in <= m || r.maxIn.CompareAndSwap(m, in) {
@@ -758,31 +754,25 @@ func TestParallelFanout(t *testing.T) {
 	defer cancel()
 	for _, op := range []struct {
 		name string
-		lead bool // the first node call is made alone (see The lead of a key)
 		call func() error
 	}{
-		{"Acquire", true, func() error {
+		{"Acquire", func() error {
 			res, err := q.Acquire(wctx, r)
 			if err == nil && !res.Acquired {
 				err = errors.New("not acquired")
 			}
 			return err
 		}},
-		{"Refresh", false, func() error { return q.Refresh(wctx, r) }},
-		{"Release", false, func() error { return q.Release(wctx, r) }},
+		{"Refresh", func() error { return q.Refresh(wctx, r) }},
+		{"Release", func() error { return q.Release(wctx, r) }},
 	} {
-		want := n
-		if op.lead {
-			want--
-		}
-		rv := newRendezvous(want)
-		rv.lead.Store(op.lead)
+		rv := newRendezvous(n)
 		phase.Store(rv)
 		if err := op.call(); err != nil {
 			t.Fatalf("%s: %v (the nodes were not called in parallel)", op.name, err)
 		}
-		if m := rv.maxIn.Load(); m != int32(want) {
-			t.Errorf("%s: at most %d node calls in flight at once; want %d", op.name, m, want)
+		if m := rv.maxIn.Load(); m != n {
+			t.Errorf("%s: at most %d node calls in flight at once; want %d", op.name, m, n)
 		}
 	}
 }
