@@ -58,9 +58,8 @@ import (
 // whether anyone listens on the lock's channel: in a Cluster it counts the
 // subscribers of one node only.
 //
-// A Driver keeps one pub/sub connection (a go-redis PubSub: see
-// goredisPS), opened by the first
-// Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
+// A Driver keeps one pub/sub connection (a go-redis PubSub: see goredisPS),
+// opened by the first Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
 // this Driver waits on it: a process hears only about the locks it waits
 // for, not about every release in the keyspace. Subscriptions are counted
 // per channel and the last one to close UNSUBSCRIBEs at once. The waiters

@@ -16,9 +16,9 @@ import (
 	"github.com/dlockhq/dlock/driver"
 )
 
-// The scripts of Script mode. go-redis runs them with EVALSHA
-// and fall back to EVAL when the server answers NOSCRIPT (after a restart,
-// a SCRIPT FLUSH or a failover to a server that never ran them). The code of the
+// The scripts of Script mode. go-redis runs them with EVALSHA and falls
+// back to EVAL when the server answers NOSCRIPT (after a restart, a SCRIPT
+// FLUSH or a failover to a server that never ran them). The code of the
 // general form (scripts/common.lua) is spliced into each script after its
 // fast path.
 var (
