@@ -7,7 +7,6 @@ import (
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
-	"github.com/redis/rueidis"
 )
 
 // dlockLocker is a dlock Client over redisdlock (one server) or over a
@@ -18,38 +17,6 @@ type dlockLocker struct{ c *dlock.Client }
 // several servers.
 func dlockOpener(qopts ...quorum.Option) func(addrs []string, s settings) (locker, func(), error) {
 	return func(addrs []string, s settings) (locker, func(), error) { return openDlock(addrs, s, qopts) }
-}
-
-// dlockRueidisOpener is dlockOpener with drivers over rueidis clients
-// (redisdlock.NewRueidis), one pipelined connection per server.
-func dlockRueidisOpener() func(addrs []string, s settings) (locker, func(), error) {
-	return func(addrs []string, s settings) (locker, func(), error) {
-		var cs []rueidis.Client
-		closeClients := func() {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-		nodes := make([]driver.Driver, 0, len(addrs))
-		for _, a := range addrs {
-			c, err := rueidis.NewClient(rueidis.ClientOption{
-				InitAddress: []string{a}, ForceSingleClient: true,
-				PipelineMultiplex: -1, DisableRetry: true, DisableCache: true, ClientName: s.name,
-			})
-			if err != nil {
-				closeClients()
-				return nil, nil, err
-			}
-			cs = append(cs, c)
-			d, err := redisdlock.NewRueidis(c)
-			if err != nil {
-				closeClients()
-				return nil, nil, err
-			}
-			nodes = append(nodes, d)
-		}
-		return newDlockLocker(nodes, s, nil, closeClients)
-	}
 }
 
 func openDlock(addrs []string, s settings, qopts []quorum.Option) (locker, func(), error) {

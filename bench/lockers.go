@@ -53,10 +53,6 @@ var libraries = []library{
 	// counters of nodes that lag behind in a second round when they have
 	// drifted apart; this shows the quorum without that.
 	{name: "dlock-nofence", store: "redis", quorum: true, quorumOnly: true, ref: "dlock", open: dlockOpener(quorum.WithoutFenceRound())},
-	// dlock over rueidis clients (redisdlock.NewRueidis, client=rueidis in
-	// URLs), which pipeline concurrent callers' commands and honour
-	// cancellation, so dlock calls them on the caller's goroutine.
-	{name: "dlock-rueidis", store: "redis", quorum: true, open: dlockRueidisOpener()},
 	{name: "redsync", store: "redis", quorum: true, open: openRedsync},
 	{name: "redislock", store: "redis", open: openRedislock},
 	{name: "baseline", store: "redis", quorum: true, open: openBaseline},

@@ -70,10 +70,8 @@ func (rep *report) value(name, a string, m metric, atMost bool, goal float64) ro
 func (rep *report) rows() []row {
 	fl := rep.Config.Fleet
 	var rs []row
-	for _, lib := range []string{"dlock", "dlock-rueidis"} {
-		rs = append(rs, rep.ratio("redis uncontended pairs/s, G=64, distinct keys: "+lib, "baseline (raw SET NX PX)",
-			"redis/uncontended/G=64/"+lib, "redis/uncontended/G=64/baseline", rate, false, 1.3))
-	}
+	rs = append(rs, rep.ratio("redis uncontended pairs/s, G=64, distinct keys: dlock", "baseline (raw SET NX PX)",
+		"redis/uncontended/G=64/dlock", "redis/uncontended/G=64/baseline", rate, false, 1.3))
 	for _, wl := range []string{"hotkey-os", "hotkey-procs"} {
 		rs = append(rs, rep.ratio(fmt.Sprintf("redis %s G=%d CS=1ms (a Client per process), acq/s", wl, fl), "the same on -clients shared Clients (hotkey)",
 			fmt.Sprintf("redis/%s/G=%d/CS=1ms/dlock", wl, fl), fmt.Sprintf("redis/hotkey/G=%d/CS=1ms/dlock", fl), rate, false, 0.95))
@@ -82,15 +80,13 @@ func (rep *report) rows() []row {
 		rs = append(rs, rep.ratio("redis "+wl+" p50, release call -> next holder, separate Clients", "spin (raw retrying at once)",
 			"redis/"+wl+"/G=2/dlock", "redis/"+wl+"/G=2/spin", handoffP50, true, 1))
 	}
-	for _, lib := range []string{"dlock", "dlock-rueidis"} {
-		for _, n := range []int{3, 5} {
-			rs = append(rs, rep.ratio(fmt.Sprintf("redis Redlock N=%d G=%d pairs/s: %s", n, quorumG, lib), "redsync",
-				fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/%s", n, quorumG, lib), fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", n, quorumG), rate, false, 1.3))
-		}
-		for _, n := range []int{3, 5} {
-			rs = append(rs, rep.ratio(fmt.Sprintf("redis Redlock N=%d G=1 pairs/s: %s", n, lib), "redsync",
-				fmt.Sprintf("redis/quorum/N=%d/%s", n, lib), fmt.Sprintf("redis/quorum/N=%d/redsync", n), rate, false, 1))
-		}
+	for _, n := range []int{3, 5} {
+		rs = append(rs, rep.ratio(fmt.Sprintf("redis Redlock N=%d G=%d pairs/s: dlock", n, quorumG), "redsync",
+			fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/dlock", n, quorumG), fmt.Sprintf("redis/quorum-concurrent/N=%d/G=%d/redsync", n, quorumG), rate, false, 1.3))
+	}
+	for _, n := range []int{3, 5} {
+		rs = append(rs, rep.ratio(fmt.Sprintf("redis Redlock N=%d G=1 pairs/s: dlock", n), "redsync",
+			fmt.Sprintf("redis/quorum/N=%d/dlock", n), fmt.Sprintf("redis/quorum/N=%d/redsync", n), rate, false, 1))
 	}
 	for _, wl := range []string{"hotkey-os", "hotkey-procs"} {
 		for _, cs := range []string{"0s", "1ms"} {

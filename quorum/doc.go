@@ -199,9 +199,6 @@
 // client of its own, and needs a majority of the servers to answer a PING
 // (it does not wait for the others once a majority has answered).
 // The parameters prefix and mode are redisdlock's, for every node;
-// client=rueidis gives every node a rueidis client (redisdlock.NewRueidis)
-// instead of go-redis's: the clients are made at once, each dialling its
-// server, so a server that is down or hung costs Open one dial timeout;
 // drift_factor (a number), drift_margin (a duration such as 2ms) and fence
 // (on or off) are the quorum options; any other parameter goes to go-redis
 // for every node (dial_timeout, read_timeout, pool_size, ...), as do

@@ -77,22 +77,6 @@ func redisConfig(t testing.TB, n int, opts ...quorum.Option) drivertest.Config {
 
 func TestConformanceRedis3(t *testing.T) { drivertest.Run(t, redisConfig(t, 3)) }
 
-// TestConformanceRueidis3 runs the suite over three drivers on rueidis
-// clients (redisdlock.NewRueidis), opened from a redlock URL.
-func TestConformanceRueidis3(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.RedisQuorum)
-	cfg := redisConfig(t, 3)
-	cfg.NewHungDriver = nil
-	raw := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?client=rueidis"
-	cfg.NewDriver = func(t testing.TB) driver.Driver {
-		c, err := dlock.Open(ctx(t), raw, dlock.WithLogger(quietLog))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Driver() // the suite closes it
-	}
-	drivertest.Run(t, cfg)
-}
 func TestConformanceRedis5(t *testing.T) { drivertest.Run(t, redisConfig(t, 5)) }
 
 func BenchmarkDriverRedis(b *testing.B) {
@@ -103,14 +87,8 @@ func BenchmarkDriverRedis(b *testing.B) {
 }
 
 func TestRedlockURL(t *testing.T) {
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) { testRedlockURL(t, client) })
-	}
-}
-
-func testRedlockURL(t *testing.T, client string) {
 	srv := testsrv.Get(t, testsrv.RedisQuorum)
-	url := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?prefix=rl:&dial_timeout=2s&client=" + client
+	url := "redlock://" + strings.Join(srv.Addrs[:3], ",") + "?prefix=rl:&dial_timeout=2s&client=go-redis"
 	c, err := dlock.Open(ctx(t), url)
 	if err != nil {
 		t.Fatal(err)
@@ -157,25 +135,16 @@ func testRedlockURL(t *testing.T, client string) {
 	}
 	// Refused before anything is dialled: a usage error whether the
 	// servers answer or not (nothing listens on ports 1 to 3).
-	for _, mode := range []string{"tx", "legacy"} {
-		for _, hosts := range []string{strings.Join(srv.Addrs[:3], ","), "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"} {
-			dlocktest.RejectURL(t, "redlock://"+hosts+"?client=rueidis&mode="+mode, "url", "mode="+mode)
-		}
+	for _, hosts := range []string{strings.Join(srv.Addrs[:3], ","), "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"} {
+		dlocktest.RejectURL(t, "redlock://"+hosts+"?client=rueidis", "url", `client="rueidis": dlock runs on go-redis`)
 	}
 }
 
-// A majority of servers is enough to open, and to lock, over either
-// client library.
+// A majority of servers is enough to open, and to lock.
 func TestRedlockURLServerDown(t *testing.T) {
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) { testRedlockURLServerDown(t, client) })
-	}
-}
-
-func testRedlockURLServerDown(t *testing.T, client string) {
 	srv := testsrv.Get(t, testsrv.RedisQuorum)
 	down := "127.0.0.1:1" // nothing listens on port 1
-	c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+srv.Addrs[1]+","+down+"?client="+client, dlock.WithLogger(quietLog))
+	c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+srv.Addrs[1]+","+down, dlock.WithLogger(quietLog))
 	if err != nil {
 		t.Fatalf("Open with 1 of 3 servers down: %v", err)
 	}
@@ -187,7 +156,7 @@ func testRedlockURLServerDown(t *testing.T, client string) {
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+down+",127.0.0.1:2?client="+client); err == nil {
+	if c, err := dlock.Open(ctx(t), "redlock://"+srv.Addrs[0]+","+down+",127.0.0.1:2"); err == nil {
 		c.Close()
 		t.Error("Open with 2 of 3 servers down succeeded")
 	}

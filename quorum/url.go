@@ -10,18 +10,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
 	"github.com/dlockhq/dlock/internal/errclass"
 	"github.com/dlockhq/dlock/internal/redact"
-	"github.com/dlockhq/dlock/internal/rueidisopt"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/redisdlock"
 )
@@ -37,8 +34,8 @@ func init() {
 // is to redis://. Parameters:
 //
 //   - prefix, mode: the redisdlock options, for every node;
-//   - client: go-redis (the default) or rueidis, every node's client
-//     library (see redisdlock.NewRueidis);
+//   - client: go-redis, every node's client (the only one; it may be left
+//     out);
 //   - drift_factor (a number), drift_margin (a Go duration), fence (on or
 //     off): the quorum options;
 //   - tls, cacert, cert, key, servername: TLS to every node, as on
@@ -70,16 +67,11 @@ func openRedlock(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			q.Del(k)
 		}
 	}
-	if c.rueidis && c.mode != "" && c.mode != "script" {
-		// Refused before any node is dialled: a usage error, whether the
-		// nodes answer or not.
-		return nil, urlutil.Error(u, "mode=%s needs client=go-redis: a rueidis client runs script mode", c.mode)
-	}
 	ropts, err := redisOptions(u, hosts, q, tc)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := newNodes(c.rueidis, ropts, c.nodeOpts)
+	nodes, err := newNodes(ropts, c.nodeOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +113,6 @@ func redlockHosts(u *url.URL) ([]string, error) {
 type redlockConfig struct {
 	opts     []Option
 	nodeOpts []redisdlock.Option
-	rueidis  bool
-	mode     string
 }
 
 // redlockParams are the parameters that a redlock URL takes for itself
@@ -130,8 +120,8 @@ type redlockConfig struct {
 // wrong with it.
 var redlockParams = map[string]func(c *redlockConfig, v string) error{
 	"client": func(c *redlockConfig, v string) error {
-		if c.rueidis = v == "rueidis"; !c.rueidis && v != "go-redis" && v != "goredis" {
-			return fmt.Errorf("client=%q (want go-redis or rueidis)", v)
+		if v != "go-redis" && v != "goredis" {
+			return fmt.Errorf("client=%q: dlock runs on go-redis, with auto-pipelining (leave client out, or write client=go-redis)", v)
 		}
 		return nil
 	},
@@ -144,7 +134,7 @@ var redlockParams = map[string]func(c *redlockConfig, v string) error{
 		if !ok {
 			return fmt.Errorf("unknown mode %q (want script, tx or legacy)", v)
 		}
-		c.mode, c.nodeOpts = v, append(c.nodeOpts, redisdlock.WithProtocol(p))
+		c.nodeOpts = append(c.nodeOpts, redisdlock.WithProtocol(p))
 		return nil
 	},
 	"drift_factor": func(c *redlockConfig, v string) error {
@@ -224,7 +214,7 @@ func pingMajority(ctx context.Context, u *url.URL, conn urlutil.Connect, nodes [
 	err := conn.Do(ctx, func(ctx context.Context) error {
 		pongs := make(chan pong, len(nodes))
 		for i, n := range nodes {
-			go func() { pongs <- pong{i, n.(*redisNode).ping(ctx)} }()
+			go func() { pongs <- pong{i, n.(*redisNode).client.Ping(ctx).Err()} }()
 		}
 		for up := 0; up < majority && len(nodes)-len(failures) >= majority; {
 			if p := <-pongs; p.err != nil {
@@ -283,48 +273,21 @@ func (openClassifier) Permanent(err error) bool {
 	return n > oe.nodes-(oe.nodes/2+1)
 }
 
-// newNodes makes a driver for each of opts over a client of its own: a
-// go-redis client, or a rueidis one if useRueidis. The clients are made at
-// once, since rueidis dials the server before it returns: a node that is
-// down or hung costs Open one dial timeout, not one per node. It still gets
-// its client, which connects once the node is back.
-func newNodes(useRueidis bool, opts []*redis.Options, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
-	nodes := make([]driver.Driver, len(opts))
-	errs := make([]error, len(opts))
-	var wg sync.WaitGroup
-	for i, o := range opts {
-		wg.Go(func() { nodes[i], errs[i] = newNode(useRueidis, o, nodeOpts) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		closeNodes(nodes)
-		return nil, err
+// newNodes makes a driver for each of opts over a go-redis client of its
+// own, which connects when it is first used.
+func newNodes(opts []*redis.Options, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
+	nodes := make([]driver.Driver, 0, len(opts))
+	for _, o := range opts {
+		c := redis.NewClient(o)
+		d, err := redisdlock.New(c, nodeOpts...)
+		if err != nil {
+			c.Close()
+			closeNodes(nodes)
+			return nil, err
+		}
+		nodes = append(nodes, &redisNode{Driver: d, client: c})
 	}
 	return nodes, nil
-}
-
-// newNode makes a driver over a client made with o (see newNodes).
-func newNode(useRueidis bool, o *redis.Options, nodeOpts []redisdlock.Option) (driver.Driver, error) {
-	n := &redisNode{addr: o.Addr}
-	var err error
-	if useRueidis {
-		c, _ := rueidis.NewClient(rueidisopt.Single(o)) // made even if the dial failed
-		if c == nil {
-			return nil, fmt.Errorf("quorum: no rueidis client could be made for %s", o.Addr)
-		}
-		n.closeClient = func() error { c.Close(); return nil }
-		n.ping = func(ctx context.Context) error { return c.Do(ctx, c.B().Ping().Build()).Error() }
-		n.Driver, err = redisdlock.NewRueidis(c, nodeOpts...)
-	} else {
-		c := redis.NewClient(o)
-		n.closeClient, n.ping = c.Close, func(ctx context.Context) error { return c.Ping(ctx).Err() }
-		n.Driver, err = redisdlock.New(c, nodeOpts...)
-	}
-	if err != nil {
-		n.closeClient()
-		return nil, err
-	}
-	return n, nil
 }
 
 // closeNodes closes nodes that no Driver owns (nil ones are skipped).
@@ -341,13 +304,11 @@ func closeNodes(nodes []driver.Driver) {
 // ForceReleaser).
 type redisNode struct {
 	*redisdlock.Driver
-	addr        string
-	closeClient func() error
-	ping        func(context.Context) error
+	client *redis.Client
 }
 
 // String returns the server's address, which names the node in errors.
-func (n *redisNode) String() string { return n.addr }
+func (n *redisNode) String() string { return n.client.Options().Addr }
 
 // Close closes the driver, then its client.
-func (n *redisNode) Close() error { return errors.Join(n.Driver.Close(), n.closeClient()) }
+func (n *redisNode) Close() error { return errors.Join(n.Driver.Close(), n.client.Close()) }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 )
 
 // Permanent implements driver.Classifier. A Redis error is permanent when
@@ -26,13 +25,8 @@ import (
 func (d *Driver) Permanent(err error) bool { return permanent(err) }
 
 func permanent(err error) bool {
-	var (
-		re  redis.Error
-		rre *rueidis.RedisError
-	)
+	var re redis.Error
 	switch {
-	case errors.As(err, &rre):
-		return permanentReply(rre.Error())
 	case !errors.As(err, &re):
 		return false
 	case redis.IsAuthError(err) || redis.IsPermissionError(err):

@@ -150,21 +150,14 @@ func TestWaitEndsOnWrongPassword(t *testing.T) {
 // TestWaitEndsOnWrongType checks that a Lock that waits for a held key
 // ends at once when a foreign client puts a value of another type at the
 // lock's key.
-// Over either client library.
 func TestWaitEndsOnWrongType(t *testing.T) {
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) { testWaitEndsOnWrongType(t, client) })
-	}
-}
-
-func testWaitEndsOnWrongType(t *testing.T, client string) {
 	ctx := context.Background()
 	srv := testsrv.Get(t, testsrv.Redis)
 	admin := newClient(srv.Addr)
 	defer admin.Close()
-	prefix := "classify-wrongtype-" + client + ":"
+	prefix := "classify-wrongtype:"
 	open := func() *dlock.Client {
-		c, err := dlock.New(openURL(t, withParams(srv.URL, "prefix", prefix, "client", client)))
+		c, err := dlock.New(openURL(t, withParams(srv.URL, "prefix", prefix)))
 		if err != nil {
 			t.Fatal(err)
 		}

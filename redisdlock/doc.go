@@ -1,5 +1,5 @@
 // Package redisdlock is the dlock backend for Redis: a standalone server, a
-// master managed by Sentinel, or a Cluster, through go-redis v9 or rueidis.
+// master managed by Sentinel, or a Cluster, through go-redis v9.
 //
 // Create a driver over your own client, or open one from a URL:
 //
@@ -7,18 +7,6 @@
 //	c, err := dlock.New(d)
 //
 //	c, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0?prefix=myapp:")
-//
-// # Client libraries
-//
-// New takes a go-redis client; NewRueidis (client=rueidis in a URL) takes a
-// rueidis client. Both run the same scripts on the same keys, so drivers of
-// either kind share locks. rueidis pipelines the commands of concurrent
-// callers on one connection per server and abandons a command as soon as
-// its context ends, so dlock calls it on the caller's goroutine: many
-// concurrent locks cost the server and the client far fewer system calls
-// (about 2x go-redis's lock/unlock pairs per second with 64 goroutines, in
-// bench/). go-redis is the default, and the only client for the
-// Transaction and Legacy protocols and WithReplicaAck.
 //
 // # What Redis guarantees, and what it does not
 //
@@ -318,14 +306,10 @@
 //
 // The driver's parameters are prefix, mode (script, tx, legacy),
 // wait_replicas, wait_timeout (a duration such as 500ms, or milliseconds;
-// default 1s), legacy_unit (ms, s) and client (go-redis, the default, or
-// rueidis). Every other parameter goes to go-redis (ParseURL,
+// default 1s), legacy_unit (ms, s) and client (go-redis, the only client,
+// which may be left out). Every other parameter goes to go-redis (ParseURL,
 // ParseFailoverURL, ParseClusterURL: pool_size, read_timeout, client_name,
-// ...), and one that neither knows is an error naming it. With
-// client=rueidis the URL is parsed the same way and its host, credentials,
-// database, client_name, TLS, dial_timeout and read_timeout (the longest a
-// connection may leave a command unanswered before it is closed) configure
-// the rueidis client; go-redis's pool parameters do not apply. For Sentinel, the hosts are the Sentinels', user and password
+// ...), and one that neither knows is an error naming it. For Sentinel, the hosts are the Sentinels', user and password
 // authenticate to the master and replicas, and sentinel_username and
 // sentinel_password to the Sentinels. Several IPv6 hosts cannot be written
 // in the host part (Go's URL parser rejects them); add them with

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/redisdlock"
@@ -67,40 +66,4 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// A driver over a rueidis client, which pipelines the commands of
-// concurrent callers on one connection per server: for many concurrent
-// locks in one process. The settings are those NewRueidis asks for; a URL
-// with client=rueidis ("redis://127.0.0.1:6379/0?client=rueidis") gets
-// them on its own.
-func ExampleNewRueidis() {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{"127.0.0.1:6379"},
-		PipelineMultiplex: -1, // one connection: a release never overtakes an abandoned acquire
-		DisableRetry:      true,
-		DisableCache:      true,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer rc.Close()
-
-	d, err := redisdlock.NewRueidis(rc, redisdlock.WithPrefix("myapp:locks:"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	client, err := dlock.New(d)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
-
-	ctx := context.Background()
-	lock, err := client.Lock(ctx, "invoice:2026-11")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer lock.Release(ctx)
-	fmt.Println("holding with token", lock.Token())
 }

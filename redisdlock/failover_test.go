@@ -15,14 +15,8 @@ import (
 // opened from a URL acquires the lock again once the replica is promoted:
 // it must find the new master by reloading its slot map, long before the
 // map would age out (a minute in go-redis) and without a MOVED reply
-// (nothing answers for the slot until then). Over either client library.
+// (nothing answers for the slot until then).
 func TestClusterMasterFailover(t *testing.T) {
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) { testClusterMasterFailover(t, client) })
-	}
-}
-
-func testClusterMasterFailover(t *testing.T, client string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := testsrv.StartRedisCluster(ctx)
@@ -31,7 +25,7 @@ func testClusterMasterFailover(t *testing.T, client string) {
 	}
 	defer srv.Stop()
 	const prefix, key = "fo:", "failover"
-	c, err := dlock.Open(ctx, srv.URL+"?prefix="+prefix+"&client="+client)
+	c, err := dlock.Open(ctx, srv.URL+"?prefix="+prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,15 +52,8 @@ func commandStats(ctx context.Context, t testing.TB, rdb *redis.Client) map[stri
 // owner, takes a token and writes the hash with its lease to lock, and
 // compares the owner, deletes the hash and publishes the release to
 // unlock, looking up no queue entry for a waiter that has never queued. A
-// server of its own keeps other tests' commands out. Either client library
-// runs the same commands.
+// server of its own keeps other tests' commands out.
 func TestFastPathCommands(t *testing.T) {
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) { testFastPathCommands(t, client) })
-	}
-}
-
-func testFastPathCommands(t *testing.T, client string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := testsrv.StartRedis(ctx)
@@ -70,7 +63,7 @@ func testFastPathCommands(t *testing.T, client string) {
 	defer srv.Stop()
 	rdb := newClient(srv.Addr)
 	defer rdb.Close()
-	c, err := dlock.New(openURL(t, withParams(srv.URL, "client", client)))
+	c, err := dlock.New(openURL(t, srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +109,9 @@ func testFastPathCommands(t *testing.T, client string) {
 // leaves a hold alone, in every protocol.
 func TestRaiseToken(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Redis)
-	for _, mode := range []string{"script", "tx", "legacy", "script-rueidis"} {
+	for _, mode := range []string{"script", "tx", "legacy"} {
 		t.Run(mode, func(t *testing.T) {
-			params := []string{"prefix", testPrefix(t), "mode", mode}
-			if m, ok := strings.CutSuffix(mode, "-rueidis"); ok {
-				params = []string{"prefix", testPrefix(t), "mode", m, "client", "rueidis"}
-			}
-			d := openURL(t, withParams(srv.URL, params...))
+			d := openURL(t, withParams(srv.URL, "prefix", testPrefix(t), "mode", mode))
 			defer d.Close()
 			ctx := testCtx(t)
 			a := request("k", time.Minute)

@@ -58,9 +58,8 @@ import (
 // whether anyone listens on the lock's channel: in a Cluster it counts the
 // subscribers of one node only.
 //
-// A Driver keeps one pub/sub connection (a go-redis PubSub, or a dedicated
-// connection of a rueidis client: see psConn), opened by the first
-// Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
+// A Driver keeps one pub/sub connection (a go-redis PubSub: see goredisPS),
+// opened by the first Subscribe, and SUBSCRIBEs to a channel while at least one waiter of
 // this Driver waits on it: a process hears only about the locks it waits
 // for, not about every release in the keyspace. Subscriptions are counted
 // per channel and the last one to close UNSUBSCRIBEs at once. The waiters
@@ -74,10 +73,6 @@ import (
 // for healthInterval is pinged, and one that does not answer the ping
 // within another healthInterval is replaced by a new one (its
 // confirmations signal the waiters likewise). Until then waiters poll.
-// Over rueidis, whose connections do not reconnect once they are dedicated,
-// a connection that breaks (rueidis closes one that leaves a PING
-// unanswered for ConnWriteTimeout) is replaced after a pause, and the new
-// one subscribes to every channel, with the same signals.
 //
 // One narrow race remains: if the connection is re-established while the
 // last waiter of a channel leaves and a new one arrives at once, the new
@@ -96,28 +91,16 @@ import (
 const subscribeTimeout = 10 * time.Second
 
 type notifier struct {
-	dial func(n *notifier) psConn // opens a pub/sub connection reporting to n
+	dial func(n *notifier) *goredisPS // opens a pub/sub connection reporting to n
 	hub  notify.Hub
 
 	mu     sync.Mutex
-	ps     psConn // nil until the first Subscribe
+	ps     *goredisPS // nil until the first Subscribe
 	chans  map[string]*chanState
 	closed bool
 	redial time.Duration // the pause before the next reconnection; see pause
 	done   chan struct{} // closed by close
 	wg     sync.WaitGroup
-}
-
-// psConn is a notifier's pub/sub connection (go-redis's PubSub, or a
-// dedicated rueidis connection). It reports to its notifier from a
-// goroutine of its own, counted in the notifier's wg: messages (hub.Notify),
-// confirmed SUBSCRIBEs (confirm), and a connection it cannot keep (replace).
-// A failed subscribe leaves the channel to be subscribed again when the
-// connection is re-established.
-type psConn interface {
-	subscribe(ctx context.Context, chans ...string) error
-	unsubscribe(chans ...string)
-	close() error
 }
 
 // chanState tracks one subscribed channel.
@@ -127,7 +110,7 @@ type chanState struct {
 	ready     chan struct{} // closed when confirmed
 }
 
-func newNotifier(dial func(n *notifier) psConn) *notifier {
+func newNotifier(dial func(n *notifier) *goredisPS) *notifier {
 	return &notifier{dial: dial, chans: map[string]*chanState{}, done: make(chan struct{})}
 }
 
@@ -143,7 +126,7 @@ var healthInterval = 5 * time.Second
 
 // current reports whether c is the notifier's connection, which the
 // notifier has not closed.
-func (n *notifier) current(c psConn) bool {
+func (n *notifier) current(c *goredisPS) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return !n.closed && n.ps == c
@@ -167,15 +150,19 @@ func (n *notifier) pause() bool {
 	}
 }
 
-// goredisPS is a psConn over go-redis's PubSub.
+// goredisPS is a notifier's pub/sub connection, over go-redis's PubSub. It
+// reports to its notifier from a goroutine of its own, counted in the
+// notifier's wg: messages (hub.Notify), confirmed SUBSCRIBEs (confirm), and
+// a connection it cannot keep (replace). A failed subscribe leaves the
+// channel to be subscribed again when the connection is re-established.
 type goredisPS struct {
 	n  *notifier
 	ps *redis.PubSub
 }
 
 // dialGoredis returns a notifier's dial function over client.
-func dialGoredis(client redis.UniversalClient) func(*notifier) psConn {
-	return func(n *notifier) psConn {
+func dialGoredis(client redis.UniversalClient) func(*notifier) *goredisPS {
+	return func(n *notifier) *goredisPS {
 		c := &goredisPS{n: n, ps: client.Subscribe(context.Background())}
 		n.wg.Add(1)
 		go c.receive()
@@ -245,7 +232,7 @@ func (c *goredisPS) receive() {
 
 // replace swaps old, the pub/sub connection, for a new one subscribed to
 // every channel; the confirmations signal the waiters (see confirm).
-func (n *notifier) replace(old psConn) {
+func (n *notifier) replace(old *goredisPS) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed || n.ps != old {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
@@ -133,7 +132,6 @@ type Driver struct {
 	client  redis.UniversalClient
 	single  *redis.Client        // standalone or Sentinel; nil for Cluster
 	cluster *redis.ClusterClient // nil unless Cluster
-	ru      rueidis.Client       // in place of client: see NewRueidis
 	owns    bool                 // Close closes client
 	cfg     config
 	proto   protocol
@@ -272,8 +270,7 @@ func capabilities(cfg config) driver.Capabilities {
 // Protocol returns the driver's protocol.
 func (d *Driver) Protocol() Protocol { return d.cfg.mode }
 
-// Client returns the go-redis client the driver uses, or nil for a driver
-// over rueidis (see Rueidis).
+// Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
 // Capabilities implements driver.Driver. Script mode implements every
@@ -293,11 +290,7 @@ func (d *Driver) Close() error {
 	}
 	err := d.n.close()
 	if d.owns {
-		if d.ru != nil {
-			d.ru.Close()
-		} else {
-			err = errors.Join(err, d.client.Close())
-		}
+		err = errors.Join(err, d.client.Close())
 	}
 	return err
 }
@@ -383,7 +376,7 @@ func (d *Driver) AcquireAll(ctx context.Context, reqs []driver.Request) (driver.
 			return driver.MultiResult{}, fail(ctx, "acquire", reqs[i].Key, err)
 		}
 		ks[i], ttls[i] = d.layout(reqs[i].Key), d.grant(reqs[i].TTL)
-		if d.isCluster() && slot(ks[i].lock) != slot(ks[0].lock) {
+		if d.cluster != nil && slot(ks[i].lock) != slot(ks[0].lock) {
 			return driver.MultiResult{}, fmt.Errorf("redisdlock: acquire-all: %q and %q are in different Cluster slots: %w", reqs[0].Key, reqs[i].Key, driver.ErrUnsupported)
 		}
 	}
@@ -507,16 +500,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 		mu  sync.Mutex
 		all []driver.Holder
 	)
-	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error {
-		var (
-			hs  []driver.Holder
-			err error
-		)
-		if rnode != nil {
-			hs, err = d.rueidisList(ctx, rnode, prefix)
-		} else {
-			hs, err = d.proto.list(ctx, node, prefix)
-		}
+	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		hs, err := d.proto.list(ctx, node, prefix)
 		mu.Lock()
 		all = append(all, hs...)
 		mu.Unlock()
@@ -546,16 +531,8 @@ func (d *Driver) Count(ctx context.Context, prefix string) (int, error) {
 		mu    sync.Mutex
 		total int
 	)
-	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error {
-		var (
-			n   int
-			err error
-		)
-		if rnode != nil {
-			n, err = d.rueidisCount(ctx, rnode, prefix)
-		} else {
-			n, err = d.proto.count(ctx, node, prefix)
-		}
+	err := d.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := d.proto.count(ctx, node, prefix)
 		mu.Lock()
 		total += n
 		mu.Unlock()
@@ -568,16 +545,12 @@ func (d *Driver) Count(ctx context.Context, prefix string) (int, error) {
 }
 
 // forEachMaster calls fn for the server (standalone, Sentinel) or for every
-// master of the Cluster, concurrently: with its go-redis client, or its
-// rueidis client if the driver runs on rueidis.
-func (d *Driver) forEachMaster(ctx context.Context, fn func(ctx context.Context, node *redis.Client, rnode rueidis.Client) error) error {
-	switch {
-	case d.ru != nil:
-		return d.rueidisMasters(ctx, func(ctx context.Context, rnode rueidis.Client) error { return fn(ctx, nil, rnode) })
-	case d.cluster != nil:
-		return d.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return fn(ctx, node, nil) })
+// master of the Cluster, concurrently.
+func (d *Driver) forEachMaster(ctx context.Context, fn func(ctx context.Context, node *redis.Client) error) error {
+	if d.cluster != nil {
+		return d.cluster.ForEachMaster(ctx, fn)
 	}
-	return fn(ctx, d.single, nil)
+	return fn(ctx, d.single)
 }
 
 // master returns the client of the master that holds key.

@@ -135,16 +135,6 @@ func TestConformance(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
 		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t)))
 	})
-	t.Run("Rueidis", func(t *testing.T) {
-		srv := testsrv.Get(t, testsrv.Redis)
-		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "client", "rueidis"))
-	})
-	t.Run("RueidisCluster", func(t *testing.T) {
-		drivertest.Run(t, urlConfig(t, testsrv.Get(t, testsrv.RedisCluster), "prefix", testPrefix(t), "client", "rueidis"))
-	})
-	t.Run("RueidisSentinel", func(t *testing.T) {
-		drivertest.Run(t, urlConfig(t, testsrv.Get(t, testsrv.RedisSentinel), "prefix", testPrefix(t), "client", "rueidis"))
-	})
 	t.Run("Transaction", func(t *testing.T) {
 		srv := testsrv.Get(t, testsrv.Redis)
 		drivertest.Run(t, urlConfig(t, srv, "prefix", testPrefix(t), "mode", "tx"))
@@ -179,7 +169,7 @@ func TestConformance(t *testing.T) {
 }
 
 // BenchmarkDriver runs the standard workloads on a standalone server in
-// each mode and over rueidis, and on the Cluster in Script mode.
+// each mode, and on the Cluster in Script mode.
 func BenchmarkDriver(b *testing.B) {
 	srv := testsrv.Get(b, testsrv.Redis)
 	for _, mode := range []string{"script", "tx", "legacy"} {
@@ -187,9 +177,6 @@ func BenchmarkDriver(b *testing.B) {
 			drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b), "mode", mode))
 		})
 	}
-	b.Run("rueidis", func(b *testing.B) {
-		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b), "client", "rueidis"))
-	})
 	b.Run("cluster", func(b *testing.B) {
 		srv := testsrv.Get(b, testsrv.RedisCluster)
 		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b)))

@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock/driver"
 )
 
-// The scripts of Script mode. Both client libraries run them with EVALSHA
-// and fall back to EVAL when the server answers NOSCRIPT (after a restart,
-// a SCRIPT FLUSH or a failover to a server that never ran them). The code of the
+// The scripts of Script mode. go-redis runs them with EVALSHA and falls
+// back to EVAL when the server answers NOSCRIPT (after a restart, a SCRIPT
+// FLUSH or a failover to a server that never ran them). The code of the
 // general form (scripts/common.lua) is spliced into each script after its
 // fast path.
 var (
@@ -45,15 +44,12 @@ var (
 	releaseScript      = newScript(releaseSrc)
 	forceReleaseScript = newScript(forceReleaseSrc)
 	acquireAllScript   = newScript(acquireAllSrc)
-	raiseScript        = &script{gr: redis.NewScript(raiseSrc), ru: rueidis.NewLuaScript(raiseSrc)}
-	readHoldScript     = &script{gr: redis.NewScript(readHoldSrc), ru: rueidis.NewLuaScript(readHoldSrc)}
+	raiseScript        = &script{gr: redis.NewScript(raiseSrc)}
+	readHoldScript     = &script{gr: redis.NewScript(readHoldSrc)}
 )
 
-// script is a script of Script mode, for either client library.
-type script struct {
-	gr *redis.Script
-	ru *rueidis.Lua
-}
+// script is a script of Script mode.
+type script struct{ gr *redis.Script }
 
 // commonMark is the line of a script that common.lua replaces.
 const commonMark = "-- @common\n"
@@ -63,10 +59,10 @@ func newScript(src string) *script {
 		panic("redisdlock: a script lacks its " + strings.TrimSpace(commonMark) + " line")
 	}
 	src = strings.Replace(src, commonMark, commonSrc, 1)
-	return &script{gr: redis.NewScript(src), ru: rueidis.NewLuaScript(src)}
+	return &script{gr: redis.NewScript(src)}
 }
 
-// evaler runs scripts on the driver's client library.
+// evaler runs scripts on the driver's client.
 type evaler interface {
 	// eval runs s and returns its reply, a list of integers (an integer
 	// reply is returned as a list of one). With ack, a reply that

@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/ctxerr"
-	"github.com/dlockhq/dlock/internal/rueidisopt"
 	"github.com/dlockhq/dlock/internal/urlutil"
 )
 
@@ -42,23 +40,18 @@ const (
 // without wait_timeout.
 const defaultWaitTimeout = time.Second
 
-// protocols and clients are the values of the URL parameters mode and client.
-var (
-	protocols = map[string]Protocol{"script": Script, "tx": Transaction, "transaction": Transaction, "legacy": Legacy}
-	clients   = map[string]bool{"": false, "go-redis": false, "goredis": false, "rueidis": true}
-)
+// protocols are the values of the URL parameter mode.
+var protocols = map[string]Protocol{"script": Script, "tx": Transaction, "transaction": Transaction, "legacy": Legacy}
 
 // takeOptions removes the driver's own parameters from q and returns them
-// as Options, the TLS configuration of the TLS parameters (nil without
-// TLS), and whether they ask for a rueidis client (client=rueidis) rather
-// than go-redis (client=go-redis, the default).
-func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, rueidisURL bool, _ error) {
-	rueidisURL, ok := clients[q.Get(paramClient)]
-	if !ok {
-		return nil, nil, false, urlutil.Error(u, "client=%q (want go-redis or rueidis)", q.Get(paramClient))
+// as Options and the TLS configuration of the TLS parameters (nil without
+// TLS). client, if given, must name go-redis, the only client.
+func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, _ error) {
+	if c := q.Get(paramClient); c != "" && c != "go-redis" && c != "goredis" {
+		return nil, nil, urlutil.Error(u, "client=%q: dlock runs on go-redis, with auto-pipelining (leave client out, or write client=go-redis)", c)
 	}
 	if err := urlutil.ConnectTimeout(u, q, "dial_timeout"); err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
 	if q.Has(paramPrefix) {
 		opts = append(opts, WithPrefix(q.Get(paramPrefix)))
@@ -66,14 +59,14 @@ func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, rueid
 	if m := q.Get(paramMode); q.Has(paramMode) {
 		p, ok := protocols[m]
 		if !ok {
-			return nil, nil, false, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", m)
+			return nil, nil, urlutil.Error(u, "unknown mode %q (want script, tx or legacy)", m)
 		}
 		opts = append(opts, WithProtocol(p))
 	}
 	if q.Has(paramWaitReplicas) || q.Has(paramWaitTimeout) {
 		o, err := replicaAck(u, q)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, err
 		}
 		opts = append(opts, o)
 	}
@@ -84,14 +77,14 @@ func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, rueid
 		case "s":
 			opts = append(opts, WithLegacyUnit(time.Second))
 		default:
-			return nil, nil, false, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
+			return nil, nil, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
 		}
 	}
 	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient} {
 		q.Del(p)
 	}
 	tc, err := urlutil.TLS(u, q, u.Scheme == "rediss")
-	return opts, tc, rueidisURL, err
+	return opts, tc, err
 }
 
 // replicaAck reads wait_replicas and wait_timeout as WithReplicaAck.
@@ -117,36 +110,6 @@ func replicaAck(u *url.URL, q url.Values) (Option, error) {
 		}
 	}
 	return WithReplicaAck(n, timeout), nil
-}
-
-// openRueidis opens a driver over a rueidis client made with opt (see
-// internal/rueidisopt): it checks opts, dials, and checks that the server
-// answers within the connect timeout.
-func openRueidis(ctx context.Context, u *url.URL, opt rueidis.ClientOption, opts []Option) (driver.Driver, error) {
-	d, err := newRueidisDriver(opts) // a usage error whether the server answers or not
-	if err != nil {
-		return nil, err
-	}
-	dialed := false
-	err = connectOf(u, opt.InitAddress, opt.TLSConfig, opt.Dialer.Timeout).Do(ctx, func(ctx context.Context) error {
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			if c != nil {
-				c.Close() // a single client comes back with its dial error
-			}
-			return ctxerr.Wrap(ctx, err)
-		}
-		d.owns, dialed = true, true
-		d.useRueidis(c)
-		return ctxerr.Wrap(ctx, c.Do(ctx, c.B().Ping().Build()).Error())
-	})
-	if err != nil {
-		if dialed {
-			d.Close()
-		}
-		return nil, fmt.Errorf("redisdlock: connecting: %w", err)
-	}
-	return d, nil
 }
 
 // connectOf describes how a client connects to addrs, with TLS if tc is
@@ -195,7 +158,7 @@ func redisError(u *url.URL, err error) error {
 // documentation) taken out.
 func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	opts, tc, rueidisURL, err := takeOptions(u, q)
+	opts, tc, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
@@ -213,9 +176,6 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
 	}
-	if rueidisURL {
-		return openRueidis(ctx, u, rueidisopt.Single(o), opts)
-	}
 	o.ContextTimeoutEnabled = true
 	return finishOpen(ctx, connectOf(u, []string{o.Addr}, o.TLSConfig, o.DialTimeout), redis.NewClient(o), opts)
 }
@@ -227,7 +187,7 @@ func openRedis(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // Other parameters are go-redis's FailoverOptions (ParseFailoverURL).
 func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	opts, tc, rueidisURL, err := takeOptions(u, q)
+	opts, tc, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
@@ -272,9 +232,6 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
 	}
-	if rueidisURL {
-		return openRueidis(ctx, u, rueidisopt.Sentinel(o), opts)
-	}
 	o.ContextTimeoutEnabled = true
 	if !q.Has("dialer_retries") {
 		// Each of go-redis's dial attempts asks the Sentinels, which
@@ -290,7 +247,7 @@ func openSentinel(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // ClusterOptions (ParseClusterURL).
 func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	q := u.Query()
-	opts, tc, rueidisURL, err := takeOptions(u, q)
+	opts, tc, err := takeOptions(u, q)
 	if err != nil {
 		return nil, err
 	}
@@ -312,9 +269,6 @@ func openCluster(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	o.TLSConfig = withSkipVerify(tc, o.TLSConfig)
 	if err := checkTimeouts(u, o.ReadTimeout, o.WriteTimeout); err != nil {
 		return nil, err
-	}
-	if rueidisURL {
-		return openRueidis(ctx, u, rueidisopt.Cluster(o), opts)
 	}
 	o.ContextTimeoutEnabled = true
 	o.ClusterStateReloadInterval = clusterReloadInterval

@@ -4,8 +4,6 @@ go 1.26.0
 
 require github.com/dlockhq/dlock v0.1.0
 
-require github.com/redis/rueidis v1.0.79 // indirect
-
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect

@@ -181,8 +181,7 @@ processes on one host coordinate with no set-up. The stores, by URL:
 TLS: rediss:// and redlocks://, or on etcd://, zk://, redis:// and mysql://
 the parameters cacert=, cert= and key= (PEM files; tls=true for the system's
 roots); PostgreSQL takes its own sslmode=verify-full&sslrootcert=... A
-password in an etcd:// or zk:// URL is sent only over TLS. Redis URLs take
-client=rueidis for a client that pipelines many concurrent locks.
+password in an etcd:// or zk:// URL is sent only over TLS.
 
 The SQL stores keep their locks in the table dlock_locks unless the URL says
 otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit

@@ -94,9 +94,8 @@ func TestUsageErrors(t *testing.T) {
 		{"release empty key", []string{"release", "--force", ""}, `key=""`},
 		// Options the store's client refuses are usage errors, even where
 		// nothing listens (port 1).
-		{"rueidis with tx", []string{"run", "--url", "redis://127.0.0.1:1/?client=rueidis&mode=tx", "--key", "k", "--", "true"}, `mode="tx"`},
-		{"rueidis with wait_replicas", []string{"ls", "--url", "redis://127.0.0.1:1/?client=rueidis&wait_replicas=1"}, "WithReplicaAck"},
-		{"redlock rueidis with legacy", []string{"ls", "--url", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?client=rueidis&mode=legacy"}, "mode=legacy"},
+		{"redis client", []string{"run", "--url", "redis://127.0.0.1:1/?client=rueidis", "--key", "k", "--", "true"}, `client="rueidis": dlock runs on go-redis`},
+		{"redlock client", []string{"ls", "--url", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?client=rueidis"}, `client="rueidis": dlock runs on go-redis`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,11 +24,11 @@ import (
 // (.ci/run uses unshare); the seed URLs run everywhere.
 func FuzzOpenURL(f *testing.F) {
 	for _, s := range []string{
-		"redis://u:s3cret-pw@h:6379/0?client=rueidis&mode=tx",
+		"redis://u:s3cret-pw@h:6379/0?client=goredis&mode=tx",
 		"rediss://h?cacert=/nonexistent&servername=x&dial_timeout=1s",
 		"redis+sentinel://:s3cret-pw@h1,h2/mymaster?wait_replicas=1",
 		"redis+cluster://h1,h2?client=go-redis&mode=legacy",
-		"redlock://h1,h2,h3?prefix=x&client=rueidis&quorum=2",
+		"redlock://h1,h2,h3?prefix=x&client=hiredis&quorum=2",
 		"etcd://user:s3cret-pw@h:2379/prefix?session=5s&cacert=x",
 		"zk://h:2181/locks?curator=rwlock&session=1s",
 		"postgres://u:s3cret-pw@h:5432/db?sslmode=verify-full&table=t",

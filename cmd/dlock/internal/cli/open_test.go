@@ -132,7 +132,6 @@ func TestOpenNeverHangs(t *testing.T) {
 		inProtocol       bool   // TLS starts inside the store's protocol: no TLS port to diagnose
 	}{
 		{"redis", "redis://%s", "rediss://%s?" + ca, false},
-		{"redis/rueidis", "redis://%s?client=rueidis", "rediss://%s?client=rueidis&" + ca, false},
 		{"sentinel", "redis+sentinel://%s/mymaster", "redis+sentinel://%s/mymaster?" + ca, false},
 		{"cluster", "redis+cluster://%s", "redis+cluster://%s?" + ca, false},
 		{"redlock", "redlock://%s", "redlocks://%s?" + ca, false},
@@ -240,9 +239,7 @@ func TestOpenTLSMismatchRealServers(t *testing.T) {
 		// A plain server waits for the TLS client's first request: the
 		// connect timeout ends the wait, whatever it is.
 		{"rediss://" + plain.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
-		{"rediss://" + plain.Addr + "?connect_timeout=1s&client=rueidis&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"redis://" + secure.Addr, urlutil.ErrTLSAnswer},
-		{"redis://" + secure.Addr + "?client=rueidis", urlutil.ErrTLSAnswer},
 		{"etcd://" + etcd.Addr + "?connect_timeout=1s&cacert=" + certs.CA, urlutil.ErrNoTLSAnswer},
 		{"etcd://" + etcdTLS.Addr, urlutil.ErrTLSAnswer},
 	} {
@@ -293,7 +290,6 @@ func TestOpenClassifies(t *testing.T) {
 	redisURL := "rediss://:%s@" + rs.Addr + "?cacert=%s%s"
 	for _, c := range []struct{ name, url, hint string }{
 		{"WRONGPASS", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, ""), ""},
-		{"WRONGPASS/rueidis", fmt.Sprintf(redisURL, "wrong-Pa55", certs.CA, "&client=rueidis"), ""},
 		{"NOAUTH", "rediss://" + rs.Addr + "?cacert=" + certs.CA, ""},
 		{"unknown CA", fmt.Sprintf(redisURL, password, other.CA, ""), ""},
 		{"certificate of another host", fmt.Sprintf(redisURL, password, certs.CA, "&servername=other.example"), ""},
@@ -361,7 +357,7 @@ func TestURLTypos(t *testing.T) {
 func TestOpenConnectTimeout(t *testing.T) {
 	l := startListeners(t)
 	for _, raw := range []string{
-		"redis://%s?connect_timeout=1500ms", "redis://%s?client=rueidis&connect_timeout=1500ms",
+		"redis://%s?connect_timeout=1500ms",
 		"redis+sentinel://%s/mymaster?connect_timeout=1500ms", "redis+cluster://%s?connect_timeout=1500ms",
 		"redlock://%s?connect_timeout=1500ms", "etcd://%s?connect_timeout=1500ms", "zk://%s?connect_timeout=1500ms",
 		"memcached://%s?connect_timeout=1500ms&timeout=1500ms", "mysql://u:p@%s/db?insecure_auth=true&connect_timeout=1500ms",
