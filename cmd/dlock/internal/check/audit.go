@@ -247,8 +247,57 @@ func readSQL(ctx context.Context, u *url.URL, d sqldlock.Dialect) ([]Server, err
 		}
 		s.Settings[k] = v
 	}
+	if d == sqldlock.Postgres {
+		if s.Settings["pooling"], err = pgPooling(ctx, db); err != nil {
+			return nil, fmt.Errorf("probing for a pooler: %w", err)
+		}
+	}
 	s.Clock, err = measureSkew(ctx, time.Microsecond, func(ctx context.Context) (time.Time, error) { return epoch(ctx, db, r.clock) })
 	return []Server{s}, err
+}
+
+// pgPooling tells whether a pooler in front of PostgreSQL hands one
+// client's successive transactions to different server sessions
+// ("transaction", as PgBouncer's transaction and statement modes do) or not
+// ("session"). Client a holds a server session in a transaction while
+// client b takes another; a then ends its transaction, and b asks again:
+// a pooler gives b the session released last (PgBouncer's default), a
+// session of its own never changes.
+func pgPooling(ctx context.Context, db *sql.DB) (string, error) {
+	a, err := db.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer a.Close()
+	b, err := db.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	tx, err := a.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback()
+	var held, before, after int
+	// Three texts: a driver that caches prepared statements per client
+	// connection would not find one on another server session.
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid() AS held").Scan(&held); err != nil {
+		return "", err
+	}
+	if err := b.QueryRowContext(ctx, "SELECT pg_backend_pid() AS before").Scan(&before); err != nil {
+		return "", err
+	}
+	if err := tx.Commit(); err != nil {
+		return "", err
+	}
+	if err := b.QueryRowContext(ctx, "SELECT pg_backend_pid() AS after").Scan(&after); err != nil {
+		return "", err
+	}
+	if after != before {
+		return "transaction", nil
+	}
+	return "session", nil
 }
 
 // epoch runs query, which returns seconds since the epoch as text.

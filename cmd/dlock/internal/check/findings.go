@@ -98,6 +98,11 @@ func (rep *AuditReport) judge() []Finding {
 				"a crash loses the last commits although the client saw them succeed: a lock granted or a fencing token issued in them is forgotten, and the token is issued again",
 				"ALTER SYSTEM SET synchronous_commit = on; SELECT pg_reload_conf(); and remove overrides: ALTER ROLE/DATABASE ... RESET synchronous_commit")
 		}
+		if set["pooling"] == "transaction" {
+			add(SeverityRisk, s.Addr, "a pooler in transaction mode (PgBouncer's pool_mode = transaction or statement)",
+				"leases, tokens and releases are single transactions and stay safe, but LISTEN runs on a server session the pooler hands to other clients: releases wake no waiter, and waiters wait for their next poll",
+				"connect dlock to PostgreSQL directly, or through a pool in session mode (pool_mode = session)")
+		}
 		if set["fsync"] == "off" {
 			add(SeverityBreaks, s.Addr, "fsync off",
 				"a crash of the host can lose or corrupt committed data: locks and fencing tokens included",

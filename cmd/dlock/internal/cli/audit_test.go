@@ -195,6 +195,9 @@ func TestAuditPostgres(t *testing.T) {
 	if f := finding(rep, "synchronous_commit"); f != nil || rep.Servers[0].Settings["synchronous_commit"] != "on" {
 		t.Errorf("synchronous_commit on reported: %+v (read %+v)", f, rep.Servers)
 	}
+	if f := finding(rep, "pooler"); f != nil || rep.Servers[0].Settings["pooling"] != "session" {
+		t.Errorf("a pooler found in front of a server reached directly: %+v (read %+v)", f, rep.Servers)
+	}
 	sqlExec(t, "pgx", srv.DSN, "ALTER SYSTEM SET synchronous_commit = off", "SELECT pg_reload_conf()")
 	_, rep = audit(t, srv.URL)
 	wantFinding(t, rep, "synchronous_commit off", check.SeverityBreaks)
@@ -288,5 +291,21 @@ func TestAuditUsage(t *testing.T) {
 	}
 	if r := runMain(t, "check", "--audit", "--url", "redis://127.0.0.1:1?dial_timeout=1s"); r.code != cli.ExitUnavailable {
 		t.Errorf("unreachable store: exit %d, want %d", r.code, cli.ExitUnavailable)
+	}
+}
+
+// TestAuditPgBouncer audits PostgreSQL through PgBouncer pooling
+// transactions, then sessions.
+func TestAuditPgBouncer(t *testing.T) {
+	pg := startServer(t, testsrv.StartPostgres)
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			pb := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartPgBouncer(ctx, pg, mode) })
+			_, rep := audit(t, pb.URL)
+			if f := finding(rep, "a pooler in transaction mode"); (f != nil) != (mode == "transaction") {
+				t.Errorf("PgBouncer in %s mode: pooler finding %+v", mode, f)
+			}
+			wantFinding(t, rep, "fsync off", check.SeverityBreaks) // read through the pooler too
+		})
 	}
 }
