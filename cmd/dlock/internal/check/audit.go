@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -103,9 +104,7 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 	case *etcddlock.Driver:
 		rep.Servers, err = readEtcd(ctx, d.Client(), session(u, etcddlock.DefaultSessionTTL))
 	case *zkdlock.Driver:
-		rep.Servers = []Server{{Addr: u.Host, Settings: map[string]string{
-			"session_asked":      session(u, zkdlock.DefaultSessionTTL).String(),
-			"session_negotiated": d.SessionTimeout().String()}}}
+		rep.Servers, err = readZooKeeper(ctx, d, u)
 	}
 	if err != nil {
 		return nil, err
@@ -338,4 +337,34 @@ func readEtcd(ctx context.Context, c *clientv3.Client, ttl time.Duration) ([]Ser
 	out[0].Settings["session_asked"] = (time.Duration(asked) * time.Second).String()
 	out[0].Settings["session_granted"] = (time.Duration(g.TTL) * time.Second).String()
 	return out, nil
+}
+
+// readZooKeeper reads the session timeout the server negotiated against the
+// one asked, and the server's clock: the mtime it gives an ephemeral znode
+// the audit sets beside the driver's prefix (and deletes).
+func readZooKeeper(ctx context.Context, d *zkdlock.Driver, u *url.URL) ([]Server, error) {
+	s := Server{Addr: u.Host, Settings: map[string]string{
+		"session_asked":      session(u, zkdlock.DefaultSessionTTL).String(),
+		"session_negotiated": d.SessionTimeout().String()}}
+	prefix := zkdlock.DefaultPrefix
+	if p := u.Query().Get("prefix"); p != "" {
+		prefix = p
+	}
+	c := d.Conn()
+	node, err := callCtx(ctx, func() (string, error) {
+		return c.Create(strings.TrimSuffix(u.Path, "/")+prefix+"-audit-clock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	})
+	if err != nil {
+		s.Unreadable = "the clock: creating a znode: " + err.Error()
+		return []Server{s}, nil
+	}
+	defer c.Delete(node, -1)
+	s.Clock, err = measureSkew(ctx, time.Millisecond, func(ctx context.Context) (time.Time, error) {
+		st, err := callCtx(ctx, func() (*zk.Stat, error) { return c.Set(node, nil, -1) })
+		if err != nil {
+			return time.Time{}, err
+		}
+		return time.UnixMilli(st.Mtime), nil
+	})
+	return []Server{s}, err
 }

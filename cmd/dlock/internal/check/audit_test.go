@@ -11,25 +11,33 @@ import (
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
-// TestAuditClockSkew audits a Redis server from a host whose clock is 3s
-// behind: a risk where leases expire on the server's clock, a broken
-// promise in the legacy protocol, whose leases expire on client clocks.
+// TestAuditClockSkew audits Redis and ZooKeeper servers from a host whose
+// clock is 3s behind: a risk where leases expire on the server's clock, a
+// broken promise in Redis's legacy protocol, whose leases expire on client
+// clocks.
 func TestAuditClockSkew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := testsrv.StartRedis(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var urls []string
+	for _, start := range []func(context.Context) (*testsrv.Server, error){testsrv.StartRedis, testsrv.StartZooKeeper} {
+		srv, err := start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		urls = append(urls, srv.URL)
 	}
-	defer srv.Stop()
+	redis, zk := urls[0], urls[1]
 	for _, tc := range []struct {
 		url      string
 		behind   time.Duration
 		severity string // "" for no finding
 	}{
-		{srv.URL, 0, ""},
-		{srv.URL, 3 * time.Second, SeverityRisk},
-		{srv.URL + "?mode=legacy", 3 * time.Second, SeverityBreaks},
+		{redis, 0, ""},
+		{redis, 3 * time.Second, SeverityRisk},
+		{redis + "?mode=legacy", 3 * time.Second, SeverityBreaks},
+		{zk, 0, ""},
+		{zk, 3 * time.Second, SeverityRisk},
 	} {
 		clientClock = func() time.Time { return time.Now().Add(-tc.behind) }
 		rep, err := Audit(ctx, tc.url)
