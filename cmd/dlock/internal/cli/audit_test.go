@@ -117,10 +117,34 @@ func TestAuditRedis(t *testing.T) {
 			wantFinding(t, rep, tc.setting, tc.severity)
 		})
 	}
+	// Through rueidis the audit reads the same server.
+	if _, rep := audit(t, srv.URL+"?client=rueidis"); finding(rep, "appendonly no") == nil {
+		t.Errorf("client=rueidis: findings %+v", rep.Findings)
+	}
 	redisConfig(t, srv.Addr, "maxmemory-policy", "allkeys-random", "maxmemory", "1gb")
 	r := runMain(t, "check", "--audit", "--url", srv.URL)
 	if r.code != cli.ExitCheckFailed || !strings.Contains(r.stdout, "maxmemory-policy allkeys-random") || !strings.Contains(r.stdout, "FAIL") {
 		t.Errorf("text audit of an evicting server: exit %d, output %q", r.code, r.stdout)
+	}
+}
+
+// TestAuditRedisNoConfig audits Redis as a user who may not run CONFIG, as
+// on managed services: the settings are unknown, which is a risk; the
+// password is not shown.
+func TestAuditRedisNoConfig(t *testing.T) {
+	srv := startServer(t, testsrv.StartRedis)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	const password = "s3cret-audit"
+	if err := c.Do(context.Background(), "ACL", "SETUSER", "auditor", "on", ">"+password, "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.Replace(srv.URL, "redis://", "redis://auditor:"+password+"@", 1)
+	_, rep := audit(t, url)
+	wantFinding(t, rep, "CONFIG GET", check.SeverityRisk)
+	r := runMain(t, "check", "--audit", "--url", url)
+	if strings.Contains(r.stdout+r.stderr, password) {
+		t.Errorf("the password is shown: %s%s", r.stdout, r.stderr)
 	}
 }
 
