@@ -1,10 +1,12 @@
 package check
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 	"github.com/dlockhq/dlock/etcddlock"
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
+	"github.com/dlockhq/dlock/memcachedlock"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
@@ -105,6 +108,8 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 		rep.Servers, err = readEtcd(ctx, d.Client(), session(u, etcddlock.DefaultSessionTTL))
 	case *zkdlock.Driver:
 		rep.Servers, err = readZooKeeper(ctx, d, u)
+	case *memcachedlock.Driver:
+		rep.Servers, err = readMemcached(ctx, u)
 	}
 	if err != nil {
 		return nil, err
@@ -367,4 +372,65 @@ func readZooKeeper(ctx context.Context, d *zkdlock.Driver, u *url.URL) ([]Server
 		return time.UnixMilli(st.Mtime), nil
 	})
 	return []Server{s}, err
+}
+
+// readMemcached reads every server's eviction setting and clock (whole
+// seconds) with "stats settings" and "stats" over connections of its own:
+// the driver's client has no stats requests.
+func readMemcached(ctx context.Context, u *url.URL) ([]Server, error) {
+	hosts, err := urlutil.Hosts(u, "11211")
+	if err != nil {
+		return nil, err
+	}
+	var out []Server
+	for _, h := range hosts {
+		conn, err := new(net.Dialer).DialContext(ctx, "tcp", h)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		}
+		r := bufio.NewReader(conn)
+		stats := func(which string) (map[string]string, error) {
+			if _, err := fmt.Fprintf(conn, "stats%s\r\n", which); err != nil {
+				return nil, err
+			}
+			m := map[string]string{}
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return nil, err
+				}
+				f := strings.Fields(line)
+				switch {
+				case len(f) >= 2 && f[0] == "STAT":
+					m[f[1]] = strings.Join(f[2:], " ")
+				case len(f) == 1 && f[0] == "END":
+					return m, nil
+				default:
+					return nil, fmt.Errorf("stats%s: %q", which, strings.TrimSpace(line))
+				}
+			}
+		}
+		set, err := stats(" settings")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", h, err)
+		}
+		s := Server{Addr: h, Settings: map[string]string{"evictions": set["evictions"], "maxbytes": set["maxbytes"]}}
+		s.Clock, err = measureSkew(ctx, time.Second, func(context.Context) (time.Time, error) {
+			m, err := stats("")
+			if err != nil {
+				return time.Time{}, err
+			}
+			sec, err := strconv.ParseInt(m["time"], 10, 64)
+			return time.Unix(sec, 0), err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", h, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -70,6 +70,11 @@ func (rep *AuditReport) judge() []Finding {
 				"under memory pressure Redis evicts keys, lock keys included (they carry a TTL, which the volatile-* policies look for): an evicted lock is free at once while its holder still works",
 				"CONFIG SET maxmemory-policy noeviction (and in redis.conf), or keep the locks on a Redis without maxmemory")
 		}
+		if set["evictions"] == "on" {
+			add(SeverityRisk, s.Addr, "evictions on, maxbytes "+set["maxbytes"],
+				"when memory runs short memcached evicts the least recently used items, lock items included: an evicted lock is free at once while its holder still works (memcached locks are for efficiency only)",
+				"run memcached with -M (no evictions: a full server refuses new items instead) and enough -m, or a memcached of its own for locks")
+		}
 		switch {
 		case set["appendonly"] == "no" && redlock:
 			add(SeverityBreaks, s.Addr, fmt.Sprintf("appendonly no, save %q", set["save"]),

@@ -343,3 +343,18 @@ func TestAuditPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditMemcached audits memcached as it starts by default (evicting
+// when memory runs short) and with -M.
+func TestAuditMemcached(t *testing.T) {
+	srv := startServer(t, testsrv.StartMemcached)
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "evictions on", check.SeverityRisk)
+	if rep.Servers[0].Clock == nil {
+		t.Errorf("no clock read: %+v", rep.Servers)
+	}
+	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M") })
+	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
+		t.Errorf("findings on memcached -M: %+v", rep.Findings)
+	}
+}
