@@ -94,9 +94,7 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 		return nil, err
 	}
 	defer c.Close()
-	caps := c.Capabilities()
-	rep := &AuditReport{Store: redact.String(rawURL), MaxSkew: maxSkew, scheme: u.Scheme, query: u.Query(),
-		Promises: Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO}}
+	rep := &AuditReport{Store: redact.String(rawURL), Promises: promises(c.Capabilities()), MaxSkew: maxSkew, scheme: u.Scheme, query: u.Query()}
 	switch d := c.Driver().(type) {
 	case *redisdlock.Driver:
 		rep.Servers, err = readRedis(ctx, d.Client())

@@ -55,15 +55,15 @@ func (rep *AuditReport) judge() []Finding {
 			"Sentinel and Cluster replicate asynchronously: a master that fails after granting a lock and before a replica has it is replaced by that replica, which grants the lock again while the first holder still works; tokens can go back",
 			"use these locks for efficiency only (a duplicate run is tolerable); for correctness use etcd, ZooKeeper or PostgreSQL and pass Lock.Token to the protected resource")
 	case redlock && len(rep.Servers) < 3:
-		add(SeverityRisk, "", fmt.Sprintf("%d Redlock servers", len(rep.Servers)),
+		add(SeverityRisk, "", plural(len(rep.Servers), "Redlock server", "Redlock servers"),
 			"with fewer than 3 servers a majority is every server: Redlock survives no server failure, and gains nothing over one Redis",
 			"name 3 or 5 independent Redis servers in the URL")
 	}
 	for _, s := range rep.Servers {
 		set := s.Settings
 		if s.Unreadable != "" {
-			add(SeverityRisk, s.Addr, s.Unreadable, "the audit could not read this server's configuration: its findings are unknown",
-				"run the audit as a user allowed to read it, or check the settings of docs/check.md by hand")
+			add(SeverityRisk, s.Addr, s.Unreadable, "the audit could not read it: what it would find there is unknown",
+				"run the audit as a user allowed to read it, or check the settings docs/check.md lists by hand")
 		}
 		if p := set["maxmemory-policy"]; set["maxmemory"] != "" && set["maxmemory"] != "0" && p != "noeviction" {
 			add(SeverityBreaks, s.Addr, fmt.Sprintf("maxmemory %s, maxmemory-policy %s", set["maxmemory"], p),
