@@ -317,12 +317,20 @@ func epoch(ctx context.Context, db *sql.DB, query string) (time.Time, error) {
 	return time.Unix(s, ns), nil
 }
 
-// readEtcd reads every member's version, and the lease the cluster grants
-// for a session of ttl (etcd raises a lease shorter than its election
-// timeout allows).
+// readEtcd reads the version of every member of the cluster (those the
+// URL does not name too), and the lease the cluster grants for a session of
+// ttl (etcd raises a lease shorter than its election timeout allows).
 func readEtcd(ctx context.Context, c *clientv3.Client, ttl time.Duration) ([]Server, error) {
+	ml, err := c.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []Server
-	for _, ep := range c.Endpoints() {
+	for _, m := range ml.Members {
+		if len(m.ClientURLs) == 0 {
+			continue // a member added and not yet started
+		}
+		ep := m.ClientURLs[0]
 		st, err := c.Status(ctx, ep)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ep, err)

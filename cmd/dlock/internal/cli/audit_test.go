@@ -263,6 +263,21 @@ func TestAuditEtcd(t *testing.T) {
 	}
 }
 
+// TestAuditEtcdCluster reads every member of a 3-member cluster from a URL
+// that names one.
+func TestAuditEtcdCluster(t *testing.T) {
+	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartEtcdCluster(ctx, 3) })
+	_, rep := audit(t, "etcd://"+srv.Addrs[1])
+	if len(rep.Servers) != 3 {
+		t.Fatalf("%d members read, want 3: %+v", len(rep.Servers), rep.Servers)
+	}
+	for _, s := range rep.Servers {
+		if s.Settings["version"] == "" {
+			t.Errorf("%s: no version read", s.Addr)
+		}
+	}
+}
+
 // etcdHasLeaseBugs reports whether etcd v (3.4 or 3.5) predates the fixes.
 func etcdHasLeaseBugs(v string) bool {
 	var minor, patch int
