@@ -350,34 +350,44 @@ func readEtcd(ctx context.Context, c *clientv3.Client, ttl time.Duration) ([]Ser
 	return out, nil
 }
 
-// readZooKeeper reads the session timeout the server negotiated against the
-// one asked, and the server's clock: the mtime it gives an ephemeral znode
-// the audit sets beside the driver's prefix (and deletes).
+// readZooKeeper reads the server's clock (see zkClock) and then, the
+// session being set up, the session timeout the server negotiated against
+// the one asked.
 func readZooKeeper(ctx context.Context, d *zkdlock.Driver, u *url.URL) ([]Server, error) {
-	s := Server{Addr: u.Host, Settings: map[string]string{
-		"session_asked":      session(u, zkdlock.DefaultSessionTTL).String(),
-		"session_negotiated": d.SessionTimeout().String()}}
 	prefix := zkdlock.DefaultPrefix
 	if p := u.Query().Get("prefix"); p != "" {
 		prefix = p
 	}
-	c := d.Conn()
+	s := Server{Addr: u.Host, Settings: map[string]string{"session_asked": session(u, zkdlock.DefaultSessionTTL).String()}}
+	var err error
+	if s.Clock, err = zkClock(ctx, d.Conn(), strings.TrimSuffix(u.Path, "/")+prefix+"-audit-clock-"); errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNoAuth) {
+		s.Unreadable = "the clock: creating a znode: " + err.Error()
+	} else if err != nil {
+		return nil, err
+	}
+	if t := d.SessionTimeout(); t > 0 {
+		s.Settings["session_negotiated"] = t.String()
+	}
+	return []Server{s}, nil
+}
+
+// zkClock reads the server's clock as the mtime it gives an ephemeral
+// sequential znode at path, which it sets and then deletes.
+func zkClock(ctx context.Context, c *zk.Conn, path string) (*Skew, error) {
 	node, err := callCtx(ctx, func() (string, error) {
-		return c.Create(strings.TrimSuffix(u.Path, "/")+prefix+"-audit-clock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		return c.Create(path, nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 	})
 	if err != nil {
-		s.Unreadable = "the clock: creating a znode: " + err.Error()
-		return []Server{s}, nil
+		return nil, err
 	}
 	defer c.Delete(node, -1)
-	s.Clock, err = measureSkew(ctx, time.Millisecond, func(ctx context.Context) (time.Time, error) {
+	return measureSkew(ctx, time.Millisecond, func(ctx context.Context) (time.Time, error) {
 		st, err := callCtx(ctx, func() (*zk.Stat, error) { return c.Set(node, nil, -1) })
 		if err != nil {
 			return time.Time{}, err
 		}
 		return time.UnixMilli(st.Mtime), nil
 	})
-	return []Server{s}, err
 }
 
 // readMemcached reads every server's eviction setting and clock (whole

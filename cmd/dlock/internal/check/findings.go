@@ -127,7 +127,7 @@ func (rep *AuditReport) judge() []Finding {
 		if granted == "" {
 			granted = set["session_negotiated"]
 		}
-		if a, err := time.ParseDuration(asked); err == nil && granted != asked {
+		if a, err := time.ParseDuration(asked); err == nil && granted != "" && granted != asked {
 			g, _ := time.ParseDuration(granted)
 			add(SeverityRisk, s.Addr, fmt.Sprintf("session asked %v, granted %v", a, g), sessionRisk(rep.scheme, a, g), sessionFix(rep.scheme, a, g))
 		}

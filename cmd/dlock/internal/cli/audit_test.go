@@ -295,6 +295,12 @@ func TestAuditZooKeeper(t *testing.T) {
 	if len(rep.Findings) > 0 || rep.Servers[0].Clock == nil {
 		t.Errorf("findings on a 5s session: %+v; clock %+v", rep.Findings, rep.Servers[0].Clock)
 	}
+	// Under a chroot that does not exist the clock cannot be read.
+	_, rep = audit(t, srv.URL+"/no/such/chroot?session=5s")
+	wantFinding(t, rep, "the clock: creating a znode", check.SeverityRisk)
+	if rep.Servers[0].Settings["session_negotiated"] != "5s" {
+		t.Errorf("negotiated session not read: %+v", rep.Servers)
+	}
 	// The znode whose mtime is the server's clock is gone.
 	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
 	if err != nil {
