@@ -148,42 +148,80 @@ func measureSkew(ctx context.Context, res time.Duration, now func(context.Contex
 var redisSettings = []string{"appendonly", "appendfsync", "save", "maxmemory", "maxmemory-policy"}
 
 // readRedis reads the Redis server of c (the master, through Sentinel), or
-// every node of a Cluster.
+// every master of a Cluster, and the replicas each lists: one of them may
+// become the master.
 func readRedis(ctx context.Context, c redis.UniversalClient) ([]Server, error) {
 	cc, ok := c.(*redis.ClusterClient)
-	if !ok {
+	if rc, single := c.(*redis.Client); single {
 		addr := "master"
-		if ci, err := c.ClientInfo(ctx).Result(); err == nil {
+		if ci, err := rc.ClientInfo(ctx).Result(); err == nil {
 			addr = ci.LAddr // the server's end of the connection
 		}
-		s, err := readRedisNode(ctx, c, addr)
-		return []Server{s}, err
+		return readRedisReplicated(ctx, rc, addr)
+	} else if !ok {
+		return nil, fmt.Errorf("cannot audit Redis through a %T", c)
 	}
 	var mu sync.Mutex
 	var out []Server
-	err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		s, err := readRedisNode(ctx, n, n.Options().Addr)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		s, err := readRedisReplicated(ctx, n, n.Options().Addr)
 		mu.Lock()
 		defer mu.Unlock()
-		out = append(out, s)
+		out = append(out, s...)
 		return err
 	})
 	slices.SortFunc(out, func(a, b Server) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, err
 }
 
+// readRedisReplicated reads the server of c and, with clients of their own
+// that authenticate as c does, its replicas.
+func readRedisReplicated(ctx context.Context, c *redis.Client, addr string) ([]Server, error) {
+	s, replicas, err := readRedisNode(ctx, c, addr)
+	if err != nil {
+		return nil, err
+	}
+	out := []Server{s}
+	o := c.Options()
+	for _, r := range replicas {
+		rc := redis.NewClient(&redis.Options{Addr: r, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig, ContextTimeoutEnabled: true})
+		rs, _, err := readRedisNode(ctx, rc, r)
+		rc.Close()
+		if err != nil {
+			rs = Server{Addr: r, Unreadable: "the replica: " + err.Error()}
+		}
+		out = append(out, rs)
+	}
+	return out, nil
+}
+
 // readRedisNode reads one Redis server: its persistence and eviction
-// settings, its replication role and its clock. A server that refuses
-// CONFIG (managed services rename it) is reported as unreadable.
-func readRedisNode(ctx context.Context, c redis.Cmdable, addr string) (Server, error) {
-	s := Server{Addr: addr, Settings: map[string]string{}}
+// settings, its replication role and its clock; and it returns the
+// addresses of its replicas. A server that refuses CONFIG (managed services
+// rename it) is reported as unreadable.
+func readRedisNode(ctx context.Context, c redis.Cmdable, addr string) (s Server, replicas []string, err error) {
+	s = Server{Addr: addr, Settings: map[string]string{}}
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
 	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && (k == "role" || k == "connected_slaves") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case k == "role" || k == "connected_slaves":
 			s.Settings[k] = v
+		case strings.HasPrefix(k, "slave") && strings.Contains(v, "ip="):
+			// slave0:ip=10.0.0.2,port=6379,state=online,...
+			var ip, port string
+			for _, f := range strings.Split(v, ",") {
+				switch name, val, _ := strings.Cut(f, "="); name {
+				case "ip":
+					ip = val
+				case "port":
+					port = val
+				}
+			}
+			replicas = append(replicas, net.JoinHostPort(ip, port))
 		}
 	}
 	if cfg, err := c.ConfigGet(ctx, "*").Result(); err != nil {
@@ -194,7 +232,7 @@ func readRedisNode(ctx context.Context, c redis.Cmdable, addr string) (Server, e
 		}
 	}
 	s.Clock, err = measureSkew(ctx, time.Microsecond, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() })
-	return s, err
+	return s, replicas, err
 }
 
 // readRedlock reads every server of a Redlock URL with a client of its own.
@@ -206,7 +244,7 @@ func readRedlock(ctx context.Context, u *url.URL) ([]Server, error) {
 	out := make([]Server, len(nodes))
 	for i, o := range nodes {
 		c := redis.NewClient(o)
-		out[i], err = readRedisNode(ctx, c, o.Addr)
+		out[i], _, err = readRedisNode(ctx, c, o.Addr)
 		c.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.Addr, err)

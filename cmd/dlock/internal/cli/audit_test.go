@@ -171,6 +171,13 @@ func TestAuditRedisReplicas(t *testing.T) {
 	}
 	_, rep := audit(t, master.URL)
 	wantFinding(t, rep, "no wait_replicas", check.SeverityRisk)
+	// The replica is read too: it may become the master.
+	redisConfig(t, replica.Addr, "maxmemory", "100mb", "maxmemory-policy", "volatile-lru")
+	t.Cleanup(func() { redisConfig(t, replica.Addr, "maxmemory", "0") })
+	_, rep = audit(t, master.URL)
+	if f := finding(rep, "maxmemory-policy volatile-lru"); f == nil || f.Server != replica.Addr || f.Severity != check.SeverityBreaks {
+		t.Errorf("the replica's eviction: finding %+v", f)
+	}
 	_, rep = audit(t, master.URL+"?wait_replicas=1&wait_timeout=1s")
 	if f := finding(rep, "wait_replicas"); f != nil {
 		t.Errorf("finding with wait_replicas in the URL: %+v", f)
@@ -187,8 +194,17 @@ func TestAuditRedisSentinelCluster(t *testing.T) {
 			srv := startServer(t, start)
 			_, rep := audit(t, srv.URL)
 			wantFinding(t, rep, "redis+"+name, check.SeverityRisk)
-			if len(rep.Servers) == 0 || rep.Servers[0].Settings["appendonly"] == "" {
-				t.Errorf("no server's settings read: %+v", rep.Servers)
+			masters, replicas := 0, 0
+			for _, s := range rep.Servers {
+				switch s.Settings["role"] {
+				case "master":
+					masters++
+				case "slave":
+					replicas++
+				}
+			}
+			if masters == 0 || replicas != masters {
+				t.Errorf("%d masters and %d replicas read, want as many replicas as masters: %+v", masters, replicas, rep.Servers)
 			}
 		})
 	}
