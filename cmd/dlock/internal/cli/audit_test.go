@@ -153,7 +153,8 @@ func TestAuditRedisNoConfig(t *testing.T) {
 func TestAuditRedisReplicas(t *testing.T) {
 	master := startServer(t, testsrv.StartRedis)
 	replica := startServer(t, testsrv.StartRedis)
-	redisConfig(t, master.Addr, "appendonly", "yes", "appendfsync", "always")
+	// No wait for more replicas before a full synchronisation.
+	redisConfig(t, master.Addr, "appendonly", "yes", "appendfsync", "always", "repl-diskless-sync-delay", "0")
 	t.Cleanup(func() { redisConfig(t, master.Addr, "appendonly", "no") }) // for a quick stop
 	c := redis.NewClient(&redis.Options{Addr: replica.Addr})
 	defer c.Close()
