@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the database servers the tests start (see internal/testing/testsrv:
-# PostgreSQL, MariaDB, Redis — redis-server also runs the sentinel, with
+# PostgreSQL with PgBouncer, MariaDB, Redis — redis-server also runs the sentinel, with
 # --sentinel —, memcached, etcd and ZooKeeper), and the foreign lock clients
 # the interop tests run against them (Apache Curator with a JDK to compile
 # its test program, kazoo, etcdctl), if their programs are missing.
@@ -15,6 +15,7 @@ set -euo pipefail
 REQUIRED=(
 	"initdb              postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
 	"postgres            postgresql       /usr/lib/postgresql/*/bin /usr/pgsql-*/bin"
+	"pgbouncer           pgbouncer        /usr/sbin"
 	"mariadbd            mariadb-server   /usr/sbin"
 	"mariadb-install-db  mariadb-server   /usr/bin"
 	"redis-server        redis-server     /usr/bin /usr/local/bin /usr/sbin"

@@ -24,7 +24,11 @@ var memcachedDirs = []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/ho
 // Server.Addr is "127.0.0.1:port", Addrs holds Addr alone, and URL is
 // "memcached://127.0.0.1:port". The error wraps ErrMissing if memcached
 // cannot be found.
-func StartMemcached(ctx context.Context) (_ *Server, err error) {
+func StartMemcached(ctx context.Context) (*Server, error) { return StartMemcachedWith(ctx) }
+
+// StartMemcachedWith starts memcached as StartMemcached does, with the
+// extra command-line options given (such as -M, no evictions).
+func StartMemcachedWith(ctx context.Context, extra ...string) (_ *Server, err error) {
 	bin := lookPath([]string{"memcached"}, memcachedDirs...)
 	if bin == "" {
 		return nil, fmt.Errorf("%w: memcached (memcached not found in PATH or %s)", ErrMissing, strings.Join(memcachedDirs, ", "))
@@ -49,6 +53,7 @@ func StartMemcached(ctx context.Context) (_ *Server, err error) {
 		if os.Geteuid() == 0 {
 			args = append(args, "-u", "root") // memcached refuses to run as root otherwise
 		}
+		args = append(args, extra...)
 		return startProcess(bin, args, dir, nil, log)
 	}
 	if err := s.launch(ctx, start, pingMemcached); err != nil {

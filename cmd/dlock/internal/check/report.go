@@ -153,7 +153,7 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 		Duration: time.Duration(end - start),
 		Final:    counter,
 		Register: register,
-		Promises: Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO},
+		Promises: promises(caps),
 		Skipped:  r.skipped,
 	}
 	var holds []*hold
@@ -526,6 +526,11 @@ func (rep *Report) writeChecks(b *strings.Builder) {
 	} else {
 		fmt.Fprintln(b, "\nFAIL: the store broke a promise of its backend")
 	}
+}
+
+// promises returns what a backend's capabilities promise.
+func promises(caps dlock.Capabilities) Promises {
+	return Promises{DurableTokens: caps.DurableTokens, ServerClock: caps.ServerClock, Consensus: caps.Consensus, FIFO: caps.FIFO}
 }
 
 // String describes the promises in words.

@@ -114,6 +114,16 @@ type redisResource struct {
 }
 
 func openRedlockResource(u *url.URL, key string) (resource, error) {
+	nodes, err := redlockNodes(u)
+	if err != nil {
+		return nil, err
+	}
+	return &redisResource{c: redis.NewClient(nodes[0]), key: key, owned: true}, nil
+}
+
+// redlockNodes returns the go-redis options of every server of a Redlock
+// URL.
+func redlockNodes(u *url.URL) ([]*redis.Options, error) {
 	hosts, err := urlutil.Hosts(u, "6379")
 	if err != nil || len(hosts) == 0 {
 		return nil, fmt.Errorf("redlock URL names no server")
@@ -122,13 +132,17 @@ func openRedlockResource(u *url.URL, key string) (resource, error) {
 	for _, k := range []string{"prefix", "mode", "drift_factor", "drift_margin", "fence"} {
 		q.Del(k)
 	}
-	ru := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawQuery: q.Encode()}
-	o, err := redis.ParseURL(ru.String())
-	if err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "redis: "))
+	nodes := make([]*redis.Options, len(hosts))
+	for i, h := range hosts {
+		ru := url.URL{Scheme: "redis", User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
+		o, err := redis.ParseURL(ru.String())
+		if err != nil {
+			return nil, errors.New(strings.TrimPrefix(err.Error(), "redis: "))
+		}
+		o.ContextTimeoutEnabled = true
+		nodes[i] = o
 	}
-	o.ContextTimeoutEnabled = true
-	return &redisResource{c: redis.NewClient(o), key: key, owned: true}, nil
+	return nodes, nil
 }
 
 func (r *redisResource) reset(ctx context.Context) error {
@@ -484,6 +498,16 @@ type sqlResource struct {
 
 // openSQLResource opens its own connection pool on the database of u.
 func openSQLResource(ctx context.Context, u *url.URL, d sqldlock.Dialect) (resource, error) {
+	db, err := openSQL(u, d)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlResource{db: db, dialect: d}, nil
+}
+
+// openSQL opens a connection pool of its own on the database of u, as the
+// driver of dialect d reaches it.
+func openSQL(u *url.URL, d sqldlock.Dialect) (*sql.DB, error) {
 	q := u.Query()
 	q.Del("table")
 	q.Del("fair")
@@ -536,7 +560,7 @@ func openSQLResource(ctx context.Context, u *url.URL, d sqldlock.Dialect) (resou
 	default:
 		return nil, fmt.Errorf("unknown SQL dialect %v", d)
 	}
-	return &sqlResource{db: db, dialect: d}, nil
+	return db, nil
 }
 
 // q rewrites the ? placeholders of query for PostgreSQL.

@@ -59,28 +59,48 @@ monotonic clock), lost updates, stale writes the register accepted, holders
 taken over that had their lost signal first, the takeover time after a kill,
 and what the backend's capability flags promise; --json prints it as JSON.
 
+With --audit, dlock runs no workload: it reads the deployment's settings
+(Redis persistence, eviction and replicas; PostgreSQL synchronous_commit,
+fsync and a pooler in transaction mode; MySQL
+innodb_flush_log_at_trx_commit; etcd versions and the lease the cluster
+grants a session; the ZooKeeper session timeout the server negotiated; the
+servers of a Redlock; memcached evictions; the clock of every server that
+shows one, against this host's) and says, per finding, what can go wrong
+and how to fix it. A finding "breaks" a promise of the backend, or is a
+"risk" beyond what it promises.
+
 Exit status:
-  0    everything the backend promises held
+  0    everything the backend promises held (--audit: no finding breaks
+       a promise)
   1    a promise was broken: a worker acquired the lock while another's was
        still valid, an update was lost with no holder to blame, a stale
        write was accepted where tokens are durable, or a holder taken over
-       was never told
+       was never told (--audit: a setting breaks a promise)
   64   usage error
   69   the store cannot be opened or reached, or another check is running
   130  interrupted (the report covers the run so far)`
 
 func (a *app) checkCommand() *cobra.Command {
 	cfg := check.Config{Workers: DefaultCheckWorkers, Duration: DefaultCheckDuration, TTL: DefaultCheckTTL, Hold: DefaultCheckHold}
-	var asJSON bool
+	var asJSON, audit bool
 	var faults string
 	cmd := &cobra.Command{
 		Use:   "check [--url URL] [flags]",
 		Short: "Prove what a lock store guarantees under faults",
 		Long:  checkLong,
 		Example: `  dlock check --url redis://127.0.0.1:6379
-  dlock check --url etcd://10.0.0.1:2379,10.0.0.2:2379?session=5s --duration 30s --json`,
+  dlock check --url etcd://10.0.0.1:2379,10.0.0.2:2379?session=5s --duration 30s --json
+  dlock check --audit --url redis://10.0.0.5:6379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if audit {
+				for _, name := range []string{"workers", "duration", "ttl", "hold", "resource", "faults", "keep"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s cannot be given with --audit, which runs no workload", name)
+					}
+				}
+				return a.audit(asJSON)
+			}
 			cfg.Faults = nil
 			if faults != "none" {
 				for _, f := range strings.Split(faults, ",") {
@@ -101,7 +121,38 @@ func (a *app) checkCommand() *cobra.Command {
 	f.StringVar(&faults, "faults", strings.Join(check.AllFaults, ","), `faults to inject, comma-separated, or "none"`)
 	f.BoolVar(&cfg.Keep, "keep", false, "leave the counter and the register in the store")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&audit, "audit", false, "read the deployment's settings and report those that can lose a lock, instead of running the workload")
 	return cmd
+}
+
+// audit runs `dlock check --audit`.
+func (a *app) audit(asJSON bool) error {
+	raw, err := a.storeURL()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	rep, err := check.Audit(ctx, raw)
+	var ue *check.UsageError
+	switch {
+	case errors.As(err, &ue):
+		return usagef("%s", message(ue))
+	case err != nil:
+		return exitf(ExitUnavailable, "cannot audit the store: %s", message(err))
+	}
+	if asJSON {
+		err = rep.WriteJSON(a.stdout)
+	} else {
+		err = rep.WriteText(a.stdout)
+	}
+	switch {
+	case err != nil:
+		return exitf(ExitUnavailable, "writing the report: %v", err)
+	case !rep.OK:
+		return &exitError{code: ExitCheckFailed}
+	}
+	return nil
 }
 
 func (a *app) checkWorkerCommand() *cobra.Command {
