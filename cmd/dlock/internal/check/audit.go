@@ -80,13 +80,7 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 	if err != nil {
 		return nil, &UsageError{redact.String(err.Error())}
 	}
-	open := *u
-	if q := u.Query(); q.Get("client") == "rueidis" {
-		// The audit reads Redis through go-redis: the same server.
-		q.Del("client")
-		open.RawQuery = q.Encode()
-	}
-	c, err := dlock.Open(ctx, open.String())
+	c, err := dlock.Open(ctx, rawURL)
 	if errors.Is(err, dlock.ErrInvalidArgument) {
 		return nil, &UsageError{err.Error()}
 	}

@@ -117,10 +117,6 @@ func TestAuditRedis(t *testing.T) {
 			wantFinding(t, rep, tc.setting, tc.severity)
 		})
 	}
-	// Through rueidis the audit reads the same server.
-	if _, rep := audit(t, srv.URL+"?client=rueidis"); finding(rep, "appendonly no") == nil {
-		t.Errorf("client=rueidis: findings %+v", rep.Findings)
-	}
 	redisConfig(t, srv.Addr, "maxmemory-policy", "allkeys-random", "maxmemory", "1gb")
 	r := runMain(t, "check", "--audit", "--url", srv.URL)
 	if r.code != cli.ExitCheckFailed || !strings.Contains(r.stdout, "maxmemory-policy allkeys-random") || !strings.Contains(r.stdout, "FAIL") {
