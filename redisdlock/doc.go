@@ -261,6 +261,11 @@
 // of the queue, the readers at its head, or as many waiters for permits as
 // are free; an expired entry removed by any script signals the new head.
 // So one release costs one message and one acquire, however many wait.
+// A release that leaves no holder hands the lock to a writer at the head
+// of the queue in the same step, and its acquire only confirms the hold (a
+// few commands: for a waiter alone in the queue, the acquire's fast path);
+// a head that died or gave up keeps the lock from the next in line for at
+// most a second (less if its queue entry's lease ends sooner).
 // Waiters that do not queue (Transaction mode, quorum locks) listen on the
 // lock's channel, and so do observers of a key's releases (leader.Observe):
 // every release of the simple form publishes there, since a subscriber is

@@ -31,11 +31,17 @@ import (
 // however many wait, instead of waking every waiter to run the acquire
 // script and find that it is not its turn. Admission sends no message:
 // whoever else the lock can let in was signalled with the waiter admitted.
+// When the head is a writer and the release leaves no holder, the release
+// hands it the lock before signalling it (grant in scripts/release.lua):
+// the head's acquire only confirms its hold, and nobody can take the key
+// between the release and that acquire. Until it confirms, the head holds
+// for the rest of its queue entry's lease, at most a second.
 // A waiter at the head that died keeps its place until its queue entry
-// expires; the waiters behind it then learn of it from their own polls
-// (dlock polls queued waiters at least every third of the lease), or at
-// once from the next script that removes the expired entry, which signals
-// the new head.
+// expires, or the lock handed to it until that second has passed; the
+// waiters behind it then learn of it from their own polls (dlock polls
+// queued waiters at least every third of the lease, and no later than the
+// end of the hold ahead of them), or at once from the next script that
+// removes the expired entry or hold, which signals the new head.
 //
 // Waiters that do not queue (Transaction mode, and Script mode requests
 // without Queue, as a quorum lock's) listen on the lock's channel, which

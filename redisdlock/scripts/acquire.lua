@@ -213,7 +213,7 @@ end
 if queue then
   if not place then
     redis.call('ZADD', W, redis.call('HINCRBY', H, 'seq', 1), me)
-    redis.call('HSET', H, 'w:' .. me, mode, 'c:' .. me, '1')
+    redis.call('HSET', H, 'w:' .. me, mode, 'c:' .. me, '1', 'i:' .. me, info)
   end
   redis.call('ZADD', E, int(now + ms), me)
 end
