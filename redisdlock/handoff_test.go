@@ -2,6 +2,7 @@ package redisdlock_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +176,95 @@ func TestHandoffDeadHead(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter behind a dead head was not let in within 10s")
+	}
+}
+
+// TestHandoffGaveUp checks that a waiter that gives up while the lock is
+// being handed to it leaves it to the next in line at once: its confirming
+// acquire lands after its wait ended, and the hold is released when it
+// does, which hands the lock on. The next waiter's lease and backoff are
+// long, so only that handoff can let it in within the test's time.
+func TestHandoffGaveUp(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	ctx := testCtx(t)
+	prefix := testPrefix(t)
+	raw := withParams(srv.URL, "prefix", prefix)
+	d := openURL(t, raw)
+	defer d.Close()
+	holder := request("k", time.Minute)
+	mustAcquire(t, d, holder, true)
+	opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour)}
+
+	quitter := newGated(openURL(t, raw))
+	qc, err := dlock.New(quitter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qc.Close()
+	defer func() { // lets a held call go after a failure
+		select {
+		case quitter.open <- struct{}{}:
+		default:
+		}
+	}()
+	qctx, quit := context.WithCancel(ctx)
+	defer quit()
+	gaveUp := make(chan error, 1)
+	go func() {
+		l, err := qc.Lock(qctx, "k", opts...)
+		if err == nil {
+			l.Release(ctx)
+		}
+		gaveUp <- err
+	}()
+	waitFor(t, 10*time.Second, "first waiter queued", func() bool {
+		return queueLen(t, d, prefix, "k") == 1 && quitter.calls.Load() == 2
+	})
+	var attempts atomic.Int64
+	nc, err := dlock.New(countingDriver{openURL(t, raw), &attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := nc.Lock(ctx, "k", opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "second waiter queued", func() bool {
+		return queueLen(t, d, prefix, "k") == 2 && attempts.Load() == 2
+	})
+
+	quitter.armed.Store(true)
+	if err := d.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	req := <-quitter.entered
+	hs, err := d.List(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Owner != req.Owner {
+		t.Fatalf("holders after the release %+v; want the first waiter %q", hs, req.Owner)
+	}
+	quit()
+	if err := <-gaveUp; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the first waiter's Lock = %v; want ErrNotAcquired", err)
+	}
+	quitter.open <- struct{}{}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		defer l.Release(ctx)
+		if l.Token() <= hs[0].Token {
+			t.Fatalf("the second waiter got token %d; want one above the first waiter's %d", l.Token(), hs[0].Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter behind one that gave up was not let in within 10s")
 	}
 }
