@@ -122,9 +122,10 @@
 //     so a crashed reader's or permit holder's lease returns on its own.
 //   - The waiters (Request.Queue) are the members of a second sorted set,
 //     in the order they first asked (scores from the hash's seq counter),
-//     with their modes in the fields w:OWNER, the field c:OWNER saying that
-//     the waiter listens on a channel of its own (see Waiting), and the
-//     leases of their queue entries in a third sorted set. An entry whose lease ended is kept
+//     with their modes in the fields w:OWNER, their infos in i:OWNER, the
+//     field c:OWNER saying that the waiter listens on a channel of its own
+//     (see Waiting), and the leases of their queue entries in a third
+//     sorted set. An entry whose lease ended is kept
 //     there for a minute, so that its owner's next Acquire fails with
 //     ErrNotOwner instead of queueing it again at the back.
 //   - The hash, holders and queue expire (PEXPIREAT) with the longest lease
@@ -134,7 +135,8 @@
 //
 // An exclusive Acquire that finds the lock held and asks to queue turns the
 // simple form into the general one; one admitted with nobody left in the
-// queue turns it back. Admission follows the queue: an exclusive request is
+// queue turns it back, as does a release that hands the lock to the only
+// waiter. Admission follows the queue: an exclusive request is
 // admitted when there is no holder and nobody ahead of it; a shared one
 // when no exclusive holder exists and no exclusive waiter is ahead of it
 // (readers do not wait for readers, and a new reader does not pass a
@@ -146,7 +148,10 @@
 // semaphore request with another limit fail with ErrModeMismatch and change
 // nothing. Every hold, each reader and each permit included, takes its
 // token from the lock's fencing counter. A release signals the waiters it
-// may let in (see Waiting); an admission from the queue signals nobody.
+// may let in (see Waiting); an admission from the queue signals nobody. A
+// release that leaves no holder and finds a writer at the head of the
+// queue makes it the holder at once, with the next token, before it
+// signals it (see Waiting).
 //
 // Reader and permit leases are absolute times on the master's clock: after
 // a failover to a replica whose clock differs they end earlier or later by
