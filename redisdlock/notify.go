@@ -59,7 +59,7 @@ import (
 // without queueing for a lock in the simple form, learns of its release by
 // polling. Their scripts, in turn, signal on the lock's channel only, so in a mixed fleet a waiter of this version queued behind a
 // holder of an older one learns of the release by polling. Older scripts
-// leave c:OWNER fields of the entries they remove behind; they go with the
+// leave c:OWNER and i:OWNER fields of the entries they remove behind; they go with the
 // lock's hash once nobody holds or waits. PUBSUB NUMSUB cannot tell
 // whether anyone listens on the lock's channel: in a Cluster it counts the
 // subscribers of one node only.
