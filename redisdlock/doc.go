@@ -267,10 +267,14 @@
 // are free; an expired entry removed by any script signals the new head.
 // So one release costs one message and one acquire, however many wait.
 // A release that leaves no holder hands the lock to a writer at the head
-// of the queue in the same step, and its acquire only confirms the hold (a
-// few commands: for a waiter alone in the queue, the acquire's fast path);
-// a head that died or gave up keeps the lock from the next in line for at
-// most a second (less if its queue entry's lease ends sooner).
+// of the queue in the same step, and the message tells the waiter its token
+// and lease: the waiter holds the lock on receipt, with a validity counted
+// from its latest acquire, and its first renewal, at once, extends the hold
+// to its own lease (a waiter whose latest acquire is too old for that
+// confirms with one more acquire: a few commands). So a handoff costs the
+// release's round trip and the message. A head that died or gave up keeps
+// the lock from the next in line for at most a second (less if its queue
+// entry's lease ends sooner).
 // Waiters that do not queue (Transaction mode, quorum locks) listen on the
 // lock's channel, and so do observers of a key's releases (leader.Observe):
 // every release of the simple form publishes there, since a subscriber is
@@ -290,8 +294,8 @@
 // signalled when the server confirms it anew, since a release may have been
 // missed meanwhile; a connection that stays silent and does not answer a
 // ping is replaced. Until then waiters poll. A handoff costs the release's
-// round trip (the message leaves the server with the release's reply) and
-// the waiter's acquire. A channel is unsubscribed as soon as its last
+// round trip (the message leaves the server with the release's reply), and
+// the waiter's acquire unless the release handed the lock over. A channel is unsubscribed as soon as its last
 // waiter leaves: Redis delivers a message to a channel's subscribers in the
 // order they subscribed, so this sends the process that just won a busy lock
 // to the back of the line (with persistent subscriptions one process heard

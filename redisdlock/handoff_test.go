@@ -10,38 +10,14 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
-	"github.com/dlockhq/dlock/redisdlock"
 )
 
-// gatedDriver counts the Acquire calls made through it, and, once armed,
-// holds the next one back: it sends the request on entered and waits for a
-// token on open (which has room for one) before it runs it.
-type gatedDriver struct {
-	*redisdlock.Driver
-	calls   atomic.Int64
-	armed   atomic.Bool
-	entered chan driver.Request
-	open    chan struct{}
-}
-
-func newGated(d *redisdlock.Driver) *gatedDriver {
-	return &gatedDriver{Driver: d, entered: make(chan driver.Request, 1), open: make(chan struct{}, 1)}
-}
-
-func (g *gatedDriver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
-	g.calls.Add(1)
-	if g.armed.CompareAndSwap(true, false) {
-		g.entered <- req
-		<-g.open
-	}
-	return g.Driver.Acquire(ctx, req)
-}
-
 // TestHandoffGrant checks that a release hands the lock to the waiter at
-// the head of the queue: two Clients (processes) take a key in turn, and
-// each time, before the woken waiter's acquire runs, the release has made
-// it the holder with a fencing token above the last one; the acquire then
-// only confirms that hold (same token, one call after the wake-up).
+// the head of the queue, which takes it without another acquire: two
+// Clients (processes) take a key in turn, and each time the waiter holds
+// the lock after two acquire calls (queueing, and once more after it
+// subscribed), with a fencing token above the last one, and its first
+// renewal extends the short lease of the handed hold to its own.
 func TestHandoffGrant(t *testing.T) {
 	for _, name := range modeServers {
 		t.Run(name, func(t *testing.T) {
@@ -51,21 +27,14 @@ func TestHandoffGrant(t *testing.T) {
 			raw := withParams(srv.URL, "prefix", prefix)
 			probe := openURL(t, raw)
 			defer probe.Close()
-			var ds [2]*gatedDriver
+			var calls [2]atomic.Int64
 			var cs [2]*dlock.Client
-			for i := range ds {
-				ds[i] = newGated(openURL(t, raw))
-				c, err := dlock.New(ds[i])
+			for i := range cs {
+				c, err := dlock.New(countingDriver{openURL(t, raw), &calls[i]})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				defer func() { // lets a held call go after a failure
-					select {
-					case ds[i].open <- struct{}{}:
-					default:
-					}
-				}()
 				cs[i] = c
 			}
 			opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour)}
@@ -74,50 +43,99 @@ func TestHandoffGrant(t *testing.T) {
 				t.Fatal(err)
 			}
 			for round := range 6 {
-				w := ds[(round+1)%2]
-				before := w.calls.Load()
+				w := (round + 1) % 2
+				before := calls[w].Load()
 				got := make(chan *dlock.Lock, 1)
 				go func() {
-					l, err := cs[(round+1)%2].Lock(ctx, "k", opts...)
+					l, err := cs[w].Lock(ctx, "k", opts...)
 					if err != nil {
 						t.Errorf("round %d: %v", round, err)
 					}
 					got <- l
 				}()
-				// Queued, subscribed and tried again: the next call is
-				// the one the release's signal starts.
 				waitFor(t, 10*time.Second, "waiter queued", func() bool {
-					return queueLen(t, probe, prefix, "k") == 1 && w.calls.Load() == before+2
+					return queueLen(t, probe, prefix, "k") == 1 && calls[w].Load() == before+2
 				})
-				w.armed.Store(true)
 				if err := held.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
-				req := <-w.entered
-				hs, err := probe.List(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(hs) != 1 || hs[0].Owner != req.Owner || hs[0].Token <= held.Token() || hs[0].TTL > time.Second {
-					t.Fatalf("round %d: holders after the release %+v; want the waiter %q alone, with a token above %d and at most a second's grace", round, hs, req.Owner, held.Token())
-				}
-				w.open <- struct{}{}
 				l := <-got
 				if l == nil {
 					t.FailNow()
 				}
-				if l.Token() != hs[0].Token {
-					t.Fatalf("round %d: the waiter holds token %d; want the one the release handed it, %d", round, l.Token(), hs[0].Token)
+				if n := calls[w].Load() - before; n != 2 {
+					t.Fatalf("round %d: the waiter made %d acquire calls; want 2 (queueing, after subscribing)", round, n)
 				}
-				if n := w.calls.Load() - before; n != 3 {
-					t.Fatalf("round %d: the waiter made %d acquire calls; want 3 (queue, after subscribing, confirm)", round, n)
+				if l.Token() <= held.Token() {
+					t.Fatalf("round %d: token %d after %d", round, l.Token(), held.Token())
 				}
+				waitFor(t, 10*time.Second, "the handed hold renewed", func() bool {
+					hs, err := probe.List(ctx, "k")
+					if err != nil {
+						t.Fatal(err)
+					}
+					return len(hs) == 1 && hs[0].Token == l.Token() && hs[0].TTL > 2*time.Second
+				})
 				held = l
 			}
 			if err := held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestHandoffLongWait checks that a waiter whose latest acquire was sent
+// longer ago than the handed hold's lease lasts confirms the hold with one
+// more acquire, rather than take a hold it cannot be sure of, or give it
+// back: it holds the lock with the handed token.
+func TestHandoffLongWait(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	ctx := testCtx(t)
+	prefix := testPrefix(t)
+	raw := withParams(srv.URL, "prefix", prefix)
+	d := openURL(t, raw)
+	defer d.Close()
+	holder := request("k", time.Minute)
+	mustAcquire(t, d, holder, true)
+	var attempts atomic.Int64
+	c, err := dlock.New(countingDriver{openURL(t, raw), &attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, "k", dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "waiter queued", func() bool {
+		return queueLen(t, d, prefix, "k") == 1 && attempts.Load() == 2
+	})
+	// Not synchronisation: the waiter's latest acquire ages past the
+	// second that a handed hold lasts.
+	time.Sleep(1100 * time.Millisecond)
+	if err := d.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := d.List(ctx, "k")
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("holders after the release: %+v, %v; want the waiter", hs, err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		defer l.Release(ctx)
+		if l.Token() != hs[0].Token || attempts.Load() != 3 {
+			t.Fatalf("the waiter holds token %d after %d acquire calls; want the handed token %d after 3", l.Token(), attempts.Load(), hs[0].Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the handed lock within 10s")
 	}
 }
 
@@ -179,11 +197,27 @@ func TestHandoffDeadHead(t *testing.T) {
 	}
 }
 
-// TestHandoffGaveUp checks that a waiter that gives up while the lock is
-// being handed to it leaves it to the next in line at once: its confirming
-// acquire lands after its wait ended, and the hold is released when it
-// does, which hands the lock on. The next waiter's lease and backoff are
-// long, so only that handoff can let it in within the test's time.
+// deafDriver is a countingDriver whose subscriptions never signal: its
+// waiters wait for their polls.
+type deafDriver struct{ countingDriver }
+
+func (d deafDriver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	s, err := d.countingDriver.Subscribe(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return deafSub{s}, nil
+}
+
+type deafSub struct{ driver.Subscription }
+
+func (deafSub) C() <-chan struct{} { return nil }
+
+// TestHandoffGaveUp checks that a waiter that gives up after the lock was
+// handed to it, unheard, leaves it to the next in line at once: the
+// release that ends its wait frees the hold, which hands the lock on. The
+// next waiter's lease and backoff are long, so only that handoff can let
+// it in within the test's time.
 func TestHandoffGaveUp(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Redis)
 	ctx := testCtx(t)
@@ -192,21 +226,15 @@ func TestHandoffGaveUp(t *testing.T) {
 	d := openURL(t, raw)
 	defer d.Close()
 	holder := request("k", time.Minute)
-	mustAcquire(t, d, holder, true)
+	first := mustAcquire(t, d, holder, true)
 	opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour)}
 
-	quitter := newGated(openURL(t, raw))
-	qc, err := dlock.New(quitter)
+	var attempts, quitterAttempts atomic.Int64
+	qc, err := dlock.New(deafDriver{countingDriver{openURL(t, raw), &quitterAttempts}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer qc.Close()
-	defer func() { // lets a held call go after a failure
-		select {
-		case quitter.open <- struct{}{}:
-		default:
-		}
-	}()
 	qctx, quit := context.WithCancel(ctx)
 	defer quit()
 	gaveUp := make(chan error, 1)
@@ -218,9 +246,8 @@ func TestHandoffGaveUp(t *testing.T) {
 		gaveUp <- err
 	}()
 	waitFor(t, 10*time.Second, "first waiter queued", func() bool {
-		return queueLen(t, d, prefix, "k") == 1 && quitter.calls.Load() == 2
+		return queueLen(t, d, prefix, "k") == 1 && quitterAttempts.Load() == 2
 	})
-	var attempts atomic.Int64
 	nc, err := dlock.New(countingDriver{openURL(t, raw), &attempts})
 	if err != nil {
 		t.Fatal(err)
@@ -238,23 +265,20 @@ func TestHandoffGaveUp(t *testing.T) {
 		return queueLen(t, d, prefix, "k") == 2 && attempts.Load() == 2
 	})
 
-	quitter.armed.Store(true)
 	if err := d.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	req := <-quitter.entered
 	hs, err := d.List(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hs) != 1 || hs[0].Owner != req.Owner {
-		t.Fatalf("holders after the release %+v; want the first waiter %q", hs, req.Owner)
+	if len(hs) != 1 || hs[0].Token <= first.Token || hs[0].TTL > time.Second {
+		t.Fatalf("holders after the release %+v; want the first waiter, with a token above %d and at most a second's grace", hs, first.Token)
 	}
 	quit()
 	if err := <-gaveUp; !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("the first waiter's Lock = %v; want ErrNotAcquired", err)
 	}
-	quitter.open <- struct{}{}
 	select {
 	case l := <-got:
 		if l == nil {

@@ -23,21 +23,24 @@ local F, Z, W, E, CH = H .. ':fence', H .. ':holders', H .. ':queue', H .. ':qex
 local me = ARGV[1]
 local general = owner == RW or owner == SEM
 
--- GRACE bounds, in ms, the hold that grant gives a waiter before the waiter
--- has confirmed it.
+-- GRACE bounds, in ms, the hold that grant gives a waiter before the
+-- waiter has renewed or confirmed it.
 local GRACE = 1000
 
 -- grant hands a lock of exclusive and shared holds that nobody holds any
 -- more to the head of its queue, if that is a writer that listens on a
--- channel of its own (c:OWNER, so it runs this version's acquire, which
--- finds itself the holder at once), and signals it. The head holds for the
--- rest of its queue entry's lease, at most GRACE, until its acquire confirms
--- the hold and extends it to its own lease: a head that died or gave up
--- keeps the lock from the next in line no longer than that, and one that
--- confirms later queues again. Alone in the queue, the head becomes the
--- holder of the simple form, whose confirmation is the acquire's fast
--- path. It reports whether it handed the lock over (and then signalled,
--- and settled the keys). It runs after prune.
+-- channel of its own (c:OWNER: a waiter of this version, whose acquire
+-- finds itself the holder), and signals it with "TOKEN LEASE": the hold's
+-- token, and its lease in ms from now. The head may take the hold on that
+-- signal alone (see grants.go), and its first renewal extends it to the
+-- head's own lease; or its acquire confirms and extends it. Until then the
+-- head holds for the rest of its queue entry's lease, at most GRACE: a head
+-- that died or gave up keeps the lock from the next in line no longer than
+-- that, and one that comes later queues again. Alone in the queue, the head
+-- becomes the holder of the simple form, whose confirmation is the
+-- acquire's (or refresh's) fast path. It reports whether it handed the
+-- lock over (and then signalled, and settled the keys). It runs after
+-- prune.
 local function grant()
   if owner ~= RW or redis.call('ZCARD', Z) > 0 then
     return false
@@ -66,7 +69,7 @@ local function grant()
     redis.call('HSET', H, 'owner', o, 'token', token, 'info', f[3] or '', 'l', '1')
     redis.call('PEXPIRE', H, int(lease))
   end
-  redis.call('PUBLISH', CH .. ':' .. o, '')
+  redis.call('PUBLISH', CH .. ':' .. o, token .. ' ' .. int(lease))
   return true
 end
 
