@@ -35,6 +35,7 @@ type attempts struct {
 	sub       driver.Subscription
 	subscribe bool // subscribe to releases at the next pause for one
 	woken     bool // the latest pause ended with a notification
+	handed    bool // the store handed the key over with that notification (see granted)
 	bo        backoff
 	// send makes one attempt on the store (acquireOne, or AcquireAll).
 	send func(context.Context) (driver.MultiResult, error)
@@ -105,7 +106,11 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 	if err := at.ctx.Err(); err != nil {
 		return driver.MultiResult{}, err
 	}
-	at.dirty, at.sent = true, time.Now()
+	if r, ok := at.granted(); ok {
+		at.one.result[0], at.handed = r, true
+		return driver.MultiResult{Acquired: true, Results: at.one.result[:]}, nil
+	}
+	at.dirty, at.sent, at.handed = true, time.Now(), false
 	res, inflight, err := do(at.c, at.ctx, at.send)
 	if inflight != nil {
 		at.dirty = false
@@ -116,6 +121,24 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 	}
 	res.Blocked = max(0, min(res.Blocked, len(at.reqs)-1))
 	return res, err
+}
+
+// granted returns the hold that the store handed to the waiter with the
+// notification that woke it (driver.Granter), if the latest attempt was
+// answered: the hold's lease then counts from no earlier than at.sent. If
+// less than a quarter of that lease is left by this reckoning (the latest
+// attempt was long ago), the next attempt confirms the hold instead, and
+// extends it.
+func (at *attempts) granted() (driver.Result, bool) {
+	g, ok := at.sub.(driver.Granter)
+	if !ok || !at.woken || at.failure != nil {
+		return driver.Result{}, false
+	}
+	r, ok := g.Granted()
+	if _, until := lease(at.reqs[0], r, at.sent); !ok || time.Until(until) < r.TTL/4 {
+		return driver.Result{}, false
+	}
+	return r, true
 }
 
 // acquireOne is the attempt at one key on the store.
@@ -222,6 +245,9 @@ func (at *attempts) late(o driver.MultiResult) error {
 func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
 	for i, req := range at.reqs {
 		ttl, validUntil := lease(req, o.Results[i], at.sent)
+		if at.handed {
+			ttl = req.TTL // the first renewal, soon, asks for it (see newLock)
+		}
 		if req.Mode != driver.Exclusive {
 			// Readers and permits of one Client hold at once: the gate
 			// serialises only their waits.

@@ -87,7 +87,9 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 		l.holdTimer = time.AfterFunc(time.Until(sent.Add(l.maxHold)), l.maxHoldReached)
 	}
 	if cfg.renew && !l.renewStopped {
-		l.renewTimer = time.AfterFunc(l.ttl/3, l.renewTick)
+		// A third of the lease, or of the validity left if that is shorter
+		// (a hold the store handed over with a short lease of its own).
+		l.renewTimer = time.AfterFunc(min(l.ttl, time.Until(validUntil))/3, l.renewTick)
 	}
 	l.mu.Unlock()
 	return l

@@ -45,7 +45,9 @@ type legs struct {
 	Delivery time.Duration `json:"delivery,omitempty"`
 	// The server runs the release -> the server sees the waiter's first
 	// command after it (notification, wake-up, the library's work, any
-	// sleep between polls).
+	// sleep between polls). This and the next two are medians over the
+	// handoffs in which the waiter sent a command (0: none did, as when
+	// the release hands the lock to the waiter and says so).
 	Wake time.Duration `json:"wake"`
 	// The waiter's first command after the release -> its last one before
 	// it held the lock (0: one command).
@@ -286,7 +288,7 @@ func (m *monitor) legs(ws []handoffWindow) *legs {
 			case l.src == "lua":
 				seq.script(l.cmd)
 				continue
-			case name == "":
+			case name == "" || l.cmd == "unsubscribe": // the waiter leaves the channel once it holds
 				continue
 			}
 			if n++; first.IsZero() {
@@ -295,11 +297,13 @@ func (m *monitor) legs(ws []handoffWindow) *legs {
 			last = l.at
 			seq.add("W:" + l.cmd)
 		}
-		if rel == nil || n == 0 {
+		if rel == nil {
 			continue
 		}
 		send, reply = append(send, rel.at.Sub(w.called)), append(reply, w.returned.Sub(rel.at))
-		wake, extra, acq = append(wake, first.Sub(rel.at)), append(extra, last.Sub(first)), append(acq, w.got.Sub(last))
+		if n > 0 { // none if the release handed the lock over
+			wake, extra, acq = append(wake, first.Sub(rel.at)), append(extra, last.Sub(first)), append(acq, w.got.Sub(last))
+		}
 		j, _ := slices.BinarySearchFunc(m.msgs, rel.at, func(t, u time.Time) int { return t.Compare(u) })
 		if j < len(m.msgs) && !m.msgs[j].After(w.got) {
 			deliv = append(deliv, m.msgs[j].Sub(rel.at))

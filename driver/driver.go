@@ -400,6 +400,21 @@ type Subscription interface {
 	Close() error
 }
 
+// Granter is implemented by a Subscription of a queued waiter
+// (Request.Queue) whose store may hand the key to the waiter as it is
+// released, and say so in the signal.
+type Granter interface {
+	// Granted returns the hold (Acquired, Token and TTL, its lease) that the
+	// store has handed to the subscription's owner since the store answered
+	// the owner's latest Acquire, which did not acquire, and true; or false
+	// if no such hold has been signalled. The lease counts from no earlier
+	// than the moment that Acquire was sent, so package dlock takes the
+	// hold without another Acquire when the latest one was answered, and
+	// renews it early (at a third of the validity that leaves). A hold is
+	// returned once.
+	Granted() (Result, bool)
+}
+
 // Holder describes one holder of a key, as listed by a Lister.
 type Holder struct {
 	Key   string

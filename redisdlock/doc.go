@@ -110,9 +110,10 @@
 //     so a crashed reader's or permit holder's lease returns on its own.
 //   - The waiters (Request.Queue) are the members of a second sorted set,
 //     in the order they first asked (scores from the hash's seq counter),
-//     with their modes in the fields w:OWNER, the field c:OWNER saying that
-//     the waiter listens on a channel of its own (see Waiting), and the
-//     leases of their queue entries in a third sorted set. An entry whose lease ended is kept
+//     with their modes in the fields w:OWNER, their infos in i:OWNER, the
+//     field c:OWNER saying that the waiter listens on a channel of its own
+//     (see Waiting), and the leases of their queue entries in a third
+//     sorted set. An entry whose lease ended is kept
 //     there for a minute, so that its owner's next Acquire fails with
 //     ErrNotOwner instead of queueing it again at the back.
 //   - The hash, holders and queue expire (PEXPIREAT) with the longest lease
@@ -122,7 +123,8 @@
 //
 // An exclusive Acquire that finds the lock held and asks to queue turns the
 // simple form into the general one; one admitted with nobody left in the
-// queue turns it back. Admission follows the queue: an exclusive request is
+// queue turns it back, as does a release that hands the lock to the only
+// waiter. Admission follows the queue: an exclusive request is
 // admitted when there is no holder and nobody ahead of it; a shared one
 // when no exclusive holder exists and no exclusive waiter is ahead of it
 // (readers do not wait for readers, and a new reader does not pass a
@@ -134,7 +136,10 @@
 // semaphore request with another limit fail with ErrModeMismatch and change
 // nothing. Every hold, each reader and each permit included, takes its
 // token from the lock's fencing counter. A release signals the waiters it
-// may let in (see Waiting); an admission from the queue signals nobody.
+// may let in (see Waiting); an admission from the queue signals nobody. A
+// release that leaves no holder and finds a writer at the head of the
+// queue makes it the holder at once, with the next token, before it
+// signals it (see Waiting).
 //
 // Reader and permit leases are absolute times on the master's clock: after
 // a failover to a replica whose clock differs they end earlier or later by
@@ -249,6 +254,15 @@
 // of the queue, the readers at its head, or as many waiters for permits as
 // are free; an expired entry removed by any script signals the new head.
 // So one release costs one message and one acquire, however many wait.
+// A release that leaves no holder hands the lock to a writer at the head
+// of the queue in the same step, and the message tells the waiter its token
+// and lease: the waiter holds the lock on receipt, with a validity counted
+// from its latest acquire, and its first renewal, at once, extends the hold
+// to its own lease (a waiter whose latest acquire is too old for that
+// confirms with one more acquire: a few commands). So a handoff costs the
+// release's round trip and the message. A head that died or gave up keeps
+// the lock from the next in line for at most a second (less if its queue
+// entry's lease ends sooner).
 // Waiters that do not queue (Transaction mode, quorum locks) listen on the
 // lock's channel, and so do observers of a key's releases (leader.Observe):
 // every release of the simple form publishes there, since a subscriber is
@@ -268,8 +282,8 @@
 // signalled when the server confirms it anew, since a release may have been
 // missed meanwhile; a connection that stays silent and does not answer a
 // ping is replaced. Until then waiters poll. A handoff costs the release's
-// round trip (the message leaves the server with the release's reply) and
-// the waiter's acquire. A channel is unsubscribed as soon as its last
+// round trip (the message leaves the server with the release's reply), and
+// the waiter's acquire unless the release handed the lock over. A channel is unsubscribed as soon as its last
 // waiter leaves: Redis delivers a message to a channel's subscribers in the
 // order they subscribed, so this sends the process that just won a busy lock
 // to the back of the line (with persistent subscriptions one process heard

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/notify"
 )
 
@@ -31,11 +32,18 @@ import (
 // however many wait, instead of waking every waiter to run the acquire
 // script and find that it is not its turn. Admission sends no message:
 // whoever else the lock can let in was signalled with the waiter admitted.
+// When the head is a writer and the release leaves no holder, the release
+// hands it the lock before signalling it (grant in scripts/release.lua),
+// and the message says so: the head holds the lock on receipt, without
+// another round trip (see grants.go), and nobody can take the key in
+// between. Until its first renewal (or an acquire) extends the hold, the
+// head holds for the rest of its queue entry's lease, at most a second.
 // A waiter at the head that died keeps its place until its queue entry
-// expires; the waiters behind it then learn of it from their own polls
-// (dlock polls queued waiters at least every third of the lease), or at
-// once from the next script that removes the expired entry, which signals
-// the new head.
+// expires, or the lock handed to it until that second has passed; the
+// waiters behind it then learn of it from their own polls (dlock polls
+// queued waiters at least every third of the lease, and no later than the
+// end of the hold ahead of them), or at once from the next script that
+// removes the expired entry or hold, which signals the new head.
 //
 // Waiters that do not queue (Transaction mode, and Script mode requests
 // without Queue, as a quorum lock's) listen on the lock's channel, which
@@ -53,7 +61,7 @@ import (
 // without queueing for a lock in the simple form, learns of its release by
 // polling. Their scripts, in turn, signal on the lock's channel only, so in a mixed fleet a waiter of this version queued behind a
 // holder of an older one learns of the release by polling. Older scripts
-// leave c:OWNER fields of the entries they remove behind; they go with the
+// leave c:OWNER and i:OWNER fields of the entries they remove behind; they go with the
 // lock's hash once nobody holds or waits. PUBSUB NUMSUB cannot tell
 // whether anyone listens on the lock's channel: in a Cluster it counts the
 // subscribers of one node only.
@@ -108,6 +116,7 @@ type chanState struct {
 	refs      int           // open subscriptions
 	confirmed bool          // the server has confirmed the SUBSCRIBE
 	ready     chan struct{} // closed when confirmed
+	grant     string        // the latest message that handed a hold over, until read (see grant)
 }
 
 func newNotifier(dial func(n *notifier) *goredisPS) *notifier {
@@ -221,13 +230,26 @@ func (c *goredisPS) receive() {
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.hub.Notify(m.Channel)
+			n.notify(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				n.confirm(m.Channel)
 			}
 		}
 	}
+}
+
+// notify signals the waiters of ch of a message with payload, which, if not
+// empty, hands the lock to the waiter of ch (see grant).
+func (n *notifier) notify(ch, payload string) {
+	if payload != "" {
+		n.mu.Lock()
+		if st := n.chans[ch]; st != nil {
+			st.grant = payload
+		}
+		n.mu.Unlock()
+	}
+	n.hub.Notify(ch)
 }
 
 // replace swaps old, the pub/sub connection, for a new one subscribed to
@@ -368,13 +390,31 @@ func (n *notifier) close() error {
 	return err
 }
 
-// subscription implements driver.Subscription.
+// subscription implements driver.Subscription, and driver.Granter.
 type subscription struct {
 	n    *notifier
 	ch   string
 	st   *chanState
 	sub  *notify.Sub
 	once sync.Once
+	// grant makes a hold of a message that handed the lock to the
+	// subscription's owner (nil: no message does).
+	grant func(payload string) (driver.Result, bool)
+}
+
+// Granted implements driver.Granter.
+func (s *subscription) Granted() (driver.Result, bool) {
+	if s.grant == nil {
+		return driver.Result{}, false
+	}
+	s.n.mu.Lock()
+	p := s.st.grant
+	s.st.grant = ""
+	s.n.mu.Unlock()
+	if p == "" {
+		return driver.Result{}, false
+	}
+	return s.grant(p)
 }
 
 // C implements driver.Subscription.

@@ -35,3 +35,30 @@ func TestQueuers(t *testing.T) {
 		t.Error("a was dropped, its entry may live")
 	}
 }
+
+// TestQueuersGranted checks that a hold handed to an owner counts only if
+// its token is above the fencing counter that the owner's latest refused
+// Acquire read (a smaller one was handed over before that Acquire ran, and
+// has ended), and only once.
+func TestQueuersGranted(t *testing.T) {
+	var q queuers
+	q.ask("a", time.Minute)
+	q.refused("a", 5)
+	if q.granted("a", 5) {
+		t.Error("token 5 after counter 5: granted")
+	}
+	q.ask("a", time.Minute)
+	q.refused("a", 7)
+	if q.granted("a", 6) {
+		t.Error("token 6 after counter 7: granted")
+	}
+	if !q.granted("a", 8) {
+		t.Error("token 8 after counter 7: not granted")
+	}
+	if q.granted("a", 9) {
+		t.Error("a second hand-over of one wait: granted")
+	}
+	if q.granted("b", 1) {
+		t.Error("an owner never asked to queue: granted")
+	}
+}

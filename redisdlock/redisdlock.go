@@ -485,6 +485,9 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
 	}
+	if d.cfg.mode == Script && req.Queue {
+		s.grant = func(p string) (driver.Result, bool) { return d.granted(req, p) }
+	}
 	return s, nil
 }
 

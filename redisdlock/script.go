@@ -196,6 +196,9 @@ func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, 
 		return driver.Result{}, fmt.Errorf("the queue entry expired while waiting: %w", driver.ErrNotOwner)
 	case len(v) == 3 && v[0] == -2:
 		return driver.Result{}, mismatch(req, v[1], v[2])
+	case len(v) == 3 && v[0] == 0 && req.Queue:
+		p.d.queuers.refused(req.Owner, v[2])
+		return driver.Result{RetryAfter: retryAfter(v[1])}, nil
 	case len(v) != 2:
 		return driver.Result{}, fmt.Errorf("acquire script returned %v", v)
 	case v[0] == 0:
@@ -219,8 +222,17 @@ func msArg(ttl time.Duration) string { return strconv.FormatInt(ms(ttl), 10) }
 // forgotten its entry for certain (see ask).
 type queuers struct {
 	mu    sync.Mutex
-	until map[string]time.Time // owner: when the server has forgotten its entry
-	sweep int                  // size of until at which ask drops the entries past
+	until map[string]queuer // by owner
+	sweep int               // size of until at which ask drops the entries past
+}
+
+// queuer is what queuers keep of an owner.
+type queuer struct {
+	until time.Time // when the server has forgotten its entry
+	// fence is the lock's fencing counter when the owner's latest Acquire
+	// that the server answered was refused: a hold handed to the owner
+	// with a larger token was handed after that Acquire was sent.
+	fence int64
 }
 
 // queueMemory bounds how long the server remembers a queue entry after
@@ -235,19 +247,45 @@ func (q *queuers) ask(owner string, ttl time.Duration) (first bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.until == nil {
-		q.until = map[string]time.Time{}
+		q.until = map[string]queuer{}
 	}
-	_, seen := q.until[owner]
-	q.until[owner] = now.Add(ttl + queueMemory)
+	e, seen := q.until[owner]
+	e.until = now.Add(ttl + queueMemory)
+	q.until[owner] = e
 	if len(q.until) >= q.sweep {
-		for o, t := range q.until {
-			if now.After(t) {
+		for o, e := range q.until {
+			if now.After(e.until) {
 				delete(q.until, o)
 			}
 		}
 		q.sweep = max(2*len(q.until), 64)
 	}
 	return !seen
+}
+
+// refused records the fencing counter fence that a refused Acquire of owner
+// read.
+func (q *queuers) refused(owner string, fence int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.until[owner]; ok {
+		e.fence = fence
+		q.until[owner] = e
+	}
+}
+
+// granted reports whether a hold with token, handed to owner, came after
+// owner's latest refused Acquire, and forgets owner if so (it holds the
+// lock: its entry is gone).
+func (q *queuers) granted(owner string, token int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e, ok := q.until[owner]
+	if !ok || token <= e.fence {
+		return false
+	}
+	delete(q.until, owner)
+	return true
 }
 
 // forget drops owner.

@@ -11,6 +11,8 @@
 -- semaphore's limit (semaphores only)
 -- Returns {1, token} when the owner holds the lock (newly or again),
 -- {0, ms} when it does not (ms: the soonest a lease ends, < 0 unknown),
+-- {0, ms, fence} when it does not and is queued (fence: the lock's fencing
+-- counter),
 -- {-1} when the owner's queue entry has expired, {-2, mode, limit} when the
 -- lock is in use as another mode (0 exclusive/shared, 2 semaphore) or with
 -- another limit.
@@ -213,13 +215,16 @@ end
 if queue then
   if not place then
     redis.call('ZADD', W, redis.call('HINCRBY', H, 'seq', 1), me)
-    redis.call('HSET', H, 'w:' .. me, mode, 'c:' .. me, '1')
+    redis.call('HSET', H, 'w:' .. me, mode, 'c:' .. me, '1', 'i:' .. me, info)
   end
   redis.call('ZADD', E, int(now + ms), me)
 end
 settle()
 local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
-if first[2] then
-  return {0, tonumber(first[2]) - now}
+local soonest = first[2] and tonumber(first[2]) - now or -1
+if queue then
+  -- The fencing counter now: a release that hands the lock to me later
+  -- takes a larger token (see grant in release.lua).
+  return {0, soonest, tonumber(redis.call('GET', F) or '0')}
 end
-return {0, -1}
+return {0, soonest}

@@ -13,10 +13,11 @@
 -- (info) and m:OWNER (mode x or r; RW only); waiters are the members of the
 -- zset W (score: their place in line, from the hash's seq counter), with
 -- the time their queue entry expires in the zset E and their mode in the
--- hash field w:OWNER; a waiter that listens for its turn on a channel of
--- its own (see wake) also has the field c:OWNER. E keeps an expired entry for a minute more (GONE), so
--- that its owner learns that it lost its place instead of queueing again
--- at the back. The hash, Z and W expire when the last holder's or waiter's
+-- hash field w:OWNER, its info in i:OWNER; a waiter that listens for its
+-- turn on a channel of its own (see wake) also has the field c:OWNER, and
+-- a release may hand it the lock (see grant in release.lua). E keeps an
+-- expired entry for a minute more (GONE), so that its owner learns that it
+-- lost its place instead of queueing again at the back. The hash, Z and W expire when the last holder's or waiter's
 -- lease ends, so that the hash exists exactly while someone holds or
 -- waits: the fast path, which takes a lock whose hash is absent, never
 -- passes a waiter.
@@ -48,7 +49,7 @@ local function prune()
   local gone = redis.call('ZRANGEBYSCORE', E, '-inf', int(now))
   for _, o in ipairs(gone) do
     if redis.call('ZREM', W, o) == 1 then
-      redis.call('HDEL', H, 'w:' .. o, 'c:' .. o)
+      redis.call('HDEL', H, 'w:' .. o, 'c:' .. o, 'i:' .. o)
       n = n + 1
     end
   end

@@ -22,6 +22,57 @@ local F, Z, W, E, CH = H .. ':fence', H .. ':holders', H .. ':queue', H .. ':qex
 -- @common
 local me = ARGV[1]
 local general = owner == RW or owner == SEM
+
+-- GRACE bounds, in ms, the hold that grant gives a waiter before the
+-- waiter has renewed or confirmed it.
+local GRACE = 1000
+
+-- grant hands a lock of exclusive and shared holds that nobody holds any
+-- more to the head of its queue, if that is a writer that listens on a
+-- channel of its own (c:OWNER: a waiter of this version, whose acquire
+-- finds itself the holder), and signals it with "TOKEN LEASE": the hold's
+-- token, and its lease in ms from now. The head may take the hold on that
+-- signal alone (see grants.go), and its first renewal extends it to the
+-- head's own lease; or its acquire confirms and extends it. Until then the
+-- head holds for the rest of its queue entry's lease, at most GRACE: a head
+-- that died or gave up keeps the lock from the next in line no longer than
+-- that, and one that comes later queues again. Alone in the queue, the head
+-- becomes the holder of the simple form, whose confirmation is the
+-- acquire's (or refresh's) fast path. It reports whether it handed the
+-- lock over (and then signalled, and settled the keys). It runs after
+-- prune.
+local function grant()
+  if owner ~= RW or redis.call('ZCARD', Z) > 0 then
+    return false
+  end
+  local q = redis.call('ZRANGE', W, 0, 1)
+  local o = q[1]
+  if not o then
+    return false
+  end
+  local f = redis.call('HMGET', H, 'w:' .. o, 'c:' .. o, 'i:' .. o)
+  local ends = f[1] == 'x' and f[2] and redis.call('ZSCORE', E, o)
+  if not ends then
+    return false
+  end
+  local lease = math.min(tonumber(ends) - now, GRACE)
+  local token = redis.call('INCR', F)
+  redis.call('ZREM', E, o)
+  if q[2] then
+    redis.call('ZREM', W, o)
+    redis.call('HDEL', H, 'w:' .. o, 'c:' .. o)
+    redis.call('HSET', H, 't:' .. o, token, 'i:' .. o, f[3] or '', 'm:' .. o, 'x')
+    redis.call('ZADD', Z, int(now + lease), o)
+    settle()
+  else
+    redis.call('DEL', H, Z, W)
+    redis.call('HSET', H, 'owner', o, 'token', token, 'info', f[3] or '', 'l', '1')
+    redis.call('PEXPIRE', H, int(lease))
+  end
+  redis.call('PUBLISH', CH .. ':' .. o, token .. ' ' .. int(lease))
+  return true
+end
+
 local res, changed, held, pruned = 0, false, false, 0
 if general then
   held = redis.call('ZSCORE', Z, me)
@@ -37,13 +88,16 @@ if queued then
   -- A queue entry, live or expired: either way the owner stops waiting.
   redis.call('ZREM', E, me)
   if redis.call('ZREM', W, me) == 1 then
-    redis.call('HDEL', H, 'w:' .. me, 'c:' .. me)
+    redis.call('HDEL', H, 'w:' .. me, 'c:' .. me, 'i:' .. me)
   end
   changed = true
   if not held and tonumber(queued) > now then res = 1 end
 end
 if general then
   pruned = prune()
+  if grant() then
+    return res
+  end
   settle()
 end
 if changed or pruned > 0 then
