@@ -127,11 +127,12 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 // notification that woke it (driver.Granter), if the latest attempt was
 // answered: the hold's lease then counts from no earlier than at.sent. If
 // less than a quarter of that lease is left by this reckoning (the latest
-// attempt was long ago), the next attempt confirms the hold instead, and
-// extends it.
+// attempt was long ago), or the lock will not be renewed (the handed lease
+// is shorter than the one asked for), the next attempt confirms the hold
+// instead, and extends it.
 func (at *attempts) granted() (driver.Result, bool) {
 	g, ok := at.sub.(driver.Granter)
-	if !ok || !at.woken || at.failure != nil {
+	if !ok || !at.woken || at.failure != nil || len(at.reqs) > 1 || !at.cfgs[0].renew {
 		return driver.Result{}, false
 	}
 	r, ok := g.Granted()

@@ -85,6 +85,62 @@ func TestHandoffGrant(t *testing.T) {
 	}
 }
 
+// TestHandoffWithoutRenewal checks that a waiter that does not renew its
+// lock does not take the short lease of a handed hold as its own: it
+// confirms the hold, which extends it to the lease it asked for.
+func TestHandoffWithoutRenewal(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	ctx := testCtx(t)
+	prefix := testPrefix(t)
+	raw := withParams(srv.URL, "prefix", prefix)
+	probe := openURL(t, raw)
+	defer probe.Close()
+	var calls [2]atomic.Int64
+	var cs [2]*dlock.Client
+	for i := range cs {
+		c, err := dlock.New(countingDriver{openURL(t, raw), &calls[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour), dlock.WithoutRenewal()}
+	held, err := cs[0].Lock(ctx, "k", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, err := cs[1].Lock(ctx, "k", opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "waiter queued", func() bool {
+		return queueLen(t, probe, prefix, "k") == 1 && calls[1].Load() == 2
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+	hs, err := probe.List(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Token != l.Token() || hs[0].TTL < 30*time.Second {
+		t.Fatalf("holders once the waiter holds the lock without renewal: %+v; want its token with a lease near a minute", hs)
+	}
+	if until := time.Until(l.ValidUntil()); until < 30*time.Second {
+		t.Fatalf("validity %v; want near a minute", until)
+	}
+}
+
 // TestHandoffLongWait checks that a waiter whose latest acquire was sent
 // longer ago than the handed hold's lease lasts confirms the hold with one
 // more acquire, rather than take a hold it cannot be sure of, or give it
