@@ -126,7 +126,7 @@ func (at *attempts) attempt() (driver.MultiResult, error) {
 // granted returns the hold that the store handed to the waiter with the
 // notification that woke it (driver.Granter), if the latest attempt was
 // answered: the hold's lease then counts from no earlier than at.sent. If
-// less than a quarter of that lease is left by this reckoning (the latest
+// less than half of that lease is left by this reckoning (the latest
 // attempt was long ago), or the lock will not be renewed (the handed lease
 // is shorter than the one asked for), the next attempt confirms the hold
 // instead, and extends it.
@@ -136,7 +136,7 @@ func (at *attempts) granted() (driver.Result, bool) {
 		return driver.Result{}, false
 	}
 	r, ok := g.Granted()
-	if _, until := lease(at.reqs[0], r, at.sent); !ok || time.Until(until) < r.TTL/4 {
+	if _, until := lease(at.reqs[0], r, at.sent); !ok || time.Until(until) < r.TTL/2 {
 		return driver.Result{}, false
 	}
 	return r, true

@@ -261,8 +261,9 @@
 // to its own lease (a waiter whose latest acquire is too old for that
 // confirms with one more acquire: a few commands). So a handoff costs the
 // release's round trip and the message. A head that died or gave up keeps
-// the lock from the next in line for at most a second (less if its queue
-// entry's lease ends sooner).
+// the lock from the next in line for at most three seconds (less if its
+// queue entry's lease ends sooner): long enough that a waiter the machine
+// is slow to run still renews the hold in time.
 // Waiters that do not queue (Transaction mode, quorum locks) listen on the
 // lock's channel, and so do observers of a key's releases (leader.Observe):
 // every release of the simple form publishes there, since a subscriber is

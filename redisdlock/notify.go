@@ -37,9 +37,9 @@ import (
 // and the message says so: the head holds the lock on receipt, without
 // another round trip (see grants.go), and nobody can take the key in
 // between. Until its first renewal (or an acquire) extends the hold, the
-// head holds for the rest of its queue entry's lease, at most a second.
+// head holds for the rest of its queue entry's lease, at most three seconds.
 // A waiter at the head that died keeps its place until its queue entry
-// expires, or the lock handed to it until that second has passed; the
+// expires, or the lock handed to it until those seconds have passed; the
 // waiters behind it then learn of it from their own polls (dlock polls
 // queued waiters at least every third of the lease, and no later than the
 // end of the hold ahead of them), or at once from the next script that

@@ -25,7 +25,7 @@ local general = owner == RW or owner == SEM
 
 -- GRACE bounds, in ms, the hold that grant gives a waiter before the
 -- waiter has renewed or confirmed it.
-local GRACE = 1000
+local GRACE = 3000
 
 -- grant hands a lock of exclusive and shared holds that nobody holds any
 -- more to the head of its queue, if that is a writer that listens on a
