@@ -296,8 +296,10 @@
 // delivers events at once only to a watch that was up to date when it was
 // registered; one registered just after another write catches up in a loop
 // that runs every 100ms. The reply that confirms the watch carries its
-// start revision: if the store has moved on by the time of the read, the
-// read is repeated a few times over the next 130ms. Lease expiry of a
+// start revision: if the store has moved on by the time of the read and
+// the watched entry is the last thing keeping the waiter out, the read is
+// repeated a few times over the next 130ms (for other waiters a late event
+// costs at most that loop's period). Lease expiry of a
 // blocking entry deletes it, which wakes the waiter like a release.
 //
 // The driver also implements driver.Lister (holders only, of every mode:

@@ -127,8 +127,9 @@ func (b *blocker) stays() []clientv3.Cmp {
 // established the watched entry is read again (for a permit, the entries
 // ahead), and a change found then counts. If the store moved on while the
 // watch was being registered, etcd may serve the watch from its catch-up
-// loop (which runs every 100ms) for a while, so the read is repeated a few
-// times over the next 130ms. (A watch from an older revision, such as the
+// loop (which runs every 100ms) for a while, so, if the blocker is the last
+// (its end is due to admit the waiter), the read is repeated a few times over
+// the next 130ms. (A watch from an older revision, such as the
 // one right after the read that found the blocker, would be caught up by that
 // loop whenever any write came in between: on a busy key, nearly always.)
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
@@ -176,29 +177,14 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 // queue once, whatever its length.
 func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, ended <-chan struct{}, hint *blocker) {
 	for {
-		var b blocker
-		if hint != nil {
-			b, hint = *hint, nil
-			b.ahead = maps.Clone(b.ahead) // changedBy's to change
-		} else {
-			delay := 50 * time.Millisecond
-			for {
-				var err error
-				if b, err = d.blocker(ctx, w); err == nil {
-					break
-				}
-				s.signal() // let the waiter find out by asking
-				if !sleep(ctx, delay) {
-					return
-				}
-				delay = min(2*delay, maxRetryDelay)
-			}
+		b, ok := d.next(ctx, s, w, hint)
+		if !ok {
+			return
 		}
-		end := changed
+		hint = nil
+		end := unblocked
 		if b.blocks() {
 			end = d.await(ctx, w, &b, ended)
-		} else {
-			end = unblocked
 		}
 		switch end {
 		case stopped:
@@ -209,6 +195,27 @@ func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, ended <-
 		case sessionEnded:
 			s.signal()
 			return
+		}
+	}
+}
+
+// next returns the blocker for follow to watch: hint, if it is set, else
+// what a read of the queue finds, read again after a failure (which it
+// signals, to let the waiter find out by asking) until ctx ends.
+func (d *Driver) next(ctx context.Context, s *subscription, w waiter, hint *blocker) (blocker, bool) {
+	if hint != nil {
+		b := *hint
+		b.ahead = maps.Clone(b.ahead) // changedBy changes it
+		return b, true
+	}
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, maxRetryDelay) {
+		b, err := d.blocker(ctx, w)
+		if err == nil {
+			return b, true
+		}
+		s.signal()
+		if !sleep(ctx, delay) {
+			return blocker{}, false
 		}
 	}
 }
@@ -239,8 +246,13 @@ var catchUpPolls = []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8
 // every 100ms, and a change in the meantime would be heard late. The reply
 // to the watch's creation carries the revision it started from, and the read
 // tells whether the store has moved on since: if it has, the watch may be
-// catching up, and the store is read again at growing intervals for about
-// 130ms, until the catch-up loop must have run.
+// catching up, and for a last blocker (see blocker.last) the store is read
+// again at growing intervals for about 130ms, until the catch-up loop must
+// have run. Other blockers are left to the watch: a write rarely lands in
+// the instant between the server's choice and the registration, and a late
+// event costs at most the loop's period, whereas those reads, six per
+// subscription, would cost the server more per handoff the more waiters
+// join and leave the queue.
 func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan struct{}) watchEnd {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -277,8 +289,9 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 
 // heard handles a reply wr of await's watch (ok is false once the watch is
 // closed) and reports whether the wait is over, and how: an event that ends
-// b, or the watch's creation, after which the store is read again (and read
-// on poll's schedule if it has moved on since the watch's start). A read
+// b, or the watch's creation, after which the store is read again (and, if
+// b is the last, read on poll's schedule if it has moved on since the
+// watch's start). A read
 // that fails is a possible change: the waiter then asks.
 func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.WatchResponse, ok bool, poll *catchUp) (watchEnd, bool) {
 	switch {
@@ -296,7 +309,7 @@ func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.Wa
 		return changed, true
 	case gone:
 		return b.end(), true
-	case rev > wr.Header.Revision && poll.tick == nil:
+	case rev > wr.Header.Revision && poll.tick == nil && b.last:
 		poll.left = catchUpPolls
 		poll.next()
 	}

@@ -381,3 +381,45 @@ func TestHandoffReadsQueueOnce(t *testing.T) {
 	}
 	assertEmpty(t, admin(t), k)
 }
+
+// The reads that cover a watch still catching up (etcd registered it just
+// after a write) are scheduled only for a blocker whose end is due to admit
+// the waiter: the first waiter's, not the second's, which the watch alone
+// follows. Those reads, six per subscription, would otherwise cost the
+// server more per handoff the more waiters join and leave the queue.
+func TestCatchUpReadsOnlyForTheLastBlocker(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	d := newTestDriver(t, srv.Addr)
+	defer d.Close()
+	k := key(t)
+	h, w1, w2 := req(k), req(k), req(k)
+	w1.Queue, w2.Queue = true, true
+	mustAcquire(t, d, h, true)
+	mustAcquire(t, d, w1, false)
+	mustAcquire(t, d, w2, false)
+	// The reply to a watch's creation at revision 1: the store has moved
+	// on since.
+	created := clientv3.WatchResponse{Header: etcdserverpb.ResponseHeader{Revision: 1}, Created: true}
+	for _, c := range []struct {
+		what string
+		w    driver.Request
+		last bool
+	}{{"first waiter", w1, true}, {"second waiter", w2, false}} {
+		w := waiterOf(t, d, c.w)
+		b, err := d.blocker(ctx(t), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var poll catchUp
+		if end, over := d.heard(ctx(t), w, &b, created, true, &poll); over || end != changed {
+			t.Fatalf("%s: heard the watch's creation = %v, %v; want it to go on watching", c.what, end, over)
+		}
+		if polls := poll.tick != nil; polls != c.last {
+			t.Errorf("%s: catch-up reads scheduled %v; want %v", c.what, polls, c.last)
+		}
+	}
+	for _, r := range []driver.Request{w2, w1, h} {
+		mustRelease(t, d, r)
+	}
+	assertEmpty(t, admin(t), k)
+}
