@@ -101,9 +101,18 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 		}
 		return driver.Result{}, fmt.Errorf("etcddlock: acquire %q: renewing the session: %w", req.Key, kerr)
 	}
-	held := rec.held || admits(d.queue(req.Key, resp.Responses[0]), rec.name)
-	if held && !rec.held {
-		d.mark(id, rec, func(r *record) { r.held = true })
+	held, wait := rec.held || rec.clear, rec.wait
+	if r := resp.Responses; !held && !r[0].GetResponseTxn().GetSucceeded() {
+		// The queue was read: the entry that blocked the owner had gone.
+		if t := r[0].GetResponseTxn(); t != nil {
+			r = t.Responses
+		}
+		kvs := d.queue(req.Key, r[0])
+		held = admits(kvs, rec.name)
+		wait = rec.waiting(resp.Header.Revision, kvs, held)
+	}
+	if !rec.held {
+		d.mark(id, rec, func(r *record) { r.held, r.wait = held, wait })
 	}
 	if !d.table.Touch(id, req.TTL) {
 		return driver.Result{}, notHeld(req.Key, "its lease ran out")
@@ -128,8 +137,14 @@ func (d *Driver) again(req driver.Request, rec record) (then []clientv3.Op, down
 		return nil, false, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
 	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
 		return []clientv3.Op{clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease())}, true, nil
-	case !rec.held:
-		return []clientv3.Op{d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive)}, false, nil
+	case !rec.held && !rec.clear:
+		read := d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive)
+		if b := rec.wait; b != nil && b.name != "" {
+			// While the entry that kept the owner out stays, the
+			// queue need not be read.
+			read = clientv3.OpTxn(b.stays(), nil, []clientv3.Op{read})
+		}
+		return []clientv3.Op{read}, false, nil
 	}
 	return nil, false, nil
 }
@@ -204,6 +219,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast
 	var rec record
 	if resp.Succeeded {
 		rec = record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: admits(kvs, sl.name)}
+		rec.wait = rec.waiting(rec.rev, kvs, rec.held)
 		d.table.Put(id, rec, req.TTL)
 	}
 	if _, kerr := p.wait(); kerr != nil {

@@ -257,9 +257,9 @@
 // # Waiting
 //
 // The driver implements driver.Notifier. A waiter watches what keeps it
-// waiting, found by a read of the queue that its subscription makes (so
-// Subscribe returns at once, and the read runs alongside the Acquire that
-// package dlock makes right after subscribing):
+// waiting, as its last Acquire read it (for an owner without an entry, a
+// read of the queue that its subscription makes, so that Subscribe returns
+// at once):
 //
 //   - an exclusive waiter watches its predecessor in the queue (the entry
 //     created just before its own) for its deletion, then the next one;
@@ -274,13 +274,13 @@
 // last thing keeping the waiter out (an exclusive waiter's predecessor is
 // first in the queue, no other writer is ahead of a reader, or a permit's
 // count falls below Limit), its end admits the waiter, which is signalled
-// at once: a handoff costs the release, its watch event and the waiter's
-// Acquire. Otherwise the queue is read again after a change, and the
-// waiter is signalled when that read finds nothing blocking; the end of a
-// watched writer is signalled at once as well, since a writer leaves the
-// queue after it held the key (unless its owner gave up waiting, or it was a
-// TryLock's), so that
-// its end nearly always admits the waiter.
+// at once. Otherwise the queue is read again after a change, and the waiter
+// is signalled when that read finds nothing blocking it. Either way the
+// driver notes that the waiter is admitted, and the Acquire that the signal
+// prompts reads only the waiter's entry; an Acquire of a waiter reads the
+// queue only if what kept it out has gone. So a handoff costs the release,
+// its watch event, at most one read of the queue (which etcd scans whole,
+// whatever the read's filters) and the waiter's Acquire.
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it (who are then all admitted), a reader's release wakes at most
@@ -296,8 +296,10 @@
 // delivers events at once only to a watch that was up to date when it was
 // registered; one registered just after another write catches up in a loop
 // that runs every 100ms. The reply that confirms the watch carries its
-// start revision: if the store has moved on by the time of the read, the
-// read is repeated a few times over the next 130ms. Lease expiry of a
+// start revision: if the store has moved on by the time of the read and
+// the watched entry is the last thing keeping the waiter out, the read is
+// repeated a few times over the next 130ms (for other waiters a late event
+// costs at most that loop's period). Lease expiry of a
 // blocking entry deletes it, which wakes the waiter like a release.
 //
 // The driver also implements driver.Lister (holders only, of every mode:

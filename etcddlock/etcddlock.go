@@ -91,6 +91,8 @@ type record struct {
 	sess     *session    // the session the entry is attached to
 	slot     *slot       // the entry's name while in use; nil in a tombstone
 	held     bool        // the entry was admitted (see admitted): the owner holds the key
+	clear    bool        // nothing is ahead of the waiting entry any more (see follow): its next Acquire admits it
+	wait     *blocker    // what kept the waiting entry out at its last Acquire, for Subscribe
 	lost     bool        // a tombstone: the entry is no longer the owner's
 	released bool        // Release handed the entry back to its deadline after a failed delete
 }

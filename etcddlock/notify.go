@@ -3,9 +3,11 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock/driver"
@@ -38,6 +40,7 @@ func (s *subscription) signal() {
 
 // waiter is an owner waiting in a queue, as a subscription sees it.
 type waiter struct {
+	id    string // its record's
 	key   string
 	mode  driver.Mode
 	limit int
@@ -67,14 +70,19 @@ type blocker struct {
 	// ones go to the back) and never become exclusive, so it needs the
 	// waiter to have an entry.
 	last bool
-	// writer reports that the watched entry is exclusive. Such an entry
-	// leaves the queue after it held the key, unless its owner gave up
-	// waiting, so its end almost always admits the waiter even when last
-	// is false.
-	writer bool
 }
 
 func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
+
+// stays compares the watched entry with what b read of it: the same
+// incarnation, and for a reader's blocker, not downgraded.
+func (b *blocker) stays() []clientv3.Cmp {
+	c := isEntry(b.name, b.create)
+	if b.mod != 0 {
+		c = append(c, clientv3.Compare(clientv3.ModRevision(b.name), "=", b.mod))
+	}
+	return c
+}
 
 // Subscribe implements driver.Notifier. It watches only what keeps the owner
 // waiting, and signals when that may have changed and the owner may be
@@ -92,33 +100,36 @@ func (b *blocker) blocks() bool { return b.name != "" || b.ahead != nil }
 //
 // So a release of an exclusive lock wakes the next writer or the readers
 // behind it, a release of a reader wakes at most the writer right behind it,
-// and a waiting permit is signalled only once it is admitted. When the read that found the blocker showed that nothing else keeps
-// the waiter out (an exclusive waiter's predecessor was first in the queue,
-// a reader had no other writer ahead, a permit counts what is ahead of it),
-// the blocker's end is signalled at once: entries ahead of an entry only
-// ever go, so that end admits the waiter, and the Acquire that the signal
-// prompts is the only read of the handoff. Otherwise the queue is read again
-// after a change, and the waiter is signalled when that read finds nothing
-// blocking it; the end of a watched writer is signalled at once as well (see
-// blocker.writer), and the read then tells whether to signal again or to
-// watch the next blocker. The end of the session of the owner's entry is
-// signalled too (the waiter then learns that its entry is gone). An owner
-// without an entry (an Acquire without Queue) is treated as one at the end
-// of the queue; no blocker is the last for it, since new entries may come
-// ahead of it.
+// and a waiting permit is signalled only once it is admitted. When the read
+// that found the blocker showed that nothing else keeps the waiter out (an
+// exclusive waiter's predecessor was first in the queue, a reader had no
+// other writer ahead, a permit counts what is ahead of it), the blocker's
+// end is signalled at once: entries ahead of an entry only ever go, so that
+// end admits the waiter. Otherwise the queue is read again after a change,
+// and the waiter is signalled when that read finds nothing blocking it, or
+// watches the next blocker. Either way the waiter's record notes that it is
+// admitted before the signal, and the Acquire that the signal prompts reads
+// only its own entry: a handoff reads the queue (which the server scans
+// whole) at most once, however many wait in it. The end of the session of
+// the owner's entry is signalled too (the waiter then learns that its entry
+// is gone). An owner without an entry (an Acquire without Queue) is treated
+// as one at the end of the queue; no blocker is the last for it, since new
+// entries may come ahead of it.
 //
-// Subscribe returns at once; the subscription's goroutine reads the blocker,
-// so that the read runs alongside the Acquire that package dlock makes right
-// after subscribing. Whatever happens after that read is seen by the watch
-// or by the read that follows it, and a read that finds nothing blocking
-// signals.
+// Subscribe returns at once. The first blocker of an owner with an entry is
+// the one its last Acquire read (and the Acquire that package dlock makes
+// right after subscribing reads the queue only if that blocker has gone);
+// for others the subscription's goroutine reads it, alongside that Acquire.
+// Whatever happens after that read is seen by the watch or by the read that
+// follows it, and a read that finds nothing blocking signals.
 //
 // Each watch starts at the server's current revision; once it is
 // established the watched entry is read again (for a permit, the entries
 // ahead), and a change found then counts. If the store moved on while the
 // watch was being registered, etcd may serve the watch from its catch-up
-// loop (which runs every 100ms) for a while, so the read is repeated a few
-// times over the next 130ms. (A watch from an older revision, such as the
+// loop (which runs every 100ms) for a while, so, if the blocker is the last
+// (its end is due to admit the waiter), the read is repeated a few times over
+// the next 130ms. (A watch from an older revision, such as the
 // one right after the read that found the blocker, would be caught up by that
 // loop whenever any write came in between: on a busy key, nearly always.)
 func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subscription, error) {
@@ -128,9 +139,9 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcddlock: subscribe %q: %w", req.Key, err)
 	}
-	w := waiter{key: req.Key, mode: req.Mode, limit: req.Limit}
+	w := waiter{id: reqID(req), key: req.Key, mode: req.Mode, limit: req.Limit}
 	var ended <-chan struct{}
-	rec, ok := d.table.Get(reqID(req))
+	rec, ok := d.table.Get(w.id)
 	if ok {
 		w.rev, w.mode, w.limit, ended = rec.rev, rec.mode, rec.limit, rec.sess.done
 	}
@@ -152,43 +163,59 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 			s.signal() // the next Acquire learns of the loss
 			return
 		}
-		d.follow(wctx, s, w, ended)
+		d.follow(wctx, s, w, ended, rec.wait)
 	}()
 	return s, nil
 }
 
 // follow watches what blocks w until ctx ends or nothing does; then it
-// signals.
-func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, ended <-chan struct{}) {
+// signals. The first blocker is hint, if it is set (the one the owner's
+// last Acquire read: a later change is seen by await's read). A waiter with
+// an entry that nothing blocks any more is admitted for good (entries ahead
+// only go): its record says so before the signal, and the Acquire that the
+// signal prompts reads nothing but its own entry. So a handoff reads the
+// queue once, whatever its length.
+func (d *Driver) follow(ctx context.Context, s *subscription, w waiter, ended <-chan struct{}, hint *blocker) {
 	for {
-		var b blocker
-		delay := 50 * time.Millisecond
-		for {
-			var err error
-			if b, err = d.blocker(ctx, w); err == nil {
-				break
-			}
-			s.signal() // let the waiter find out by asking
-			if !sleep(ctx, delay) {
-				return
-			}
-			delay = min(2*delay, maxRetryDelay)
-		}
-		if !b.blocks() {
-			s.signal()
+		b, ok := d.next(ctx, s, w, hint)
+		if !ok {
 			return
 		}
-		switch d.await(ctx, w, &b, ended) {
+		hint = nil
+		end := unblocked
+		if b.blocks() {
+			end = d.await(ctx, w, &b, ended)
+		}
+		switch end {
 		case stopped:
 			return
-		case sessionEnded, unblocked:
+		case unblocked:
+			d.mark(w.id, record{rev: w.rev}, func(r *record) { r.clear = w.rev > 0 })
+			fallthrough
+		case sessionEnded:
 			s.signal()
 			return
 		}
-		if b.writer {
-			// Let the waiter ask at once, while the queue is read
-			// again in case something else still blocks it.
-			s.signal()
+	}
+}
+
+// next returns the blocker for follow to watch: hint, if it is set, else
+// what a read of the queue finds, read again after a failure (which it
+// signals, to let the waiter find out by asking) until ctx ends.
+func (d *Driver) next(ctx context.Context, s *subscription, w waiter, hint *blocker) (blocker, bool) {
+	if hint != nil {
+		b := *hint
+		b.ahead = maps.Clone(b.ahead) // changedBy changes it
+		return b, true
+	}
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, maxRetryDelay) {
+		b, err := d.blocker(ctx, w)
+		if err == nil {
+			return b, true
+		}
+		s.signal()
+		if !sleep(ctx, delay) {
+			return blocker{}, false
 		}
 	}
 }
@@ -219,8 +246,13 @@ var catchUpPolls = []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8
 // every 100ms, and a change in the meantime would be heard late. The reply
 // to the watch's creation carries the revision it started from, and the read
 // tells whether the store has moved on since: if it has, the watch may be
-// catching up, and the store is read again at growing intervals for about
-// 130ms, until the catch-up loop must have run.
+// catching up, and for a last blocker (see blocker.last) the store is read
+// again at growing intervals for about 130ms, until the catch-up loop must
+// have run. Other blockers are left to the watch: a write rarely lands in
+// the instant between the server's choice and the registration, and a late
+// event costs at most the loop's period, whereas those reads, six per
+// subscription, would cost the server more per handoff the more waiters
+// join and leave the queue.
 func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan struct{}) watchEnd {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -257,8 +289,9 @@ func (d *Driver) await(ctx context.Context, w waiter, b *blocker, ended <-chan s
 
 // heard handles a reply wr of await's watch (ok is false once the watch is
 // closed) and reports whether the wait is over, and how: an event that ends
-// b, or the watch's creation, after which the store is read again (and read
-// on poll's schedule if it has moved on since the watch's start). A read
+// b, or the watch's creation, after which the store is read again (and, if
+// b is the last, read on poll's schedule if it has moved on since the
+// watch's start). A read
 // that fails is a possible change: the waiter then asks.
 func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.WatchResponse, ok bool, poll *catchUp) (watchEnd, bool) {
 	switch {
@@ -276,7 +309,7 @@ func (d *Driver) heard(ctx context.Context, w waiter, b *blocker, wr clientv3.Wa
 		return changed, true
 	case gone:
 		return b.end(), true
-	case rev > wr.Header.Revision && poll.tick == nil:
+	case rev > wr.Header.Revision && poll.tick == nil && b.last:
 		poll.left = catchUpPolls
 		poll.next()
 	}
@@ -366,8 +399,28 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 	if err != nil {
 		return blocker{}, err
 	}
-	kvs := d.own(w.key, resp.Get().Kvs)
-	b := blocker{rev: resp.Get().Header.Revision}
+	return judge(w, resp.Get().Header.Revision, d.own(w.key, resp.Get().Kvs)), nil
+}
+
+// waiting returns what keeps r's entry out by kvs, its queue as an Acquire
+// read it at revision rev, for the Subscribe that follows; nil if the entry
+// is admitted.
+func (r record) waiting(rev int64, kvs []*mvccpb.KeyValue, admitted bool) *blocker {
+	if admitted {
+		return nil
+	}
+	b := judge(waiter{rev: r.rev, mode: r.mode, limit: r.limit}, rev, kvs)
+	return &b
+}
+
+// judge returns what keeps w waiting among kvs, the entries of its queue
+// ahead of it as read at revision rev (entries from w's own on are
+// ignored). An exclusive waiter needs only their keys.
+func judge(w waiter, rev int64, kvs []*mvccpb.KeyValue) blocker {
+	if w.rev > 0 {
+		kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= w.rev })
+	}
+	b := blocker{rev: rev}
 	switch w.mode {
 	case driver.Semaphore:
 		if len(kvs) >= w.limit || slices.ContainsFunc(kvs, isLock) {
@@ -384,7 +437,6 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 			if kv := kvs[i]; isExclusive(kv) {
 				b.name, b.create, b.mod = string(kv.Key), kv.CreateRevision, kv.ModRevision
 				b.last = w.rev > 0 && !slices.ContainsFunc(kvs[:i], isExclusive)
-				b.writer = true
 				break
 			}
 		}
@@ -393,8 +445,7 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 			kv := kvs[len(kvs)-1]
 			b.name, b.create = string(kv.Key), kv.CreateRevision
 			b.last = w.rev > 0 && len(kvs) == 1
-			b.writer = isExclusive(kv)
 		}
 	}
-	return b, nil
+	return b
 }

@@ -2,11 +2,13 @@ package etcddlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockhq/dlock/driver"
@@ -251,4 +253,173 @@ func TestWaiterWokenByEvent(t *testing.T) {
 			assertEmpty(t, admin(t), k)
 		})
 	}
+}
+
+// queueReads is the KV API of a client that counts the reads of the range
+// of keys under queue (which the server scans whole) that its requests made
+// the server run: ranges, range comparisons, and the ranges in the branches
+// of transactions that ran.
+type queueReads struct {
+	clientv3.KV
+	queue string
+	n     atomic.Int64
+}
+
+func (q *queueReads) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	q.n.Add(q.ranges(nil, []clientv3.Op{clientv3.OpGet(key, opts...)}, nil, true, nil))
+	return q.KV.Get(ctx, key, opts...)
+}
+
+func (q *queueReads) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	q.n.Add(q.ranges(nil, []clientv3.Op{op}, nil, true, nil))
+	return q.KV.Do(ctx, op)
+}
+
+func (q *queueReads) Txn(ctx context.Context) clientv3.Txn {
+	return &countedTxn{Txn: q.KV.Txn(ctx), q: q}
+}
+
+type countedTxn struct {
+	clientv3.Txn
+	q        *queueReads
+	cmps     []clientv3.Cmp
+	thn, els []clientv3.Op
+}
+
+func (t *countedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cmps, t.Txn = cs, t.Txn.If(cs...)
+	return t
+}
+
+func (t *countedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.thn, t.Txn = ops, t.Txn.Then(ops...)
+	return t
+}
+
+func (t *countedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.els, t.Txn = ops, t.Txn.Else(ops...)
+	return t
+}
+
+func (t *countedTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil {
+		t.q.n.Add(t.q.ranges(t.cmps, t.thn, t.els, resp.Succeeded, resp.Responses))
+	}
+	return resp, err
+}
+
+// ranges counts the reads of the queue of a transaction that compared cmps
+// and ran thn if ok, else els, with the responses rs (nil for a lone read).
+func (q *queueReads) ranges(cmps []clientv3.Cmp, thn, els []clientv3.Op, ok bool, rs []*etcdserverpb.ResponseOp) (n int64) {
+	for _, c := range cmps {
+		if string(c.Key) == q.queue && len(c.RangeEnd) > 0 {
+			n++
+		}
+	}
+	ops := els
+	if ok {
+		ops = thn
+	}
+	for i, op := range ops {
+		switch {
+		case op.IsGet() && string(op.KeyBytes()) == q.queue && len(op.RangeBytes()) > 0:
+			n++
+		case op.IsTxn():
+			c, t, e := op.Txn()
+			r := rs[i].GetResponseTxn()
+			n += q.ranges(c, t, e, r.Succeeded, r.Responses)
+		}
+	}
+	return n
+}
+
+// A handoff reads the queue once, however many wait in it: the woken
+// waiter's subscription reads what is ahead of it and, finding nothing, lets
+// the Acquire it prompts read only the waiter's own entry. A waiter that
+// joins the queue reads it once, with the creation of its entry: its
+// subscription starts from that read, and the Acquire that package dlock
+// makes right after subscribing reads the queue only if the predecessor has
+// gone. Each read costs the server a scan of the whole queue, so this keeps
+// the server's work per handoff from growing with the number of waiters.
+func TestHandoffReadsQueueOnce(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := newClient(t, srv.Addr)
+	t.Cleanup(func() { cli.Close() })
+	const n = 8
+	k := key(t)
+	dh := newTestDriver(t, srv.Addr)
+	defer dh.Close()
+	q := &queueReads{KV: cli.KV, queue: dh.queuePrefix(k)}
+	cli.KV = q
+	ds, ws, subs := []*Driver{dh}, []driver.Request{req(k)}, []driver.Subscription{nil}
+	mustAcquire(t, dh, ws[0], true)
+	for range n {
+		d, err := newDriver(cli, false, nil) // a session of its own, as in a process of its own
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		w := req(k)
+		w.Queue = true
+		mustAcquire(t, d, w, false)
+		s := subscribe(t, d, w)
+		mustAcquire(t, d, w, false)
+		ds, ws, subs = append(ds, d), append(ws, w), append(subs, s)
+	}
+	for i := 1; i <= n; i++ {
+		mustRelease(t, ds[i-1], ws[i-1])
+		signalled(t, subs[i], fmt.Sprintf("waiter %d", i))
+		mustAcquire(t, ds[i], ws[i], true)
+	}
+	mustRelease(t, ds[n], ws[n])
+	for _, s := range subs[1:] {
+		s.Close() // its reads are over
+	}
+	if got := q.n.Load(); got > 2*n {
+		t.Errorf("%d waiters read the queue %d times; want at most %d: once to join it, once per handoff", n, got, 2*n)
+	}
+	assertEmpty(t, admin(t), k)
+}
+
+// The reads that cover a watch still catching up (etcd registered it just
+// after a write) are scheduled only for a blocker whose end is due to admit
+// the waiter: the first waiter's, not the second's, which the watch alone
+// follows. Those reads, six per subscription, would otherwise cost the
+// server more per handoff the more waiters join and leave the queue.
+func TestCatchUpReadsOnlyForTheLastBlocker(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	d := newTestDriver(t, srv.Addr)
+	defer d.Close()
+	k := key(t)
+	h, w1, w2 := req(k), req(k), req(k)
+	w1.Queue, w2.Queue = true, true
+	mustAcquire(t, d, h, true)
+	mustAcquire(t, d, w1, false)
+	mustAcquire(t, d, w2, false)
+	// The reply to a watch's creation at revision 1: the store has moved
+	// on since.
+	created := clientv3.WatchResponse{Header: etcdserverpb.ResponseHeader{Revision: 1}, Created: true}
+	for _, c := range []struct {
+		what string
+		w    driver.Request
+		last bool
+	}{{"first waiter", w1, true}, {"second waiter", w2, false}} {
+		w := waiterOf(t, d, c.w)
+		b, err := d.blocker(ctx(t), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var poll catchUp
+		if end, over := d.heard(ctx(t), w, &b, created, true, &poll); over || end != changed {
+			t.Fatalf("%s: heard the watch's creation = %v, %v; want it to go on watching", c.what, end, over)
+		}
+		if polls := poll.tick != nil; polls != c.last {
+			t.Errorf("%s: catch-up reads scheduled %v; want %v", c.what, polls, c.last)
+		}
+	}
+	for _, r := range []driver.Request{w2, w1, h} {
+		mustRelease(t, d, r)
+	}
+	assertEmpty(t, admin(t), k)
 }
