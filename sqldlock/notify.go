@@ -74,6 +74,13 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	if !d.ops.modes().Has(req.Mode) {
 		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
 	}
+	if d.gated(req) {
+		s, err := d.subscribeGate(ctx, req)
+		if err != nil {
+			return nil, fail(ctx, "subscribe", req.Key, err)
+		}
+		return s, nil
+	}
 	l, err := d.listener(ctx)
 	if err != nil {
 		return nil, fail(ctx, "subscribe", req.Key, err)
@@ -239,26 +246,11 @@ func (l *listener) run(ctx context.Context, conn sqldialect.ListenConn) {
 		}
 	}()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
-		err := conn.Wait(wctx) // the connection passes notifications to the hub
-		cancel()
+		if await(ctx, conn) == nil {
+			continue // the connection passed notifications to the hub
+		}
 		if ctx.Err() != nil {
 			return
-		}
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, context.DeadlineExceeded) && !conn.Closed() {
-			// Silence: make sure the connection is still alive.
-			pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
-			err = conn.Ping(pctx)
-			cancel()
-			if err == nil {
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
 		}
 		conn.Close()
 		if conn = l.reconnect(ctx); conn == nil {
@@ -266,6 +258,32 @@ func (l *listener) run(ctx context.Context, conn sqldialect.ListenConn) {
 		}
 		// Releases may have gone unnoticed while disconnected.
 		l.hub.NotifyAll()
+	}
+}
+
+// await waits for notifications on conn, pinging it after listenIdle of
+// silence: it returns nil once some were received, an error once ctx ended
+// or the connection failed.
+func await(ctx context.Context, conn sqldialect.ListenConn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		err := conn.Wait(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded) || conn.Closed():
+			return err
+		}
+		// Silence: make sure the connection is still alive.
+		pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 }
 

@@ -145,6 +145,10 @@ type Driver struct {
 	lastSweep time.Time
 	sweeping  bool
 	lis       *listener
+	// The gate connections kept between waits, and the timer that
+	// closes them (see gate.go).
+	idleGates  []*gateConn
+	gateLinger *time.Timer
 }
 
 var (
@@ -617,9 +621,13 @@ func (d *Driver) Close() error {
 	if d.lis != nil && d.lis.idle != nil {
 		d.lis.idle.Stop()
 	}
+	if d.gateLinger != nil {
+		d.gateLinger.Stop()
+	}
 	d.mu.Unlock()
 	d.cancel()
 	d.wg.Wait()
+	d.retireGates()
 	if d.unGate != nil {
 		d.unGate()
 	}

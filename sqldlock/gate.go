@@ -1,0 +1,204 @@
+package sqldlock
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlockhq/dlock/driver"
+	"github.com/dlockhq/dlock/internal/sqldialect"
+)
+
+// Waiting in line on PostgreSQL.
+//
+// PostgreSQL signals every backend that LISTENs in a database at each
+// NOTIFY, whatever the channel, and each of them reads the notification and
+// sends it to its client: if every waiting process listened, every release
+// would cost the server and the fleet as much as there are waiting
+// processes. So an Exclusive or Semaphore waiter of a driver that is not
+// fair does not listen while others wait ahead of it. Its subscription
+// (Subscribe with Request.Queue) takes a connection of its own, outside the
+// *sql.DB pool, which waits in the server's lock manager for the key's gate,
+// a session advisory lock (pg_advisory_lock of a hash of the table name and
+// the key), and, once it has it, LISTENs on the same connection. The holder
+// of the gate is the head of the line: it alone hears the key's releases,
+// and its subscription is signalled on taking the gate (a release may have
+// come before its LISTEN). Closing the subscription (once the waiter holds
+// the key, or gives up) runs UNLISTEN and lets go of the gate, and the lock
+// manager grants it to the next waiter in line: one. A head whose process
+// dies loses its connection, and with it the gate, to the next waiter; a
+// head that hangs keeps it, and the waiters behind it find the key through
+// package dlock's fallback polls. A connection that breaks signals its
+// subscription, which waits again on a new one. Readers (Shared) and the
+// waiters of a fair driver listen on the driver's listener, whose
+// notifications name the waiters that can take the key next.
+//
+// Each waiting subscription costs a connection while it waits; the
+// connections of closed ones are kept (at most maxIdleGates) for the next
+// wait, until listenLinger passes without one.
+
+// maxIdleGates is how many gate connections a driver keeps between waits.
+const maxIdleGates = 4
+
+// gated reports whether req's subscription waits in line for the key's gate.
+func (d *Driver) gated(req driver.Request) bool {
+	return req.Queue && !d.fair && req.Mode != driver.Shared
+}
+
+// gateConn is a connection of gate subscriptions, one at a time.
+type gateConn struct {
+	sqldialect.ListenConn
+	to atomic.Pointer[gateSub] // the subscription that the notifications are for
+}
+
+// gateSub is a subscription that waits for its key's gate.
+type gateSub struct {
+	d    *Driver
+	key  string
+	ch   chan struct{}
+	stop context.CancelFunc
+}
+
+// subscribeGate returns a subscription that waits in line for req.Key's
+// gate, on a connection of its own.
+func (d *Driver) subscribeGate(ctx context.Context, req driver.Request) (driver.Subscription, error) {
+	c, err := d.gateConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte(d.n.Name + "\x00" + req.Key))
+	wait := fmt.Sprintf("SELECT pg_advisory_lock(%d); LISTEN %s", int64(h.Sum64()), d.n.Table)
+	g := &gateSub{d: d, key: req.Key, ch: make(chan struct{}, 1)}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		c.Close()
+		return nil, errClosed
+	}
+	var gctx context.Context
+	gctx, g.stop = context.WithCancel(d.ctx)
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go g.run(gctx, c, wait)
+	return g, nil
+}
+
+// C implements driver.Subscription.
+func (g *gateSub) C() <-chan struct{} { return g.ch }
+
+// Close implements driver.Subscription: the subscription's goroutine lets
+// go of the gate, or of its place in line.
+func (g *gateSub) Close() error {
+	g.stop()
+	return nil
+}
+
+func (g *gateSub) signal() {
+	select {
+	case g.ch <- struct{}{}:
+	default:
+	}
+}
+
+// deliver signals g if payload is a release of its key, whoever it wakes.
+func (g *gateSub) deliver(payload string) {
+	if key, _, ok := parseWaiter(payload); ok {
+		payload = key
+	}
+	if payload == g.key {
+		g.signal()
+	}
+}
+
+// run waits for the gate with the statement wait, and then for the key's
+// releases, until ctx ends; a connection that breaks is replaced, after a
+// backoff.
+func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
+	defer g.d.wg.Done()
+	delay := reconnectMin
+	for {
+		c.to.Store(g)
+		err := c.Exec(ctx, wait)
+		if err == nil {
+			g.signal() // a release may have come before the LISTEN
+		}
+		for err == nil {
+			err = await(ctx, c) // the connection passes notifications to deliver
+		}
+		c.to.Store(nil)
+		g.d.putGate(c)
+		if ctx.Err() != nil {
+			return
+		}
+		g.signal() // releases may have gone unheard
+		for c = nil; c == nil; delay = min(delay*2, reconnectMax) {
+			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			c, _ = g.d.gateConn(ctx)
+		}
+	}
+}
+
+// gateConn returns an idle gate connection, or a new one.
+func (d *Driver) gateConn(ctx context.Context) (*gateConn, error) {
+	d.mu.Lock()
+	if n := len(d.idleGates); n > 0 {
+		c := d.idleGates[n-1]
+		d.idleGates = d.idleGates[:n-1]
+		d.mu.Unlock()
+		return c, nil
+	}
+	d.mu.Unlock()
+	c := &gateConn{}
+	conn, err := d.listen(ctx, "", func(p string) {
+		if g := c.to.Load(); g != nil {
+			g.deliver(p)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.ListenConn = conn
+	return c, nil
+}
+
+// putGate stops c listening and lets go of its gate, and keeps it for the
+// next wait; it closes a connection that fails, or that is not needed.
+func (d *Driver) putGate(c *gateConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), listenPingLimit)
+	err := c.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
+	cancel()
+	d.mu.Lock()
+	if err != nil || d.closed || len(d.idleGates) == maxIdleGates {
+		d.mu.Unlock()
+		c.Close()
+		return
+	}
+	d.idleGates = append(d.idleGates, c)
+	if d.gateLinger == nil {
+		d.gateLinger = time.AfterFunc(listenLinger, d.retireGates)
+	} else {
+		d.gateLinger.Reset(listenLinger)
+	}
+	d.mu.Unlock()
+}
+
+// retireGates closes the idle gate connections.
+func (d *Driver) retireGates() {
+	d.mu.Lock()
+	idle := d.idleGates
+	d.idleGates = nil
+	d.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}
