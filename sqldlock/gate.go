@@ -60,6 +60,8 @@ type gateSub struct {
 	key  string
 	ch   chan struct{}
 	stop context.CancelFunc
+	// Under d.mu: Close was called; the goroutine has ended.
+	closed, ended bool
 }
 
 // subscribeGate returns a subscription that waits in line for req.Key's
@@ -93,6 +95,12 @@ func (g *gateSub) C() <-chan struct{} { return g.ch }
 // Close implements driver.Subscription: the subscription's goroutine lets
 // go of the gate, or of its place in line.
 func (g *gateSub) Close() error {
+	g.d.mu.Lock()
+	if !g.closed && !g.ended {
+		g.d.gatesBack++ // see gateConn
+	}
+	g.closed = true
+	g.d.mu.Unlock()
 	g.stop()
 	return nil
 }
@@ -116,21 +124,34 @@ func (g *gateSub) deliver(payload string) {
 
 // run waits for the gate with the statement wait, and then for the key's
 // releases, until ctx ends; a connection that breaks is replaced, after a
-// backoff.
+// backoff. The wait for the gate, if ctx ends first, is cancelled on the
+// server (a context that ended would close the connection); only Close
+// ends it on the client.
 func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 	defer g.d.wg.Done()
 	delay := reconnectMin
 	for {
 		c.to.Store(g)
-		err := c.Exec(ctx, wait)
+		err := ctx.Err()
 		if err == nil {
+			sent := make(chan struct{})
+			stop := context.AfterFunc(ctx, func() {
+				defer close(sent)
+				_ = c.Cancel(g.d.ctx)
+			})
+			err = c.Exec(g.d.ctx, wait)
+			if !stop() {
+				<-sent // so that it cancels nothing else
+			}
+		}
+		if err == nil && ctx.Err() == nil {
 			g.signal() // a release may have come before the LISTEN
 		}
 		for err == nil {
 			err = await(ctx, c) // the connection passes notifications to deliver
 		}
 		c.to.Store(nil)
-		g.d.putGate(c)
+		g.d.putGate(c, g, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -140,6 +161,7 @@ func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 			select {
 			case <-ctx.Done():
 				t.Stop()
+				g.d.putGate(nil, g, true)
 				return
 			case <-t.C:
 			}
@@ -148,9 +170,24 @@ func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 	}
 }
 
-// gateConn returns an idle gate connection, or a new one.
+// gateConn returns an idle gate connection, or a new one. While closed
+// subscriptions' connections are on their way back (a waiter that took the
+// key may wait for it again at once), it waits for them.
 func (d *Driver) gateConn(ctx context.Context) (*gateConn, error) {
 	d.mu.Lock()
+	for len(d.idleGates) == 0 && d.gatesBack > 0 {
+		if d.gateBack == nil {
+			d.gateBack = make(chan struct{})
+		}
+		back := d.gateBack
+		d.mu.Unlock()
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		d.mu.Lock()
+	}
 	if n := len(d.idleGates); n > 0 {
 		c := d.idleGates[n-1]
 		d.idleGates = d.idleGates[:n-1]
@@ -172,12 +209,28 @@ func (d *Driver) gateConn(ctx context.Context) (*gateConn, error) {
 }
 
 // putGate stops c listening and lets go of its gate, and keeps it for the
-// next wait; it closes a connection that fails, or that is not needed.
-func (d *Driver) putGate(c *gateConn) {
-	ctx, cancel := context.WithTimeout(context.Background(), listenPingLimit)
-	err := c.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
-	cancel()
+// next wait; it closes a connection that fails, or that is not needed. last
+// is set when g's goroutine ends (c may then be nil).
+func (d *Driver) putGate(c *gateConn, g *gateSub, last bool) {
+	err := errClosed
+	if c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), listenPingLimit)
+		err = c.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
+		cancel()
+	}
 	d.mu.Lock()
+	if last && g.closed && !g.ended {
+		d.gatesBack--
+	}
+	g.ended = g.ended || last
+	if d.gateBack != nil {
+		close(d.gateBack)
+		d.gateBack = nil
+	}
+	if c == nil {
+		d.mu.Unlock()
+		return
+	}
 	if err != nil || d.closed || len(d.idleGates) == maxIdleGates {
 		d.mu.Unlock()
 		c.Close()

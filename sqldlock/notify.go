@@ -20,7 +20,10 @@ import (
 // Release and ForceRelease call pg_notify(NAME, payload) in the statement
 // that deletes the row, NAME being the table name, so a notification is sent
 // when, and only when, the deletion commits; the payload names the key, or
-// the waiters that can take it next (see parseWaiter). Each Driver keeps one
+// the waiters that can take it next (see parseWaiter). Queued Exclusive and
+// Semaphore waiters of a driver that is not fair listen on connections of
+// their own, one at a time per key (see gate.go). For the other
+// subscriptions, each Driver keeps one
 // dedicated connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
@@ -58,7 +61,10 @@ var listenLinger = 10 * time.Second
 
 // Subscribe implements driver.Notifier. On PostgreSQL, the returned
 // subscription is signalled after every release of req.Key (by any client of
-// the database) that commits after Subscribe returns; a database that the
+// the database) that commits after Subscribe returns, except that a queued
+// Exclusive or Semaphore waiter of a driver that is not fair hears them only
+// while it heads the key's line, and is signalled when it comes to head it
+// (see gate.go); a database that the
 // application opened must use the database/sql driver of
 // github.com/jackc/pgx/v5/stdlib, whose settings the listening connection
 // copies. MySQL and SQLite have no notifications: there, and over another

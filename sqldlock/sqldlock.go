@@ -149,6 +149,8 @@ type Driver struct {
 	// closes them (see gate.go).
 	idleGates  []*gateConn
 	gateLinger *time.Timer
+	gatesBack  int           // closed subscriptions whose connections are on their way back
+	gateBack   chan struct{} // closed when one is back
 }
 
 var (

@@ -143,6 +143,9 @@ func (c listenConn) Exec(ctx context.Context, sql string) error {
 	return err
 }
 
+// Cancel implements sqldialect.ListenConn.
+func (c listenConn) Cancel(ctx context.Context) error { return c.conn.PgConn().CancelRequest(ctx) }
+
 // Ping implements sqldialect.ListenConn.
 func (c listenConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
 

@@ -194,3 +194,71 @@ func TestGateDeadHead(t *testing.T) {
 	waitSignal(t, sub, "the release")
 	mustAcquire(t, b, w)
 }
+
+// TestGateLeave checks that on PostgreSQL a waiter that stops waiting
+// before it heads the line (its subscription closed: it took the key by a
+// poll, or gave up) leaves the line at once, on the server, and keeps its
+// connection for its next wait, which the head's leaving then heads.
+func TestGateLeave(t *testing.T) {
+	s := newStore(t, Postgres)
+	ctx := tctx(t)
+	admin := s.appDB(t)
+	holder, a, b := s.open(t), s.open(t), s.open(t)
+	h := req("leave", time.Minute)
+	mustAcquire(t, holder, h)
+	subscribe := func(d *Driver) (driver.Request, driver.Subscription) {
+		t.Helper()
+		r := req("leave", time.Minute)
+		r.Queue = true
+		if res, err := d.Acquire(ctx, r); err != nil || res.Acquired {
+			t.Fatalf("queued Acquire = %+v, %v; want a wait", res, err)
+		}
+		sub, err := d.Subscribe(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Close() })
+		return r, sub
+	}
+	// waiting returns the process IDs of the backends waiting for a gate.
+	waiting := func() (pids []int) {
+		t.Helper()
+		rows, err := admin.QueryContext(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY pid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pid int
+			if err := rows.Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	_, subA := subscribe(a)
+	settle(t, admin, 1, 0)
+	waitSignal(t, subA, "taking the gate")
+	_, subB := subscribe(b)
+	settle(t, admin, 1, 1)
+	first := waiting()
+
+	subB.Close()
+	settle(t, admin, 1, 0)
+	rb, subB := subscribe(b)
+	settle(t, admin, 1, 1)
+	if again := waiting(); len(again) != 1 || again[0] != first[0] {
+		t.Errorf("the waiter's connection after waiting again: backend %v; want %v, the same", again, first)
+	}
+	noSignal(t, subB, "waiting behind a head")
+	subA.Close()
+	settle(t, admin, 1, 0)
+	waitSignal(t, subB, "the head's leaving")
+	if err := holder.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(t, subB, "the release")
+	mustAcquire(t, b, rb)
+}
