@@ -262,3 +262,74 @@ func TestGateLeave(t *testing.T) {
 	waitSignal(t, subB, "the release")
 	mustAcquire(t, b, rb)
 }
+
+// TestGateSemaphore checks that on PostgreSQL the waiters of a semaphore
+// wait in line too, and that permits freed at once are all taken: the head
+// takes one and hands the gate on, and the next head, signalled on taking
+// it, takes the next.
+func TestGateSemaphore(t *testing.T) {
+	s := newStore(t, Postgres)
+	ctx := tctx(t)
+	admin := s.appDB(t)
+	permit := func() driver.Request {
+		r := req("sem", time.Minute)
+		r.Mode, r.Limit = driver.Semaphore, 2
+		return r
+	}
+	holder := s.open(t)
+	held := []driver.Request{permit(), permit()}
+	for _, r := range held {
+		mustAcquire(t, holder, r)
+	}
+	type waiter struct {
+		d   *Driver
+		r   driver.Request
+		sub driver.Subscription
+	}
+	var ws []*waiter
+	for range 3 {
+		w := &waiter{d: s.open(t), r: permit()}
+		w.r.Queue = true
+		if res, err := w.d.Acquire(ctx, w.r); err != nil || res.Acquired {
+			t.Fatalf("queued Acquire = %+v, %v; want a wait", res, err)
+		}
+		sub, err := w.d.Subscribe(ctx, w.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Close() })
+		w.sub = sub
+		ws = append(ws, w)
+	}
+	settle(t, admin, 1, 2)
+	for _, r := range held {
+		if err := holder.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each waiter tries when it is signalled, as package dlock's do.
+	for acquired := 0; acquired < 2; {
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(10 * time.Second))}}
+		for _, w := range ws {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.sub.C())})
+		}
+		i, _, _ := reflect.Select(cases)
+		if i == 0 {
+			t.Fatalf("%d of the 2 freed permits taken, and no waiter signalled", acquired)
+		}
+		w := ws[i-1]
+		res, err := w.d.Acquire(ctx, w.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired {
+			acquired++
+			w.sub.Close()
+			ws = append(ws[:i-1], ws[i:]...)
+		}
+	}
+	settle(t, admin, 1, 0) // the third waiter heads the line
+	if res, err := ws[0].d.Acquire(ctx, ws[0].r); err != nil || res.Acquired {
+		t.Fatalf("the third waiter's Acquire = %+v, %v; want a wait", res, err)
+	}
+}
