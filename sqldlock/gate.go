@@ -124,28 +124,16 @@ func (g *gateSub) deliver(payload string) {
 
 // run waits for the gate with the statement wait, and then for the key's
 // releases, until ctx ends; a connection that breaks is replaced, after a
-// backoff. The wait for the gate, if ctx ends first, is cancelled on the
-// server (a context that ended would close the connection); only Close
-// ends it on the client.
+// backoff.
 func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 	defer g.d.wg.Done()
 	delay := reconnectMin
 	for {
 		c.to.Store(g)
-		err := ctx.Err()
+		err := g.take(ctx, c, wait)
 		if err == nil {
-			sent := make(chan struct{})
-			stop := context.AfterFunc(ctx, func() {
-				defer close(sent)
-				_ = c.Cancel(g.d.ctx)
-			})
-			err = c.Exec(g.d.ctx, wait)
-			if !stop() {
-				<-sent // so that it cancels nothing else
-			}
-		}
-		if err == nil && ctx.Err() == nil {
 			g.signal() // a release may have come before the LISTEN
+			delay = reconnectMin
 		}
 		for err == nil {
 			err = await(ctx, c) // the connection passes notifications to deliver
@@ -168,6 +156,32 @@ func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 			c, _ = g.d.gateConn(ctx)
 		}
 	}
+}
+
+// take runs wait on c, which returns once it has the gate. If ctx ends
+// first, the statement is cancelled on the server (a context that ended
+// would close the connection), or, if the cancel request fails, by closing
+// the connection.
+func (g *gateSub) take(ctx context.Context, c *gateConn, wait string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	lctx, abort := context.WithCancel(g.d.ctx)
+	defer abort()
+	sent := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(sent)
+		cctx, cancel := context.WithTimeout(lctx, listenPingLimit)
+		defer cancel()
+		if c.Cancel(cctx) != nil {
+			abort()
+		}
+	})
+	err := c.Exec(lctx, wait)
+	if !stop() {
+		<-sent // so that it cancels nothing else
+	}
+	return err
 }
 
 // gateConn returns an idle gate connection, or a new one. While closed
