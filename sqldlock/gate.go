@@ -36,6 +36,13 @@ import (
 // waiters of a fair driver listen on the driver's listener, whose
 // notifications name the waiters that can take the key next.
 //
+// A waiter that stops waiting before it heads the line leaves it with a
+// cancel request, and keeps its connection. Keys whose hashes collide (or
+// an application's own advisory lock of the same number) share a line,
+// which only slows their waiters to the fallback polls. Session advisory
+// locks need a connection of their own: direct, or through a pooler in
+// session mode.
+//
 // Each waiting subscription costs a connection while it waits; the
 // connections of closed ones are kept (at most maxIdleGates) for the next
 // wait, until listenLinger passes without one.
