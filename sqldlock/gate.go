@@ -36,8 +36,8 @@ import (
 // waiters of a fair driver listen on the driver's listener, whose
 // notifications name the waiters that can take the key next.
 //
-// A waiter that stops waiting before it heads the line leaves it with a
-// cancel request, and keeps its connection. Keys whose hashes collide (or
+// A waiter that stops waiting before it heads the line leaves it, its wait
+// cancelled from a connection of the pool, and keeps its connection. Keys whose hashes collide (or
 // an application's own advisory lock of the same number) share a line,
 // which only slows their waiters to the fallback polls. Session advisory
 // locks need a connection of their own: direct, or through a pooler in
@@ -80,7 +80,7 @@ func (d *Driver) subscribeGate(ctx context.Context, req driver.Request) (driver.
 	}
 	h := fnv.New64a()
 	h.Write([]byte(d.n.Name + "\x00" + req.Key))
-	wait := fmt.Sprintf("SELECT pg_advisory_lock(%d); LISTEN %s", int64(h.Sum64()), d.n.Table)
+	wait := fmt.Sprintf(d.ops.(pgOps).q.Gate, int64(h.Sum64()))
 	g := &gateSub{d: d, key: req.Key, ch: make(chan struct{}, 1)}
 	d.mu.Lock()
 	if d.closed {
@@ -166,9 +166,9 @@ func (g *gateSub) run(ctx context.Context, c *gateConn, wait string) {
 }
 
 // take runs wait on c, which returns once it has the gate. If ctx ends
-// first, the statement is cancelled on the server (a context that ended
-// would close the connection), or, if the cancel request fails, by closing
-// the connection.
+// first, the statement is cancelled by pg_cancel_backend on a connection of
+// the pool (a context that ended would close c; a cancel request would cost
+// the server a process), or, if that fails, by closing c.
 func (g *gateSub) take(ctx context.Context, c *gateConn, wait string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -180,7 +180,7 @@ func (g *gateSub) take(ctx context.Context, c *gateConn, wait string) error {
 		defer close(sent)
 		cctx, cancel := context.WithTimeout(lctx, listenPingLimit)
 		defer cancel()
-		if c.Cancel(cctx) != nil {
+		if _, err := g.d.db.ExecContext(cctx, g.d.ops.(pgOps).q.CancelGate, int64(c.PID())); err != nil {
 			abort()
 		}
 	})
@@ -236,7 +236,7 @@ func (d *Driver) putGate(c *gateConn, g *gateSub, last bool) {
 	err := errClosed
 	if c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), listenPingLimit)
-		err = c.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()")
+		err = c.Exec(ctx, d.ops.(pgOps).q.LeaveGate)
 		cancel()
 	}
 	d.mu.Lock()

@@ -64,10 +64,8 @@ type ListenConn interface {
 	Wait(ctx context.Context) error
 	// Exec runs sql, one or more statements without parameters.
 	Exec(ctx context.Context, sql string) error
-	// Cancel asks the server, on a connection of its own, to cancel the
-	// statement that Exec is running, which then fails; the connection
-	// stays usable.
-	Cancel(ctx context.Context) error
+	// PID returns the process ID of the connection's server process.
+	PID() uint32
 	// Ping checks that the connection still works.
 	Ping(ctx context.Context) error
 	// Closed reports whether the connection is closed (broken).

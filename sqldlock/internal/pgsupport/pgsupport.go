@@ -143,8 +143,8 @@ func (c listenConn) Exec(ctx context.Context, sql string) error {
 	return err
 }
 
-// Cancel implements sqldialect.ListenConn.
-func (c listenConn) Cancel(ctx context.Context) error { return c.conn.PgConn().CancelRequest(ctx) }
+// PID implements sqldialect.ListenConn.
+func (c listenConn) PID() uint32 { return c.conn.PgConn().PID() }
 
 // Ping implements sqldialect.ListenConn.
 func (c listenConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
