@@ -15,7 +15,8 @@ import (
 
 // pgConnsPerClient is how many server connections one dlock Client on
 // PostgreSQL keeps while it waits or holds, one goroutine at a time: one
-// from its pool and the one that LISTENs for releases.
+// from its pool and the one that waits in the key's line (and LISTENs for
+// releases at its head).
 const pgConnsPerClient = 2
 
 // pgReserved are the server connections kept free of the libraries'

@@ -117,15 +117,22 @@
 // *dlock.ArgError before any statement runs.
 //
 // Release notification (driver.Notifier) works on PostgreSQL, with
-// LISTEN/NOTIFY; on MySQL and SQLite waiters poll. The release of an
-// Exclusive hold by a driver that is not fair wakes only the queued waiters
-// that can take the key next (the head of the queue, or the readers queued
-// before the first writer) and the subscribers that do not queue; the other
-// queued waiters sleep on. Other releases (a fair driver's, of Shared and
-// Semaphore holds, ForceRelease) wake
-// every subscriber of the key. PostgreSQL itself still signals every
-// listening connection of the database on each notifying commit, so its work
-// per release still grows with the number of waiting clients, only less.
+// LISTEN/NOTIFY; on MySQL and SQLite waiters poll. PostgreSQL signals every
+// listening connection of the database on each notifying commit, so a
+// waiting process listens only while it can take the key next: the
+// Exclusive and Semaphore waiters of a driver that is not fair wait in line
+// for the key's gate, a session advisory lock, each on a connection of its
+// own, and only the head of the line, which holds the gate, listens; it
+// lets go of the gate once it has the key (or gives up), and the server
+// hands the gate to one waiter. A release thus wakes one process, whatever
+// the number waiting; a process waiting for k keys keeps k connections
+// besides its pool, and a head that dies hands the gate on with its
+// connection. Readers (Shared) and the waiters of a fair driver listen on
+// one connection per driver: the release of an Exclusive hold by a driver
+// that is not fair wakes only the readers queued before the first writer
+// and the subscribers that do not queue; other releases (a fair driver's,
+// of Shared and Semaphore holds, ForceRelease) wake every subscriber of the
+// key, and every listening connection costs every release.
 //
 // # Durability and server crashes
 //

@@ -20,7 +20,10 @@ import (
 // Release and ForceRelease call pg_notify(NAME, payload) in the statement
 // that deletes the row, NAME being the table name, so a notification is sent
 // when, and only when, the deletion commits; the payload names the key, or
-// the waiters that can take it next (see parseWaiter). Each Driver keeps one
+// the waiters that can take it next (see parseWaiter). Queued Exclusive and
+// Semaphore waiters of a driver that is not fair listen on connections of
+// their own, one at a time per key (see gate.go). For the other
+// subscriptions, each Driver keeps one
 // dedicated connection (outside the *sql.DB pool) that LISTENs on NAME; it is opened by
 // the first Subscribe, which returns only after LISTEN has run, and it fans
 // the notifications out to the subscriptions of their key. If the connection
@@ -58,7 +61,10 @@ var listenLinger = 10 * time.Second
 
 // Subscribe implements driver.Notifier. On PostgreSQL, the returned
 // subscription is signalled after every release of req.Key (by any client of
-// the database) that commits after Subscribe returns; a database that the
+// the database) that commits after Subscribe returns, except that a queued
+// Exclusive or Semaphore waiter of a driver that is not fair hears them only
+// while it heads the key's line, and is signalled when it comes to head it
+// (see gate.go); a database that the
 // application opened must use the database/sql driver of
 // github.com/jackc/pgx/v5/stdlib, whose settings the listening connection
 // copies. MySQL and SQLite have no notifications: there, and over another
@@ -73,6 +79,13 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	}
 	if !d.ops.modes().Has(req.Mode) {
 		return nil, fail(ctx, "subscribe", req.Key, fmt.Errorf("%s mode: %w", req.Mode, driver.ErrUnsupported))
+	}
+	if d.gated(req) {
+		s, err := d.subscribeGate(ctx, req)
+		if err != nil {
+			return nil, fail(ctx, "subscribe", req.Key, err)
+		}
+		return s, nil
 	}
 	l, err := d.listener(ctx)
 	if err != nil {
@@ -239,26 +252,11 @@ func (l *listener) run(ctx context.Context, conn sqldialect.ListenConn) {
 		}
 	}()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
-		err := conn.Wait(wctx) // the connection passes notifications to the hub
-		cancel()
+		if await(ctx, conn) == nil {
+			continue // the connection passed notifications to the hub
+		}
 		if ctx.Err() != nil {
 			return
-		}
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, context.DeadlineExceeded) && !conn.Closed() {
-			// Silence: make sure the connection is still alive.
-			pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
-			err = conn.Ping(pctx)
-			cancel()
-			if err == nil {
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
 		}
 		conn.Close()
 		if conn = l.reconnect(ctx); conn == nil {
@@ -266,6 +264,32 @@ func (l *listener) run(ctx context.Context, conn sqldialect.ListenConn) {
 		}
 		// Releases may have gone unnoticed while disconnected.
 		l.hub.NotifyAll()
+	}
+}
+
+// await waits for notifications on conn, pinging it after listenIdle of
+// silence: it returns nil once some were received, an error once ctx ended
+// or the connection failed.
+func await(ctx context.Context, conn sqldialect.ListenConn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		err := conn.Wait(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded) || conn.Closed():
+			return err
+		}
+		// Silence: make sure the connection is still alive.
+		pctx, cancel := context.WithTimeout(ctx, listenPingLimit)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 }
 

@@ -69,6 +69,7 @@ type pgOps struct {
 type pgStmts struct {
 	SchemaLock, SchemaExists, Acquire, Wait, AcquireMulti, Refresh, RefreshMulti, ReleaseFair, Release string
 	LeaveQueue, ReleaseMulti, ForceRelease, List, Count, SweepLocks, SweepHolds                        string
+	Gate, LeaveGate, CancelGate                                                                        string // see gate.go
 }
 
 func (pgOps) unit() time.Duration { return time.Microsecond }

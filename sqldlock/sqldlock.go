@@ -145,6 +145,12 @@ type Driver struct {
 	lastSweep time.Time
 	sweeping  bool
 	lis       *listener
+	// The gate connections kept between waits, and the timer that
+	// closes them (see gate.go).
+	idleGates  []*gateConn
+	gateLinger *time.Timer
+	gatesBack  int           // closed subscriptions whose connections are on their way back
+	gateBack   chan struct{} // closed when one is back
 }
 
 var (
@@ -617,9 +623,13 @@ func (d *Driver) Close() error {
 	if d.lis != nil && d.lis.idle != nil {
 		d.lis.idle.Stop()
 	}
+	if d.gateLinger != nil {
+		d.gateLinger.Stop()
+	}
 	d.mu.Unlock()
 	d.cancel()
 	d.wg.Wait()
+	d.retireGates()
 	if d.unGate != nil {
 		d.unGate()
 	}

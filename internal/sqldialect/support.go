@@ -53,8 +53,8 @@ type Opened struct {
 }
 
 // Listener opens a connection that runs LISTEN channel (a quoted
-// identifier) and passes the payload of every notification it then
-// receives to notify.
+// identifier; none if it is empty) and passes the payload of every
+// notification it then receives to notify.
 type Listener func(ctx context.Context, channel string, notify func(payload string)) (ListenConn, error)
 
 // ListenConn is a listening connection.
@@ -62,6 +62,10 @@ type ListenConn interface {
 	// Wait returns nil once notifications have been received (and passed
 	// on), or an error when ctx ends or the connection fails.
 	Wait(ctx context.Context) error
+	// Exec runs sql, one or more statements without parameters.
+	Exec(ctx context.Context, sql string) error
+	// PID returns the process ID of the connection's server process.
+	PID() uint32
 	// Ping checks that the connection still works.
 	Ping(ctx context.Context) error
 	// Closed reports whether the connection is closed (broken).

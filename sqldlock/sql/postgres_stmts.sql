@@ -45,6 +45,18 @@ DELETE FROM {{.Holds}} AS h WHERE h.lock_key = $1 AND h.owner = $2 AND h.waiting
 	AND EXISTS (SELECT 1 FROM {{.Table}} AS l WHERE l.lock_key = $1 AND l.owner <> '' AND l.owner <> $2
 		AND l.expires_at > clock_timestamp())
 RETURNING h.expires_at > clock_timestamp();
+-- name: Gate(the number of the key's gate, written in: see gate.go)
+-- Waits in the key's line for its gate, a session advisory lock, and
+-- listens once it has it: one round trip, in the simple query protocol,
+-- which takes no parameters.
+SELECT pg_advisory_lock(%d); LISTEN {{.Table}};
+-- name: LeaveGate
+-- Stops listening and lets go of the gate (one taken just as the wait was
+-- cancelled too).
+UNLISTEN *; SELECT pg_advisory_unlock_all();
+-- name: CancelGate(backend process ID)
+-- Cancels a wait for a gate, from another connection.
+SELECT pg_cancel_backend($1);
 -- name: ReleaseMulti(key, owner)
 -- A Shared or Semaphore hold, or a queue entry.
 SELECT o_found, o_live FROM {{.ReleaseMulti}}($1, $2);

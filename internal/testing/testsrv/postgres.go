@@ -83,7 +83,7 @@ func startPostgres(ctx context.Context, opts postgresOptions) (_ *Server, err er
 			"-c", "fsync=off",
 			"-c", "full_page_writes=off",
 			"-c", "shared_buffers=16MB",
-			"-c", "max_connections=200",
+			"-c", "max_connections=400",
 			"-c", "huge_pages=off",
 			"-c", "logging_collector=off",
 			"-c", "log_min_messages=warning",

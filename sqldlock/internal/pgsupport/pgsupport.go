@@ -109,7 +109,7 @@ func appListener(db *sql.DB) sqldialect.Listener {
 }
 
 // listen opens a connection with cfg (which it changes) and runs LISTEN on
-// it.
+// it, unless channel is empty.
 func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, notify func(string)) (sqldialect.ListenConn, error) {
 	// Deliver notifications straight to notify, whatever the connection is
 	// doing when they arrive. (A config copied from another connection
@@ -120,7 +120,10 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, notify fun
 		return nil, fmt.Errorf("opening the listening connection: %w", err)
 	}
 	lc := listenConn{conn}
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	if channel == "" {
+		return lc, nil
+	}
+	if err := lc.Exec(ctx, "LISTEN "+channel); err != nil {
 		lc.Close()
 		return nil, fmt.Errorf("LISTEN: %w", err)
 	}
@@ -133,6 +136,15 @@ type listenConn struct{ conn *pgx.Conn }
 // Wait implements sqldialect.ListenConn: the connection's OnNotification
 // handler passes the notifications on.
 func (c listenConn) Wait(ctx context.Context) error { return c.conn.PgConn().WaitForNotification(ctx) }
+
+// Exec implements sqldialect.ListenConn, with the simple query protocol.
+func (c listenConn) Exec(ctx context.Context, sql string) error {
+	_, err := c.conn.PgConn().Exec(ctx, sql).ReadAll()
+	return err
+}
+
+// PID implements sqldialect.ListenConn.
+func (c listenConn) PID() uint32 { return c.conn.PgConn().PID() }
 
 // Ping implements sqldialect.ListenConn.
 func (c listenConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }

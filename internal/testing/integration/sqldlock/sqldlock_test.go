@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(waiterEnv) != "" {
+		os.Exit(waiterMain())
+	}
 	testsrv.Main(m, testsrv.Postgres, testsrv.MariaDB)
 }
 
