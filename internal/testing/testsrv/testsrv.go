@@ -1,7 +1,8 @@
 // Package testsrv starts real, throwaway database servers (PostgreSQL,
 // MariaDB, Redis — standalone, Cluster, Sentinel and a set of independent
 // servers for quorum locks —, memcached, etcd — a single member or a
-// cluster — and ZooKeeper — standalone or an ensemble) for tests.
+// cluster —, ZooKeeper — standalone or an ensemble — and nats-server with
+// JetStream) for tests.
 //
 // Every server runs from its own temporary directory (data, unix socket, pid
 // file and log), listens on a free port on 127.0.0.1 only, and is tuned for
@@ -90,6 +91,8 @@ const (
 	// ZooKeeperEnsemble is the name of a ZooKeeper ensemble of three
 	// servers (StartZooKeeperEnsemble with n = 3).
 	ZooKeeperEnsemble = "zookeeper-ensemble"
+	// NATS is the name of a nats-server with JetStream (StartNATS).
+	NATS = "nats"
 )
 
 // DefaultDatabase is the name of the database created on every server.
@@ -110,8 +113,8 @@ const (
 type Server struct {
 	// Name is the server's name as given to Run and Get: "postgres",
 	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum",
-	// "memcached", "etcd", "etcd-cluster", "zookeeper" or
-	// "zookeeper-ensemble".
+	// "memcached", "etcd", "etcd-cluster", "zookeeper",
+	// "zookeeper-ensemble" or "nats".
 	Name string
 	// Addr is the TCP address the server listens on, 127.0.0.1:port; for
 	// the multi-process kinds, the first of Addrs.
@@ -128,7 +131,7 @@ type Server struct {
 	// postgres://postgres@127.0.0.1:port/dlock?sslmode=disable or
 	// mysql://root@127.0.0.1:port/dlock. The Start functions document the
 	// others (redis://, redis+cluster://, redis+sentinel://, redlock://,
-	// memcached://, etcd://, zk://).
+	// memcached://, etcd://, zk://, nats://).
 	URL string
 	// DSN is the driver-native DSN of the default database: for postgres the
 	// same URL (pgx accepts it); for mariadb the go-sql-driver/mysql DSN
@@ -664,6 +667,7 @@ var starters = map[string]func(context.Context) (*Server, error){
 	Etcd:          StartEtcd,
 	EtcdCluster:   func(ctx context.Context) (*Server, error) { return StartEtcdCluster(ctx, 3) },
 	ZooKeeper:     StartZooKeeper,
+	NATS:          StartNATS,
 	ZooKeeperEnsemble: func(ctx context.Context) (*Server, error) {
 		return StartZooKeeperEnsemble(ctx, 3)
 	},
@@ -671,7 +675,7 @@ var starters = map[string]func(context.Context) (*Server, error){
 
 // Run is for TestMain: it starts the named servers (Postgres, MariaDB,
 // Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd,
-// EtcdCluster, ZooKeeper, ZooKeeperEnsemble) in parallel, runs m.Run(),
+// EtcdCluster, ZooKeeper, ZooKeeperEnsemble, NATS) in parallel, runs m.Run(),
 // stops them, and returns the exit code:
 //
 //	func TestMain(m *testing.M) { os.Exit(testsrv.Run(m, "postgres", "mariadb")) }
