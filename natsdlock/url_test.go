@@ -1,0 +1,91 @@
+package natsdlock
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/internal/testing/dlocktest"
+	"github.com/dlockhq/dlock/internal/testing/testsrv"
+)
+
+func TestURL(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.NATS)
+	for _, tc := range []struct{ url, arg, names string }{
+		{"nats://", "url", "no server"},
+		{"nats://" + srv.Addr + "?nope=1", "url", "nope"},
+		{"nats://" + srv.Addr + "?replicas=x", "url", "x"},
+		{"nats://" + srv.Addr + "?replicas=7", "replicas", "7"},
+		{"nats://" + srv.Addr + "/a.b", "bucket", "a.b"},
+		{"nats://" + srv.Addr + "?connect_timeout=soon", "url", "soon"},
+		{"nats://" + srv.Addr + "?nkey=/nonexistent/seed", "url", "/nonexistent/seed"},
+		{"nats://u:hunter2@" + srv.Addr, "url", "clear text"},
+		{"nats://" + srv.Addr + "?token=hunter2", "url", "clear text"},
+	} {
+		dlocktest.RejectURL(t, tc.url, tc.arg, tc.names)
+		if _, err := dlock.Open(ctx(t), tc.url); err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%q) shows the secret: %v", tc.url, err)
+		}
+	}
+	c, err := dlock.Open(ctx(t), "nats://"+srv.Addr+","+srv.Addr+"/app1?replicas=1&connect_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := c.Driver().(*Driver)
+	if d.subj != "$KV.app1." || !d.owns {
+		t.Errorf("driver = subject prefix %q, owns %v", d.subj, d.owns)
+	}
+	l, err := c.TryLock(ctx(t), key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJetStreamDisabled checks that a server without JetStream fails the
+// Open with an error that says so and is permanent.
+func TestJetStreamDisabled(t *testing.T) {
+	srv, err := testsrv.StartNATSWith(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := dlock.Open(ctx(t), srv.URL)
+	if err == nil {
+		c.Close()
+		t.Fatal("Open of a server without JetStream succeeded")
+	}
+	if !errors.Is(err, jetstream.ErrJetStreamNotEnabled) || !errors.Is(err, dlock.ErrPermanent) {
+		t.Errorf("Open of a server without JetStream = %v; want an error wrapping jetstream.ErrJetStreamNotEnabled and dlock.ErrPermanent", err)
+	}
+}
+
+// TestPassword checks that user:password in the URL authenticates, and
+// that a wrong password fails the Open with a permanent error that does
+// not show it.
+func TestPassword(t *testing.T) {
+	srv, err := testsrv.StartNATSWith(ctx(t), "-js", "--user", "app", "--pass", "right-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := dlock.Open(ctx(t), "nats://app:right-pw@"+srv.Addr+"?insecure_auth=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c, err = dlock.Open(ctx(t), "nats://app:wrong-pw@"+srv.Addr+"?insecure_auth=true")
+	if err == nil {
+		c.Close()
+		t.Fatal("Open with a wrong password succeeded")
+	}
+	if strings.Contains(err.Error(), "wrong-pw") || !errors.Is(err, dlock.ErrPermanent) {
+		t.Errorf("Open with a wrong password = %v; want a permanent error that hides the password", err)
+	}
+}
