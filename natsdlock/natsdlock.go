@@ -214,6 +214,10 @@ func bucket(ctx context.Context, js jetstream.JetStream, cfg config) (jetstream.
 // Conn returns the NATS connection the driver uses.
 func (d *Driver) Conn() *nats.Conn { return d.nc }
 
+// KeyValue returns the bucket of the driver's records. Its keys with a
+// dot are never dlock's: a program may keep records of its own there.
+func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
+
 // Capabilities implements driver.Driver: exclusive locks, durable tokens,
 // leases on the server's clock in whole seconds (from 1s), replication by
 // Raft on a JetStream cluster, keys of up to 1024 bytes, holds that
@@ -483,7 +487,7 @@ func (d *Driver) list(ctx context.Context, prefix string) ([]driver.Holder, erro
 	var hs []driver.Holder
 	for _, key := range keys {
 		h, ok, _, err := d.read(ctx, key)
-		if err != nil {
+		if err != nil && !errors.Is(err, errForeign) {
 			return nil, err
 		}
 		if ok {

@@ -280,7 +280,7 @@ func proxied(raw string) (string, []*tcpproxy.Proxy, error) {
 		return "", nil, err
 	}
 	switch u.Scheme {
-	case "redis", "redlock", "etcd", "zk", "memcached":
+	case "redis", "redlock", "etcd", "zk", "memcached", "nats":
 	case "postgres", "postgresql":
 		if m := u.Query().Get("sslmode"); m == "verify-full" || m == "verify-ca" {
 			return "", nil, nil
