@@ -16,18 +16,18 @@ import (
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
-func TestMain(m *testing.M) { testsrv.Main(m, testsrv.NATS) }
+func TestMain(m *testing.M) { testsrv.Main(m, testsrv.NATS, testsrv.NATSCluster) }
 
 // Helpers shared with the other backends' tests.
 var ctx, req = dlocktest.Ctx, dlocktest.Request
 
 func key(t testing.TB) string { return dlocktest.Key(t, "nats") }
 
-// newTestDriver returns a driver with a connection of its own to addr,
-// closed when t ends.
+// newTestDriver returns a driver with a connection of its own to addr (a
+// comma-separated list for a cluster), closed when t ends.
 func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
 	t.Helper()
-	nc, err := nats.Connect("nats://" + addr)
+	nc, err := nats.Connect("nats://" + strings.ReplaceAll(addr, ",", ",nats://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,22 +40,23 @@ func newTestDriver(t testing.TB, addr string, opts ...Option) *Driver {
 	return d
 }
 
-// newHungDriver returns a driver connected through a proxy to addr, and
-// the proxy's Block, which hangs the server for it.
-func newHungDriver(t testing.TB, addr string) (*Driver, func()) {
+// newHungDriver returns a driver connected through a proxy to addr (the
+// first of a list), and the proxy's Block, which hangs the server for it.
+func newHungDriver(t testing.TB, addr string, opts ...Option) (*Driver, func()) {
 	t.Helper()
-	p, err := testsrv.StartProxy(addr)
+	first, _, _ := strings.Cut(addr, ",")
+	p, err := testsrv.StartProxy(first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return newTestDriver(t, p.Addr()), p.Block
+	return newTestDriver(t, p.Addr(), opts...), p.Block
 }
 
-func suiteConfig(t testing.TB, addr string) drivertest.Config {
+func suiteConfig(t testing.TB, addr string, opts ...Option) drivertest.Config {
 	return drivertest.Config{
-		NewDriver:     func(t testing.TB) driver.Driver { return newTestDriver(t, addr) },
-		NewHungDriver: func(t testing.TB) (driver.Driver, func()) { return newHungDriver(t, addr) },
+		NewDriver:     func(t testing.TB) driver.Driver { return newTestDriver(t, addr, opts...) },
+		NewHungDriver: func(t testing.TB) (driver.Driver, func()) { return newHungDriver(t, addr, opts...) },
 		Residue: func(ctx context.Context, prefix string) (int, error) {
 			return residue(ctx, addr, DefaultBucket, prefix)
 		},
@@ -106,6 +107,13 @@ func residue(ctx context.Context, addr, bucket, prefix string) (int, error) {
 
 func TestConformance(t *testing.T) {
 	drivertest.Run(t, suiteConfig(t, testsrv.Get(t, testsrv.NATS).Addr))
+}
+
+// TestConformanceCluster runs the suite on a 3-node JetStream cluster, with
+// a bucket of three replicas.
+func TestConformanceCluster(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.NATSCluster)
+	drivertest.Run(t, suiteConfig(t, strings.Join(srv.Addrs, ","), WithReplicas(3)))
 }
 
 func BenchmarkDriver(b *testing.B) {
