@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -30,8 +31,11 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	})
 	if err == nil {
 		// The server has the interest once it answers a ping sent after it:
-		// every write from then on is signalled.
-		if err = d.nc.FlushWithContext(ctx); err != nil {
+		// every write from then on is signalled. The client flushes only
+		// with a deadline.
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		if err = d.nc.FlushWithContext(fctx); err != nil {
 			s.Close()
 		}
 	}
@@ -40,6 +44,9 @@ func (d *Driver) Subscribe(ctx context.Context, req driver.Request) (driver.Subs
 	}
 	return s, nil
 }
+
+// flushTimeout bounds the ping that confirms a subscription.
+const flushTimeout = 10 * time.Second
 
 type sub struct {
 	ns   *nats.Subscription

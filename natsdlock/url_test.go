@@ -1,6 +1,7 @@
 package natsdlock
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -88,4 +89,16 @@ func TestPassword(t *testing.T) {
 	if strings.Contains(err.Error(), "wrong-pw") || !errors.Is(err, dlock.ErrPermanent) {
 		t.Errorf("Open with a wrong password = %v; want a permanent error that hides the password", err)
 	}
+}
+
+// TestSubscribeWithoutDeadline checks that a subscription made with a
+// context that has no deadline (a Lock that waits as long as it takes)
+// works: the NATS client refuses to flush on such a context.
+func TestSubscribeWithoutDeadline(t *testing.T) {
+	d := newTestDriver(t, testsrv.Get(t, testsrv.NATS).Addr)
+	sub, err := d.Subscribe(context.Background(), req(key(t)))
+	if err != nil {
+		t.Fatalf("Subscribe without a deadline: %v", err)
+	}
+	sub.Close()
 }
