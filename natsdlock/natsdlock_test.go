@@ -66,7 +66,7 @@ func suiteConfig(t testing.TB, addr string, opts ...Option) drivertest.Config {
 
 // residue counts the records of the bucket's keys that start with prefix,
 // leaving out the markers of ended holds, which expire after markerTTL
-// (TestMarkersExpire checks that they do).
+// (TestTokensSurviveRestart waits until they have).
 func residue(ctx context.Context, addr, bucket, prefix string) (int, error) {
 	nc, err := nats.Connect("nats://" + addr)
 	if err != nil {
@@ -135,5 +135,38 @@ func TestOpenURL(t *testing.T) {
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForeignRecords checks that records of other programs in the bucket
+// (a key with a dot, which no dlock key encodes to, and a key that decodes
+// like a dlock key but holds something else) are left out of List, and that
+// an Acquire on the dlock key of the latter fails with a permanent error
+// rather than taking it.
+func TestForeignRecords(t *testing.T) {
+	d := newTestDriver(t, testsrv.Get(t, testsrv.NATS).Addr, WithBucket("foreign"))
+	k := key(t)
+	foreign := entryKey(k + "-foreign")
+	for _, fk := range []string{"app.config", foreign} {
+		if _, err := d.KeyValue().PutString(ctx(t), fk, "not a lock"); err != nil {
+			t.Fatal(err)
+		}
+		defer d.KeyValue().Purge(ctx(t), fk, jetstream.PurgeTTL(markerTTL))
+	}
+	r := req(k)
+	if res, err := d.Acquire(ctx(t), r); err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	defer d.Release(ctx(t), r)
+	hs, err := d.List(ctx(t), "")
+	if err != nil {
+		t.Fatalf("List with foreign records in the bucket: %v", err)
+	}
+	if len(hs) != 1 || hs[0].Key != k {
+		t.Errorf("List = %+v; want the one hold on %q", hs, k)
+	}
+	res, err := d.Acquire(ctx(t), req(k+"-foreign"))
+	if err == nil || !d.Permanent(err) || res.Acquired {
+		t.Errorf("Acquire of a key holding a foreign record = %+v, %v; want a permanent error", res, err)
 	}
 }
