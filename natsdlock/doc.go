@@ -87,7 +87,10 @@
 //	nats://[user:password@]host:port[,host:port...][/BUCKET][?replicas=3&creds=FILE&nkey=FILE&token=T&connect_timeout=5s]
 //
 // The port defaults to 4222 and the bucket to "dlock". replicas is the
-// number of replicas of a bucket the driver creates. creds is a
+// number of replicas of a bucket the driver creates. discovery=false keeps
+// the client to the servers the URL lists (it otherwise also connects to
+// the servers a cluster advertises, which a proxy or NAT may not reach).
+// creds is a
 // credentials file (a user JWT and its NKEY seed, as nsc writes it), nkey
 // a file holding an NKEY seed; both sign the server's challenge and send
 // no secret. user:password and token= are sent to the server as they are:

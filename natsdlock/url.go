@@ -21,7 +21,7 @@ func init() {
 
 const defaultPort = "4222"
 
-// open opens nats://[user:password@]host:port[,host:port...][/BUCKET][?replicas=&creds=&nkey=&token=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
+// open opens nats://[user:password@]host:port[,host:port...][/BUCKET][?replicas=&discovery=&creds=&nkey=&token=&connect_timeout=&tls=&cacert=&cert=&key=&servername=&insecure_auth=].
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	hosts, err := urlutil.Servers(u, defaultPort)
 	if err != nil {
@@ -66,6 +66,16 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			opts = append(opts, WithReplicas(n))
 			return ""
 		},
+		"discovery": func(v string) string {
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return "is not true or false"
+			}
+			if !on {
+				nopts = append(nopts, nats.IgnoreDiscoveredServers())
+			}
+			return ""
+		},
 		"creds": func(v string) string { nopts = append(nopts, nats.UserCredentials(v)); return "" },
 		"nkey": func(v string) string {
 			o, err := nats.NkeyOptionFromSeed(v)
@@ -76,7 +86,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return ""
 		},
 		urlutil.ParamConnectTimeout: urlutil.Duration(&connect, time.Millisecond, "500ms, 5s"),
-	}, "nats URLs take replicas, creds, nkey, token, "+urlutil.ParamConnectTimeout+", "+urlutil.ParamInsecureAuth+", tls, cacert, cert, key and servername")
+	}, "nats URLs take replicas, discovery, creds, nkey, token, "+urlutil.ParamConnectTimeout+", "+urlutil.ParamInsecureAuth+", tls, cacert, cert, key and servername")
 	if err != nil {
 		return nil, err
 	}

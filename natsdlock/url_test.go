@@ -102,3 +102,25 @@ func TestSubscribeWithoutDeadline(t *testing.T) {
 	}
 	sub.Close()
 }
+
+// TestDiscoveryOff checks that discovery=false keeps the client to the
+// servers of the URL, where by default it adds the ones the cluster
+// advertises.
+func TestDiscoveryOff(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.NATSCluster)
+	for _, tc := range []struct {
+		query string
+		want  bool // servers discovered
+	}{{"", true}, {"?discovery=false", false}} {
+		c, err := dlock.Open(ctx(t), "nats://"+srv.Addrs[0]+tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.Driver().(*Driver).Conn().DiscoveredServers()
+		c.Close()
+		if (len(got) > 0) != tc.want {
+			t.Errorf("%q: discovered servers %q; want some: %v", tc.query, got, tc.want)
+		}
+	}
+	dlocktest.RejectURL(t, "nats://"+srv.Addrs[0]+"?discovery=maybe", "url", "maybe")
+}

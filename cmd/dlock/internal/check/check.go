@@ -313,6 +313,11 @@ func proxied(raw string) (string, []*tcpproxy.Proxy, error) {
 		return "", nil, nil
 	}
 	u.Host = strings.Join(addrs, ",")
+	if u.Scheme == "nats" { // a NATS client connects to the servers a cluster advertises too
+		q := u.Query()
+		q.Set("discovery", "false")
+		u.RawQuery = q.Encode()
+	}
 	return u.String(), proxies, nil
 }
 
