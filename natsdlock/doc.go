@@ -34,6 +34,10 @@
 //     only if its latest sequence is still the one read. The purge leaves a
 //     marker with a TTL of one second (the bucket's LimitMarkerTTL), so
 //     nothing of the hold stays on the server after that.
+//   - Every read of a record asks the stream's leader (STREAM.MSG.GET),
+//     which has every acknowledged write. The key-value API's direct gets,
+//     which a replica may answer on a cluster, could show a Release an
+//     older record and make it miss the hold it should end.
 //   - The driver creates the bucket if it is missing (file storage, one
 //     revision per key, LimitMarkerTTL, which also allows per-message TTLs).
 //     An existing bucket without it is refused with an error that

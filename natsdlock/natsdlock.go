@@ -62,8 +62,8 @@ type Driver struct {
 	owns   bool
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
-	stream jetstream.Stream // the bucket's stream, for reads of its markers
-	subj   string           // the subject prefix of the bucket's keys, "$KV.BUCKET."
+	stream string // the bucket's stream, "KV_BUCKET"
+	subj   string // the subject prefix of the bucket's keys, "$KV.BUCKET."
 	caps   driver.Capabilities
 	closed atomic.Bool
 }
@@ -118,10 +118,6 @@ func newDriver(ctx context.Context, nc *nats.Conn, owns bool, opts []Option) (*D
 		return nil, err
 	}
 	kv, err := bucket(ctx, js, cfg)
-	var stream jetstream.Stream
-	if err == nil {
-		stream, err = js.Stream(ctx, "KV_"+cfg.bucket)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("natsdlock: bucket %q: %w", cfg.bucket, err)
 	}
@@ -130,7 +126,7 @@ func newDriver(ctx context.Context, nc *nats.Conn, owns bool, opts []Option) (*D
 		owns:   owns,
 		js:     js,
 		kv:     kv,
-		stream: stream,
+		stream: "KV_" + cfg.bucket,
 		subj:   "$KV." + cfg.bucket + ".",
 		caps: driver.Capabilities{
 			Modes:         driver.Modes(driver.Exclusive),
@@ -272,12 +268,12 @@ func seconds(ttl time.Duration) int64 { return max(int64(ttl/time.Second), 1) }
 // the revision of the key's latest record (a marker included), zero if it
 // has none.
 func (d *Driver) read(ctx context.Context, key string) (h hold, ok bool, rev uint64, err error) {
-	m, err := d.stream.GetLastMsgForSubject(ctx, d.subj+entryKey(key))
+	m, err := d.last(ctx, d.subj+entryKey(key))
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return hold{}, false, 0, nil
 	case err != nil:
 		return hold{}, false, 0, err
+	case m == nil:
+		return hold{}, false, 0, nil
 	case m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "":
 		return hold{}, false, m.Sequence, nil // a purge or the marker of an expiry
 	}
@@ -286,6 +282,47 @@ func (d *Driver) read(ctx context.Context, key string) (h hold, ok bool, rev uin
 		return hold{}, false, 0, fmt.Errorf("%w (%d bytes)", errForeign, len(m.Data))
 	}
 	return h, true, h.rev, nil
+}
+
+// last returns the latest message of subject in the bucket's stream, nil if
+// it has none. It asks the stream's leader (STREAM.MSG.GET), which has
+// every acknowledged write, never a replica, which may lag: the key-value
+// API's direct gets may be answered by one on a cluster.
+func (d *Driver) last(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return nil, err
+	}
+	reply, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+d.stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	switch err := json.Unmarshal(reply.Data, &resp); {
+	case err != nil:
+		return nil, err
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, fmt.Errorf("no message in the answer %q", reply.Data)
+	}
+	m := &jetstream.RawStreamMsg{Subject: subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // put writes rec for key if the key's latest revision is rev (zero: it has

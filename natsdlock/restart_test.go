@@ -29,7 +29,11 @@ func TestTokensSurviveRestart(t *testing.T) {
 	// The release's marker expires after markerTTL; the server has no
 	// signal for it, so look until the stream is empty.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		info, err := d.stream.Info(ctx(t))
+		s, err := d.js.Stream(ctx(t), d.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,7 +103,7 @@ func (r mainRunner) Run() int {
 		fmt.Fprintf(os.Stderr, "building dlock: %v\n", err)
 		return 1
 	}
-	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached, testsrv.Etcd, testsrv.ZooKeeper, testsrv.NATS)
+	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached, testsrv.Etcd, testsrv.ZooKeeper, testsrv.NATS, testsrv.NATSCluster)
 }
 
 // store is one kind of lock store the tests run against.
@@ -181,13 +181,16 @@ var stores = append(slices.Clip(sqlStores),
 	store{name: "etcd", setup: consensusStore(testsrv.Etcd), shortTTL: "1s"},
 	store{name: "zookeeper", setup: consensusStore(testsrv.ZooKeeper), shortTTL: "1s"},
 	// NATS message TTLs are whole seconds, from one.
-	store{name: "nats", setup: natsStore, shortTTL: "1s"},
+	store{name: "nats", setup: natsStore(testsrv.NATS, ""), shortTTL: "1s"},
+	store{name: "nats-cluster", setup: natsStore(testsrv.NATSCluster, "?replicas=3"), shortTTL: "1s"},
 )
 
-// natsStore is the NATS server shared by the tests, with a bucket of the
-// test's own.
-func natsStore(t *testing.T) (string, []string) {
-	return testsrv.Get(t, testsrv.NATS).URL + "/" + testsrv.DatabaseName(t.Name()), nil
+// natsStore is a NATS server or cluster shared by the tests, with a bucket
+// of the test's own, made with the URL's query.
+func natsStore(name, query string) func(t *testing.T) (string, []string) {
+	return func(t *testing.T) (string, []string) {
+		return testsrv.Get(t, name).URL + "/" + testsrv.DatabaseName(t.Name()) + query, nil
+	}
 }
 
 // env is how a test runs dlock: against one store, with extra environment.
