@@ -68,6 +68,8 @@ var libraries = []library{
 	{name: "zk.Lock", store: "zk", native: true, open: openZkLock},
 
 	{name: "dlock", store: "pg", open: dlockPgOpen},
+
+	{name: "dlock", store: "nats", open: dlockURLOpener("nats")},
 }
 
 var errNotHeld = errors.New("lock was not held at unlock")

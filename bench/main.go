@@ -59,6 +59,7 @@ type config struct {
 	redis    []string        // existing redis-servers; nil: start our own
 	etcd     string          // existing etcd; "": start our own
 	zk       string          // existing ZooKeeper; "": start our own
+	nats     string          // existing nats-server with JetStream; "": start our own
 	delay    time.Duration   // one-way latency added by a proxy in front of every server
 }
 
@@ -84,6 +85,7 @@ func main() {
 	)
 	flag.StringVar(&cfg.etcd, "etcd", "", "host:port of an existing etcd (client port) to use instead of starting one; nothing else may write to it meanwhile")
 	flag.StringVar(&cfg.zk, "zk", "", "host:port of an existing ZooKeeper to use instead of starting one (the FIFO check needs its mntr command); nothing else may write to it meanwhile")
+	flag.StringVar(&cfg.nats, "nats", "", "host:port of an existing nats-server with JetStream to use instead of starting one; the bench uses its bucket \"dlock\"")
 	flag.DurationVar(&cfg.dur, "duration", 3*time.Second, "how long each cell runs, per library")
 	flag.DurationVar(&cfg.warm, "warmup", 300*time.Millisecond, "warm-up before each cell (same workload, other keys)")
 	flag.DurationVar(&cfg.budget, "budget", 30*time.Second, "wait budget of one Lock call; running out counts as giving up")
@@ -297,6 +299,15 @@ func cells(cfg config) []cell {
 		cs = append(cs, handoffCells(st)...)
 		cs = append(cs, procCells(cfg, st)...)
 	}
+	// NATS JetStream key-value, next to etcd: no FIFO queue.
+	for _, g := range []int{1, 16} {
+		cs = append(cs, cell{store: "nats", workload: "uncontended", params: fmt.Sprintf("G=%d", g), servers: 1, clients: min(g, cfg.clients),
+			run: func(rc *runCtx, s *samples) { uncontended(rc, s, g) }})
+	}
+	cs = append(cs, cell{store: "nats", workload: "hotkey", params: "G=8/CS=0s", servers: 1, clients: min(8, cfg.clients),
+		run: func(rc *runCtx, s *samples) { hotKey(rc, s, 8, 0) }})
+	cs = append(cs, handoffCells("nats")...)
+	cs = append(cs, procCells(cfg, "nats")...)
 	// PostgreSQL: only the hot key across processes.
 	cs = append(cs, procCells(cfg, "pg")...)
 	return cs

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 
 // TestAllWorkloads runs every workload on every library of every store for a
 // few milliseconds, so that the program keeps compiling and running. It
-// needs redis-server (the program starts five), etcd and ZooKeeper.
+// needs redis-server (the program starts five), etcd, ZooKeeper, PostgreSQL and nats-server.
 func TestAllWorkloads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

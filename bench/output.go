@@ -49,7 +49,7 @@ func (rep *report) printHeader(w io.Writer) {
 		fmt.Fprintf(w, "every server behind a proxy that delays each direction by at least %v (Go's timers may add up to a millisecond more: the round trip lines show the real round trip)\n", c.Delay)
 	}
 	fmt.Fprintln(w)
-	pingWhat := map[string]string{"redis": "PINGs", "etcd": "GETs of a missing key", "zk": "exists(\"/\")", "pg": "pings (empty statements)"}
+	pingWhat := map[string]string{"redis": "PINGs", "etcd": "GETs of a missing key", "zk": "exists(\"/\")", "nats": "PINGs (flushes)", "pg": "pings (empty statements)"}
 	for _, p := range rep.Pings {
 		fmt.Fprintf(w, "Round trip %-5s (back-to-back %s on one connection, %d samples): p50 %v  p99 %v\n",
 			p.Store, pingWhat[p.Store], p.Ops, fmtDur(p.LockP50), fmtDur(p.LockP99))
@@ -216,7 +216,7 @@ func (rep *report) printLegs(w io.Writer) {
 // divided by the native recipe's in the same round.
 func (rep *report) printConsensus(w io.Writer) {
 	var un, hot, fifo, ho []result
-	for _, st := range []string{"etcd", "zk"} {
+	for _, st := range []string{"etcd", "zk", "nats"} {
 		un = append(un, rep.byWorkload(st, "uncontended")...)
 		hot = append(hot, rep.byWorkload(st, "hotkey")...)
 		fifo = append(fifo, rep.byWorkload(st, "fifo")...)
@@ -259,7 +259,7 @@ func (rep *report) printConsensus(w io.Writer) {
 	if len(hot)+len(fifo)+len(ho) > 0 {
 		fmt.Fprintln(w, "etcd and ZooKeeper, handoff: from the holder calling release to the next holder's Lock returning")
 		t := table{header: []string{"store", "cell", "library", "acq/s", "handoffs", "p50", "mean", "p99", "max", "p50 x native (range)", "out of order", "errors"}, left: 3}
-		for _, st := range []string{"etcd", "zk"} {
+		for _, st := range []string{"etcd", "zk", "nats"} {
 			for _, rs := range [][]result{fifo, hot, ho} {
 				for _, r := range rs {
 					if r.Store != st {

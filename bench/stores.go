@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
 	"github.com/go-zookeeper/zk"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -36,6 +37,7 @@ var storeList = []storeKind{
 	{name: "etcd", server: "etcd", start: startEtcd, probe: newEtcdProbe},
 	{name: "zk", server: "zookeeper", start: startZooKeeper, probe: newZkProbe},
 	{name: "pg", server: "postgres", start: startPostgres, probe: newPgProbe},
+	{name: "nats", server: "nats-server", start: startNATS, probe: newNatsProbe},
 }
 
 func storeNames() []string {
@@ -116,6 +118,45 @@ func startZooKeeper(ctx context.Context, cfg config) (*servers, error) {
 	}
 	return started(srv), nil
 }
+
+// startNATS starts a nats-server with JetStream.
+func startNATS(ctx context.Context, cfg config) (*servers, error) {
+	if cfg.nats != "" {
+		return existing([]string{cfg.nats}), nil
+	}
+	srv, err := testsrv.StartNATS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w (install nats-server with scripts/install-servers.sh, pass -nats, or leave nats out of -stores)", err)
+	}
+	return started(srv), nil
+}
+
+// natsProbe flushes a connection of its own (a PING and its PONG: one
+// round trip).
+type natsProbe struct {
+	nc  *nats.Conn
+	pid int
+}
+
+func newNatsProbe(addrs, _ []string, pids []int, _ settings) (probe, error) {
+	nc, err := nats.Connect("nats://"+addrs[0], nats.Timeout(connectTimeout))
+	if err != nil {
+		return nil, err
+	}
+	return &natsProbe{nc, pids[0]}, nil
+}
+
+func (p *natsProbe) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout) // the client flushes only with a deadline
+	defer cancel()
+	return p.nc.FlushWithContext(ctx)
+}
+
+func (p *natsProbe) serverCPU(context.Context) time.Duration { return procTreeCPU(p.pid) }
+
+func (p *natsProbe) records(context.Context) (int, error) { return 0, errNoRecords }
+
+func (p *natsProbe) close() { p.nc.Close() }
 
 // probe is the bench's own connection to the servers of a cell, beside the
 // libraries' clients.

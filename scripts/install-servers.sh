@@ -3,7 +3,10 @@
 # PostgreSQL with PgBouncer, MariaDB, Redis — redis-server also runs the sentinel, with
 # --sentinel —, memcached, etcd and ZooKeeper), and the foreign lock clients
 # the interop tests run against them (Apache Curator with a JDK to compile
-# its test program, kazoo, etcdctl), if their programs are missing.
+# its test program, kazoo, etcdctl), if their programs are missing; and
+# nats-server, built from its Go module at NATS_SERVER_VERSION into
+# /usr/local/bin (Debian's is older than 2.11, which brought the per-message
+# TTL that natsdlock's leases need).
 # Idempotent: does nothing when all are present.
 # Debian/Ubuntu only (apt-get). Runs apt through sudo when not root.
 #
@@ -57,6 +60,22 @@ missing_packages() {
 		have "$prog" $dirs || echo "$pkg"
 	done | awk '!seen[$0]++'
 }
+
+# nats-server is built with the Go toolchain, not installed from a package.
+NATS_SERVER_VERSION=v2.15.2
+NATS_BIN=/usr/local/bin
+if ! have nats-server "$NATS_BIN"; then
+	if ! command -v go >/dev/null 2>&1; then
+		echo "install-servers: nats-server missing and no Go toolchain to build it; install Go, or nats-server $NATS_SERVER_VERSION" >&2
+		exit 1
+	fi
+	gobuild=(env GOBIN="$NATS_BIN" "$(command -v go)" install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION")
+	if [[ ! -w $NATS_BIN ]]; then
+		gobuild=(sudo "${gobuild[@]}")
+	fi
+	"${gobuild[@]}" >&2
+	echo "install-servers: built nats-server $NATS_SERVER_VERSION into $NATS_BIN"
+fi
 
 mapfile -t missing < <(missing_packages)
 if ((${#missing[@]} == 0)); then

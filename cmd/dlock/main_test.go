@@ -103,7 +103,7 @@ func (r mainRunner) Run() int {
 		fmt.Fprintf(os.Stderr, "building dlock: %v\n", err)
 		return 1
 	}
-	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached, testsrv.Etcd, testsrv.ZooKeeper)
+	return testsrv.Run(r.m, testsrv.Postgres, testsrv.MariaDB, testsrv.Redis, testsrv.RedisQuorum, testsrv.Memcached, testsrv.Etcd, testsrv.ZooKeeper, testsrv.NATS, testsrv.NATSCluster)
 }
 
 // store is one kind of lock store the tests run against.
@@ -180,7 +180,18 @@ var stores = append(slices.Clip(sqlStores),
 	store{name: "memcached", setup: keyValueStore(testsrv.Memcached, 0), shortTTL: "2s"},
 	store{name: "etcd", setup: consensusStore(testsrv.Etcd), shortTTL: "1s"},
 	store{name: "zookeeper", setup: consensusStore(testsrv.ZooKeeper), shortTTL: "1s"},
+	// NATS message TTLs are whole seconds, from one.
+	store{name: "nats", setup: natsStore(testsrv.NATS, ""), shortTTL: "1s"},
+	store{name: "nats-cluster", setup: natsStore(testsrv.NATSCluster, "?replicas=3"), shortTTL: "1s"},
 )
+
+// natsStore is a NATS server or cluster shared by the tests, with a bucket
+// of the test's own, made with the URL's query.
+func natsStore(name, query string) func(t *testing.T) (string, []string) {
+	return func(t *testing.T) (string, []string) {
+		return testsrv.Get(t, name).URL + "/" + testsrv.DatabaseName(t.Name()) + query, nil
+	}
+}
 
 // env is how a test runs dlock: against one store, with extra environment.
 type env struct {

@@ -109,6 +109,9 @@ func clusterURL(_ *testing.T, s *testsrv.Server) string { return s.URL + "?prefi
 // off by the fault loses its holds soon.
 func sessionURL(_ *testing.T, s *testsrv.Server) string { return s.URL + "?session=2s" }
 
+// replicatedURL makes the NATS bucket a replica on every server.
+func replicatedURL(_ *testing.T, s *testsrv.Server) string { return s.URL + "/dlock?replicas=3" }
+
 func dbURL(t *testing.T, s *testsrv.Server) string {
 	u, _, err := s.NewDatabase(context.Background(), "faults")
 	if err != nil {
@@ -138,6 +141,11 @@ var storeFaults = []storeFault{
 	{name: "zookeeper-ensemble/leader-stop", start: func(ctx context.Context) (*testsrv.Server, error) {
 		return testsrv.StartZooKeeperEnsemble(ctx, 3)
 	}, url: sessionURL, victims: leader, pause: true, safe: true},
+	// The leader of the stream of the bucket "dlock", replicated on all three.
+	{name: "nats-cluster/leader-kill", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) },
+		url: replicatedURL, victims: leader, safe: true},
+	{name: "nats-cluster/leader-stop", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) },
+		url: replicatedURL, victims: leader, pause: true, safe: true},
 	{name: "redlock-5/2-nodes-stop", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartRedisQuorum(ctx, 5) },
 		url: plainURL, victims: lastN(2), pause: true, safe: true},
 	{name: "redlock-5/2-nodes-kill", start: func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartRedisQuorum(ctx, 5) },
@@ -150,6 +158,7 @@ var storeFaults = []storeFault{
 	{name: "mariadb/restart", start: (testsrv.StartMariaDB), url: dbURL, victims: whole, safe: true},
 	{name: "etcd/restart", start: (testsrv.StartEtcd), url: sessionURL, victims: whole, safe: true},
 	{name: "zookeeper/restart", start: (testsrv.StartZooKeeper), url: sessionURL, victims: whole, safe: true},
+	{name: "nats/restart", start: (testsrv.StartNATS), url: plainURL, victims: whole, safe: true},
 	// Without persistence a restarted Redis has forgotten the lock, and
 	// memcached everything (documented).
 	{name: "redis/restart", start: (testsrv.StartRedis), url: plainURL, victims: whole},

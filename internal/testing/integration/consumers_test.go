@@ -16,6 +16,7 @@ var storeModules = map[string][]string{
 	"etcddlock":         {"go.etcd.io/", "google.golang.org/grpc"},
 	"zkdlock":           {"github.com/go-zookeeper/"},
 	"memcachedlock":     {"github.com/bradfitz/gomemcache"},
+	"natsdlock":         {"github.com/nats-io/"},
 	"sqldlock/postgres": {"github.com/jackc/"},
 	"sqldlock/mysql":    {"github.com/go-sql-driver/", "filippo.io/edwards25519"},
 	"sqldlock/sqlite":   {"modernc.org/"},

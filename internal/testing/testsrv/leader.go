@@ -22,7 +22,9 @@ const memberTimeout = time.Second
 // members name leader too (maintenance status); for ZooKeeper, the one
 // member whose four-letter word "srvr" answers "Mode: leader" while a
 // majority answer as leader or follower (a standalone server leads
-// itself). Members that are killed or paused are not counted. Leader polls
+// itself); for a NATS cluster (nats-cluster), the leader of the stream of
+// the bucket "dlock", or of the meta group before the bucket exists.
+// Members that are killed or paused are not counted. Leader polls
 // until there is such a member, ctx ends, or a minute passes.
 func (s *Server) Leader(ctx context.Context) (*Server, error) {
 	var find func(ctx context.Context, members []*Server) (*Server, error)
@@ -31,6 +33,8 @@ func (s *Server) Leader(ctx context.Context) (*Server, error) {
 		find = etcdLeader
 	case ZooKeeper, ZooKeeperEnsemble:
 		find = zkLeader
+	case NATSCluster:
+		find = natsLeader
 	default:
 		return nil, fmt.Errorf("testsrv: %s has no leader", s.Name)
 	}

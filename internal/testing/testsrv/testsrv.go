@@ -1,7 +1,8 @@
 // Package testsrv starts real, throwaway database servers (PostgreSQL,
 // MariaDB, Redis — standalone, Cluster, Sentinel and a set of independent
 // servers for quorum locks —, memcached, etcd — a single member or a
-// cluster — and ZooKeeper — standalone or an ensemble) for tests.
+// cluster —, ZooKeeper — standalone or an ensemble — and nats-server with
+// JetStream, a single server or a cluster) for tests.
 //
 // Every server runs from its own temporary directory (data, unix socket, pid
 // file and log), listens on a free port on 127.0.0.1 only, and is tuned for
@@ -90,6 +91,11 @@ const (
 	// ZooKeeperEnsemble is the name of a ZooKeeper ensemble of three
 	// servers (StartZooKeeperEnsemble with n = 3).
 	ZooKeeperEnsemble = "zookeeper-ensemble"
+	// NATS is the name of a nats-server with JetStream (StartNATS).
+	NATS = "nats"
+	// NATSCluster is the name of a JetStream cluster of three nats-server
+	// processes (StartNATSCluster with n = 3).
+	NATSCluster = "nats-cluster"
 )
 
 // DefaultDatabase is the name of the database created on every server.
@@ -105,13 +111,13 @@ const (
 )
 
 // Server is a database server started for tests. For the multi-process
-// kinds (redis-cluster, redis-sentinel, redis-quorum, etcd-cluster,
+// kinds (redis-cluster, redis-sentinel, redis-quorum, etcd-cluster, nats-cluster,
 // zookeeper-ensemble) it stands for all the processes together.
 type Server struct {
 	// Name is the server's name as given to Run and Get: "postgres",
 	// "mariadb", "redis", "redis-cluster", "redis-sentinel", "redis-quorum",
-	// "memcached", "etcd", "etcd-cluster", "zookeeper" or
-	// "zookeeper-ensemble".
+	// "memcached", "etcd", "etcd-cluster", "zookeeper",
+	// "zookeeper-ensemble", "nats" or "nats-cluster".
 	Name string
 	// Addr is the TCP address the server listens on, 127.0.0.1:port; for
 	// the multi-process kinds, the first of Addrs.
@@ -128,7 +134,7 @@ type Server struct {
 	// postgres://postgres@127.0.0.1:port/dlock?sslmode=disable or
 	// mysql://root@127.0.0.1:port/dlock. The Start functions document the
 	// others (redis://, redis+cluster://, redis+sentinel://, redlock://,
-	// memcached://, etcd://, zk://).
+	// memcached://, etcd://, zk://, nats://).
 	URL string
 	// DSN is the driver-native DSN of the default database: for postgres the
 	// same URL (pgx accepts it); for mariadb the go-sql-driver/mysql DSN
@@ -156,8 +162,10 @@ type Server struct {
 	// called again after that is a Restart, which keeps the data.
 	launched bool
 	paused   bool // stopped by Pause, not yet resumed
-	newDB    func(ctx context.Context, db string) error
-	dbURL    func(db string) (url, dsn string)
+	// monitorPort is the HTTP monitoring port of a nats-server member.
+	monitorPort int
+	newDB       func(ctx context.Context, db string) error
+	dbURL       func(db string) (url, dsn string)
 }
 
 // Stop shuts the server down (SIGTERM for MariaDB, Redis and etcd, SIGINT —
@@ -664,6 +672,8 @@ var starters = map[string]func(context.Context) (*Server, error){
 	Etcd:          StartEtcd,
 	EtcdCluster:   func(ctx context.Context) (*Server, error) { return StartEtcdCluster(ctx, 3) },
 	ZooKeeper:     StartZooKeeper,
+	NATS:          StartNATS,
+	NATSCluster:   func(ctx context.Context) (*Server, error) { return StartNATSCluster(ctx, 3) },
 	ZooKeeperEnsemble: func(ctx context.Context) (*Server, error) {
 		return StartZooKeeperEnsemble(ctx, 3)
 	},
@@ -671,7 +681,7 @@ var starters = map[string]func(context.Context) (*Server, error){
 
 // Run is for TestMain: it starts the named servers (Postgres, MariaDB,
 // Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd,
-// EtcdCluster, ZooKeeper, ZooKeeperEnsemble) in parallel, runs m.Run(),
+// EtcdCluster, ZooKeeper, ZooKeeperEnsemble, NATS, NATSCluster) in parallel, runs m.Run(),
 // stops them, and returns the exit code:
 //
 //	func TestMain(m *testing.M) { os.Exit(testsrv.Run(m, "postgres", "mariadb")) }

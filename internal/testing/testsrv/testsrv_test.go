@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, EtcdCluster, ZooKeeper, ZooKeeperEnsemble)
+	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, EtcdCluster, ZooKeeper, ZooKeeperEnsemble, NATS)
 	// Stopped servers must not leave goroutines behind.
 	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintf(os.Stderr, "goroutine leak after stopping servers: %v\n", err)
@@ -74,7 +74,7 @@ func pingMySQL(ctx context.Context, dsn string) error {
 // one.
 var checks = map[string]func(*testing.T, *Server){
 	Postgres: checkSQLServer, MariaDB: checkSQLServer,
-	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer,
+	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer, NATS: checkNATS,
 	Etcd: checkConsensusServer, ZooKeeper: checkConsensusServer,
 	EtcdCluster: checkEtcdCluster, ZooKeeperEnsemble: checkZooKeeperEnsemble,
 }
@@ -311,12 +311,12 @@ func TestDatabaseName(t *testing.T) {
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	oldPG, oldMaria, oldRedis, oldMemcached := postgresGlobs, mariadbDirs, redisDirs, memcachedDirs
-	oldEtcd, oldZK, oldJava := etcdDirs, zkJarDirs, javaDirs
+	oldEtcd, oldZK, oldJava, oldNATS := etcdDirs, zkJarDirs, javaDirs, natsDirs
 	postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = nil, nil, nil, nil
-	etcdDirs, zkJarDirs, javaDirs = nil, nil, nil
+	etcdDirs, zkJarDirs, javaDirs, natsDirs = nil, nil, nil, nil
 	t.Cleanup(func() {
 		postgresGlobs, mariadbDirs, redisDirs, memcachedDirs = oldPG, oldMaria, oldRedis, oldMemcached
-		etcdDirs, zkJarDirs, javaDirs = oldEtcd, oldZK, oldJava
+		etcdDirs, zkJarDirs, javaDirs, natsDirs = oldEtcd, oldZK, oldJava, oldNATS
 	})
 	for name, start := range starters {
 		s, err := start(context.Background())

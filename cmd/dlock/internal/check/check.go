@@ -280,7 +280,7 @@ func proxied(raw string) (string, []*tcpproxy.Proxy, error) {
 		return "", nil, err
 	}
 	switch u.Scheme {
-	case "redis", "redlock", "etcd", "zk", "memcached":
+	case "redis", "redlock", "etcd", "zk", "memcached", "nats":
 	case "postgres", "postgresql":
 		if m := u.Query().Get("sslmode"); m == "verify-full" || m == "verify-ca" {
 			return "", nil, nil
@@ -313,6 +313,11 @@ func proxied(raw string) (string, []*tcpproxy.Proxy, error) {
 		return "", nil, nil
 	}
 	u.Host = strings.Join(addrs, ",")
+	if u.Scheme == "nats" { // a NATS client connects to the servers a cluster advertises too
+		q := u.Query()
+		q.Set("discovery", "false")
+		u.RawQuery = q.Encode()
+	}
 	return u.String(), proxies, nil
 }
 

@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/dlockhq/dlock/etcddlock"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/memcachedlock"
+	"github.com/dlockhq/dlock/natsdlock"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
@@ -33,7 +36,8 @@ import (
 // resourceName names the protected data in the store: a Redis hash and
 // memcached items (after the URL's prefix), a row of the table
 // resourceTable. On etcd and ZooKeeper the data sits beside the driver's
-// prefix, as PREFIX-check-resource.
+// prefix, as PREFIX-check-resource; on NATS it is the keys
+// dlock-check-resource.counter and .fence of the driver's bucket.
 const (
 	resourceName  = "dlock-check-resource"
 	resourceTable = "dlock_check"
@@ -91,6 +95,9 @@ func openResource(ctx context.Context, rawURL string, drv driver.Driver) (resour
 		return &memcachedResource{c: d.Client(), key: prefix(memcachedlock.DefaultPrefix) + resourceName}, nil
 	case *sqldlock.Driver:
 		return openSQLResource(ctx, u, d.Dialect())
+	case *natsdlock.Driver:
+		// In the driver's bucket, under a key with a dot, which no lock has.
+		return &natsResource{kv: d.KeyValue(), key: resourceName + "."}, nil
 	}
 	return nil, fmt.Errorf("%s stores cannot keep the checked resource; give --resource URL", u.Scheme)
 }
@@ -488,6 +495,84 @@ func (r *memcachedResource) remove(ctx context.Context) error {
 }
 
 func (r *memcachedResource) close() error { return nil }
+
+// natsResource is two keys of a NATS key-value bucket; the fenced write
+// is an update conditional on the register's revision.
+type natsResource struct {
+	kv  jetstream.KeyValue
+	key string // prefix of the two keys
+}
+
+func (r *natsResource) reset(ctx context.Context) error {
+	_, err1 := r.kv.PutString(ctx, r.key+"counter", "0")
+	_, err2 := r.kv.PutString(ctx, r.key+"fence", "0")
+	return errors.Join(err1, err2)
+}
+
+// get returns the value of one of the keys ("" if it has none) and its
+// revision.
+func (r *natsResource) get(ctx context.Context, name string) (string, uint64, error) {
+	e, err := r.kv.Get(ctx, r.key+name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return string(e.Value()), e.Revision(), nil
+}
+
+func (r *natsResource) read(ctx context.Context) (int64, error) {
+	v, _, err := r.get(ctx, "counter")
+	if err != nil {
+		return 0, err
+	}
+	c, _, err := parseState(v, "")
+	return c, err
+}
+
+func (r *natsResource) write(ctx context.Context, v int64) error {
+	_, err := r.kv.PutString(ctx, r.key+"counter", strconv.FormatInt(v, 10))
+	return err
+}
+
+func (r *natsResource) fence(ctx context.Context, token uint64) (bool, error) {
+	for {
+		v, rev, err := r.get(ctx, "fence")
+		if err != nil {
+			return false, err
+		}
+		_, cur, err := parseState("", v)
+		if err != nil || token <= cur {
+			return false, err
+		}
+		if rev == 0 {
+			_, err = r.kv.Create(ctx, r.key+"fence", []byte(strconv.FormatUint(token, 10)))
+		} else {
+			_, err = r.kv.Update(ctx, r.key+"fence", []byte(strconv.FormatUint(token, 10)), rev)
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err == nil, err
+		}
+	}
+}
+
+func (r *natsResource) state(ctx context.Context) (int64, uint64, error) {
+	c, _, err1 := r.get(ctx, "counter")
+	f, _, err2 := r.get(ctx, "fence")
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, err
+	}
+	return parseState(c, f)
+}
+
+// remove purges the two keys; their purge markers expire after a second.
+func (r *natsResource) remove(ctx context.Context) error {
+	return errors.Join(r.kv.Purge(ctx, r.key+"counter", jetstream.PurgeTTL(time.Second)),
+		r.kv.Purge(ctx, r.key+"fence", jetstream.PurgeTTL(time.Second)))
+}
+
+func (r *natsResource) close() error { return nil }
 
 // sqlResource is a row of the table dlock_check; the fenced write is an
 // UPDATE conditional on the register's value.

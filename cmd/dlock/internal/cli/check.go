@@ -42,7 +42,8 @@ lose an update), write the lock's fencing token to a register that rejects a
 token lower than the highest it accepted, release. The counter and the
 register live in the lock store under a key of their own (a Redis hash with a
 Lua script, an SQL row with a conditional UPDATE in the table dlock_check,
-etcd keys with a Txn, znodes with their version, memcached items with cas),
+etcd keys with a Txn, znodes with their version, memcached items with cas,
+NATS key-value keys with their revision),
 or in the store given by --resource. They are removed at the end unless
 --keep is given.
 

@@ -177,11 +177,12 @@ processes on one host coordinate with no set-up. The stores, by URL:
   memcached://cache1:11211                          memcached
   etcd://etcd1:2379,etcd2:2379?session=15s          etcd
   zk://zk1:2181,zk2:2181/chroot?session=15s         ZooKeeper
+  nats://nats1:4222,nats2:4222/BUCKET?replicas=3    NATS JetStream key-value
 
-TLS: rediss:// and redlocks://, or on etcd://, zk://, redis:// and mysql://
+TLS: rediss:// and redlocks://, or on etcd://, zk://, nats://, redis:// and mysql://
 the parameters cacert=, cert= and key= (PEM files; tls=true for the system's
 roots); PostgreSQL takes its own sslmode=verify-full&sslrootcert=... A
-password in an etcd:// or zk:// URL is sent only over TLS.
+password in an etcd://, zk:// or nats:// URL is sent only over TLS.
 
 The SQL stores keep their locks in the table dlock_locks unless the URL says
 otherwise with ?table=NAME; 'dlock schema' creates it ahead of time. Exit

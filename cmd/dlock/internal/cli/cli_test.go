@@ -380,7 +380,7 @@ func TestVersion(t *testing.T) {
 // store the CLI is built with.
 func TestHelpListsStores(t *testing.T) {
 	r := runMain(t, "--help")
-	for _, scheme := range []string{"sqlite", "postgres", "mysql", "redis", "redis+sentinel", "redis+cluster", "redlock", "memcached", "etcd", "zk"} {
+	for _, scheme := range []string{"sqlite", "postgres", "mysql", "redis", "redis+sentinel", "redis+cluster", "redlock", "memcached", "etcd", "zk", "nats"} {
 		if !slices.Contains(dlock.Schemes(), scheme) {
 			t.Errorf("the CLI is not built with %s://", scheme)
 		}

@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/dlockhq/dlock/etcddlock"         // etcd
 	_ "github.com/dlockhq/dlock/memcachedlock"     // memcached
+	_ "github.com/dlockhq/dlock/natsdlock"         // nats
 	_ "github.com/dlockhq/dlock/quorum"            // redlock, redlocks
 	_ "github.com/dlockhq/dlock/redisdlock"        // redis, rediss, redis+sentinel, redis+cluster
 	_ "github.com/dlockhq/dlock/sqldlock/mysql"    // mysql
