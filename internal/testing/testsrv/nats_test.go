@@ -2,6 +2,7 @@ package testsrv
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,5 +36,28 @@ func TestNATSWithoutJetStream(t *testing.T) {
 	}
 	if err := natsReady(ctx, s.port, true); err == nil {
 		t.Error("a server without -js reports JetStream")
+	}
+}
+
+// checkNATSCluster checks a running JetStream cluster: three members, each
+// its own server with JetStream, all named in the URL.
+func checkNATSCluster(t *testing.T, s *Server) {
+	t.Helper()
+	ms := s.Members()
+	if len(ms) != 3 || len(s.Addrs) != 3 || s.Addr != s.Addrs[0] {
+		t.Fatalf("Addr = %q, Addrs = %q, %d members; want 3 members, Addr first", s.Addr, s.Addrs, len(ms))
+	}
+	if want := "nats://" + strings.Join(s.Addrs, ","); s.URL != want {
+		t.Errorf("URL = %q, want %q", s.URL, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, m := range ms {
+		if m.Addr != s.Addrs[i] {
+			t.Errorf("member %d at %q, Addrs %q", i, m.Addr, s.Addrs)
+		}
+		if err := natsReady(ctx, m.port, true); err != nil {
+			t.Errorf("member %d: %v", i, err)
+		}
 	}
 }

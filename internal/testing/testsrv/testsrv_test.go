@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, EtcdCluster, ZooKeeper, ZooKeeperEnsemble, NATS)
+	code := Run(m, Postgres, MariaDB, Redis, RedisCluster, RedisSentinel, RedisQuorum, Memcached, Etcd, EtcdCluster, ZooKeeper, ZooKeeperEnsemble, NATS, NATSCluster)
 	// Stopped servers must not leave goroutines behind.
 	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintf(os.Stderr, "goroutine leak after stopping servers: %v\n", err)
@@ -74,7 +74,7 @@ func pingMySQL(ctx context.Context, dsn string) error {
 // one.
 var checks = map[string]func(*testing.T, *Server){
 	Postgres: checkSQLServer, MariaDB: checkSQLServer,
-	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer, NATS: checkNATS,
+	Redis: checkServer, RedisCluster: checkServer, RedisSentinel: checkServer, RedisQuorum: checkServer, Memcached: checkServer, NATS: checkNATS, NATSCluster: checkNATSCluster,
 	Etcd: checkConsensusServer, ZooKeeper: checkConsensusServer,
 	EtcdCluster: checkEtcdCluster, ZooKeeperEnsemble: checkZooKeeperEnsemble,
 }
