@@ -350,8 +350,12 @@
 // re-sends a command after a network error can run a release twice and
 // report the second run's "not held", which dlock takes for a lost lock
 // (ClusterClient resends after network errors regardless of MaxRetries, up
-// to MaxRedirects times). Without ContextTimeoutEnabled go-redis waits for a
-// reply up to ReadTimeout whatever the context says. A *redis.Ring is
+// to MaxRedirects times). Script mode's scripts are marked as commands
+// go-redis must never resend (redis.Cmder's NoRetry), so they run at most
+// once whatever the client's settings; the WATCH/MULTI/EXEC steps of
+// Transaction and Legacy modes need MaxRetries -1. Without
+// ContextTimeoutEnabled go-redis waits for a reply up to ReadTimeout
+// whatever the context says. A *redis.Ring is
 // rejected: it shards keys over servers without failover or a shared
 // pub/sub (use the quorum package over several drivers instead).
 //

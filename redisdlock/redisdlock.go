@@ -159,7 +159,8 @@ var (
 // Two client settings matter. dlock retries on its own, so a client that
 // retries commands after a network error (go-redis's MaxRetries, default 3)
 // can run a release twice and report the second run's "not held" for a lock
-// it did release: set MaxRetries to -1. And go-redis applies context
+// it did release: set MaxRetries to -1 (Script mode's scripts are never
+// resent whatever it says; Transaction and Legacy modes need it). And go-redis applies context
 // deadlines to network reads only with ContextTimeoutEnabled; without it a
 // call waits up to the client's ReadTimeout. Clients opened from a URL get
 // both settings.
