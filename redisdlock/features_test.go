@@ -674,6 +674,7 @@ func TestOpenURL(t *testing.T) {
 		{"redis://" + host + "?client=Go-Redis", "url", `client="Go-Redis"`},
 		{"redis+cluster://" + cluster.Addr + "?client=rueidis", "url", `client="rueidis"`},
 		{sentinel.URL + "?client=rueidis", "url", `client="rueidis"`},
+		{"redis://" + host + "?autopipeline=maybe", "url", "autopipeline"},
 		{"redis://" + host + "?wait_timeout=1s", "url", "wait_replicas"},
 		{"redis://" + host + "?wait_replicas=x", "url", "wait_replicas"},
 		{"redis://" + host + "?wait_replicas=-1", "url", "wait_replicas"},
@@ -721,6 +722,8 @@ func TestNewValidation(t *testing.T) {
 	defer c.Close()
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
 	defer ring.Close()
+	closed := newClient(srv.Addr) // it has no AutoPipeliner to give
+	closed.Close()
 	cases := []struct {
 		name   string
 		client redis.UniversalClient
@@ -730,6 +733,7 @@ func TestNewValidation(t *testing.T) {
 		{"nil client", nil, nil, "client"},
 		{"nil *Client", (*redis.Client)(nil), nil, "client"},
 		{"ring", ring, nil, "client"},
+		{"closed client", closed, nil, "client"},
 		{"bad mode", c, []redisdlock.Option{redisdlock.WithProtocol(7)}, "mode"},
 		{"brace prefix", c, []redisdlock.Option{redisdlock.WithPrefix("a{b")}, "prefix"},
 		{"negative replicas", c, []redisdlock.Option{redisdlock.WithReplicaAck(-1, time.Second)}, "replicas"},

@@ -91,8 +91,9 @@ type processor interface {
 
 func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error) {
 	var (
-		p    processor = e.d.client
+		p    processor
 		conn *redis.Conn
+		err  error
 	)
 	if ack {
 		// WAIT counts the writes of one connection, so the script and
@@ -104,6 +105,8 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 		conn = node.Conn()
 		defer conn.Close()
 		p = conn
+	} else if p, err = e.d.scripter(); err != nil {
+		return nil, err
 	}
 	r, err := s.run(ctx, p, keys, args)
 	if err != nil {
