@@ -1,6 +1,8 @@
 package redisdlock_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,10 +22,12 @@ func pipelined(c redis.UniversalClient) uint32 {
 	return s.Hits + s.Misses
 }
 
-// TestAutoPipeline checks that Script mode sends its scripts through the
-// client's AutoPipeliner (whose pipelines run on the client's pipeline
-// pool) on every kind of client, passed to New or opened from a URL,
-// unless auto-pipelining is turned off or the protocol runs no scripts.
+// TestAutoPipeline checks that Script mode sends the scripts of concurrent
+// callers through the client's AutoPipeliner (whose pipelines run on the
+// client's pipeline pool) on every kind of client, passed to New or opened
+// from a URL, unless auto-pipelining is turned off or the protocol runs no
+// scripts; and that a lone caller's scripts go out as commands of their
+// own.
 func TestAutoPipeline(t *testing.T) {
 	redisSrv := testsrv.Get(t, testsrv.Redis)
 	cluster := testsrv.Get(t, testsrv.RedisCluster)
@@ -70,25 +74,55 @@ func TestAutoPipeline(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t)
 			d := tc.open(t)
 			defer d.Close()
 			before := pipelined(d.Client())
-			req := request("k", time.Minute)
-			if res, err := d.Acquire(ctx, req); err != nil || !res.Acquired {
-				t.Fatalf("Acquire = %+v, %v", res, err)
-			}
-			if err := d.Refresh(ctx, req); err != nil {
+			if err := cycles(t, d, 1, 3); err != nil {
 				t.Fatal(err)
 			}
-			if err := d.Release(ctx, req); err != nil {
+			if n := pipelined(d.Client()) - before; n != 0 {
+				t.Errorf("a lone caller's scripts ran in %d pipelines; want none", n)
+			}
+			if err := cycles(t, d, 16, 10); err != nil {
 				t.Fatal(err)
 			}
 			if got := pipelined(d.Client()) > before; got != tc.want {
-				t.Errorf("pipelines ran = %v; want %v", got, tc.want)
+				t.Errorf("concurrent callers' scripts ran in pipelines = %v; want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// cycles runs n rounds of Acquire, Refresh and Release on d in each of g
+// goroutines, each on a key of its own, and returns the first error.
+func cycles(t *testing.T, d *redisdlock.Driver, g, n int) error {
+	ctx := testCtx(t)
+	errs := make(chan error, g)
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Go(func() {
+			for range n {
+				req := request(fmt.Sprintf("k%d", i), time.Minute)
+				res, err := d.Acquire(ctx, req)
+				if err == nil && !res.Acquired {
+					err = fmt.Errorf("Acquire of a free key = %+v", res)
+				}
+				if err == nil {
+					err = d.Refresh(ctx, req)
+				}
+				if err == nil {
+					err = d.Release(ctx, req)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // TestAutoPipelineShared checks that a driver leaves the AutoPipeliner of a
@@ -96,7 +130,6 @@ func TestAutoPipeline(t *testing.T) {
 // working when someone else closes that AutoPipeliner (the client makes a
 // new one).
 func TestAutoPipelineShared(t *testing.T) {
-	ctx := testCtx(t)
 	c := newClient(testsrv.Get(t, testsrv.Redis).Addr)
 	defer c.Close()
 	prefix := redisdlock.WithPrefix(testPrefix(t))
@@ -117,13 +150,12 @@ func TestAutoPipelineShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	req := request("k", time.Minute)
-	if res, err := d.Acquire(ctx, req); err != nil || !res.Acquired {
-		t.Fatalf("Acquire = %+v, %v", res, err)
+	if err := cycles(t, d, 16, 3); err != nil {
+		t.Fatal(err)
 	}
 	ap.Close()
-	if err := d.Release(ctx, req); err != nil {
-		t.Errorf("Release after the client's AutoPipeliner was closed: %v", err)
+	if err := cycles(t, d, 16, 3); err != nil {
+		t.Errorf("after the client's AutoPipeliner was closed: %v", err)
 	}
 	if ap, err = c.AutoPipeline(); err != nil || ap.IsClosed() {
 		t.Errorf("the client's AutoPipeliner = closed %v, %v; want a new one", ap.IsClosed(), err)

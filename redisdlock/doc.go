@@ -358,10 +358,11 @@
 // ContextTimeoutEnabled go-redis waits for a reply up to ReadTimeout
 // whatever the context says.
 //
-// In Script mode the driver sends its scripts through the client's
-// AutoPipeliner, go-redis's auto-pipelining: the scripts of concurrent
-// callers go out as one pipeline per round trip, on the client's pipeline
-// pool (PipelinePoolSize, 10 connections by default). go-redis makes it on
+// In Script mode the driver sends the scripts of concurrent callers
+// through the client's AutoPipeliner, go-redis's auto-pipelining: they go
+// out as one pipeline per round trip, on the client's pipeline pool
+// (PipelinePoolSize, 10 connections by default); a script that finds none
+// of the driver's others on its way goes out as a command of its own. go-redis makes it on
 // the client's first call to AutoPipeline and shares it with the client's
 // other users; it stops when the client is closed, so a driver that does
 // not own its client leaves it running. An auto-pipelined script returns

@@ -722,8 +722,6 @@ func TestNewValidation(t *testing.T) {
 	defer c.Close()
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
 	defer ring.Close()
-	closed := newClient(srv.Addr) // it has no AutoPipeliner to give
-	closed.Close()
 	cases := []struct {
 		name   string
 		client redis.UniversalClient
@@ -733,7 +731,6 @@ func TestNewValidation(t *testing.T) {
 		{"nil client", nil, nil, "client"},
 		{"nil *Client", (*redis.Client)(nil), nil, "client"},
 		{"ring", ring, nil, "client"},
-		{"closed client", closed, nil, "client"},
 		{"bad mode", c, []redisdlock.Option{redisdlock.WithProtocol(7)}, "mode"},
 		{"brace prefix", c, []redisdlock.Option{redisdlock.WithPrefix("a{b")}, "prefix"},
 		{"negative replicas", c, []redisdlock.Option{redisdlock.WithReplicaAck(-1, time.Second)}, "replicas"},

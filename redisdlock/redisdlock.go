@@ -125,13 +125,15 @@ func WithLegacyUnit(unit time.Duration) Option {
 // WithAutoPipeline turns auto-pipelining (on by default) on or off. The URL's
 // autopipeline= parameter (true or false) does the same.
 //
-// On, Script mode sends its scripts through the go-redis client's
-// AutoPipeliner ((*redis.Client).AutoPipeline,
-// (*redis.ClusterClient).AutoPipeline), which writes the commands of
-// concurrent callers as one pipeline per round trip, on the client's
-// pipeline pool: with many locks taken and released at once, one server
-// serves far more of them (see bench/). A script then returns when its
-// pipeline does, within the client's ReadTimeout and WriteTimeout: go-redis
+// On, a script of Script mode that finds another of the driver's scripts
+// on its way goes through the go-redis client's AutoPipeliner
+// ((*redis.Client).AutoPipeline, (*redis.ClusterClient).AutoPipeline),
+// which writes the commands of concurrent callers as one pipeline per round
+// trip, on the client's pipeline pool: with many locks taken and released
+// at once, one server serves far more of them (see bench/). A script alone
+// goes out at once as a command of its own, as with auto-pipelining off
+// (the AutoPipeliner would only add a hop to a goroutine of its own). A
+// script in a pipeline returns when its pipeline does, within the client's ReadTimeout and WriteTimeout: go-redis
 // applies neither the caller's deadline nor its cancellation to it (package
 // dlock still returns to its caller on time), and the client's hooks get a
 // context of go-redis's own, not the caller's (a tracing hook does not link
@@ -170,6 +172,7 @@ type Driver struct {
 	queuers queuers                             // Script mode: see scriptProto.acquire
 	ev      evaler                              // runs the scripts
 	ap      atomic.Pointer[redis.AutoPipeliner] // see scripter
+	running atomic.Int32                        // scripts on their way (see goredisEval)
 }
 
 var (
@@ -184,10 +187,10 @@ var (
 // New returns a driver over client, which must be a *redis.Client
 // (standalone, or Sentinel through redis.NewFailoverClient) or a
 // *redis.ClusterClient. The driver does not own the client: Close leaves it
-// open. In Script mode the driver sends its scripts through the client's
-// AutoPipeliner (see WithAutoPipeline), which go-redis makes on first use
-// and shares with every other user of the client: its goroutines end when
-// the client is closed, and Close leaves it running. Bad options are
+// open. In Script mode the driver sends the scripts of concurrent callers
+// through the client's AutoPipeliner (see WithAutoPipeline), which go-redis
+// makes on first use and shares with every other user of the client: its
+// goroutines end when the client is closed, and Close leaves it running. Bad options are
 // reported as a *dlock.ArgError.
 //
 // Two client settings matter. dlock retries on its own, so a client that
@@ -236,22 +239,18 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 	if err := d.configure(opts); err != nil {
 		return nil, err
 	}
-	if d.cfg.mode == Script {
-		if _, err := d.scripter(); err != nil {
-			return nil, &dlock.ArgError{Name: "client", Value: fmt.Sprintf("%T", client), Reason: "has no AutoPipeliner (" + err.Error() + "); see WithAutoPipeline"}
-		}
-	}
 	d.n = newNotifier(dialGoredis(client))
 	d.ev = goredisEval{d}
 	return d, nil
 }
 
-// scripter returns what the scripts run on (without WithReplicaAck): the
-// client's AutoPipeliner, or with auto-pipelining off the client. go-redis
-// makes a client's AutoPipeliner on first use and shares it; should anyone
-// close it, the client makes a new one.
-func (d *Driver) scripter() (processor, error) {
-	if !d.cfg.autoPipeline {
+// scripter returns what a script runs on (without WithReplicaAck): the
+// client's AutoPipeliner if pipeline is true and auto-pipelining is on,
+// else the client. go-redis makes a client's AutoPipeliner when it is first
+// asked for (here, when two scripts first meet) and shares it; should
+// anyone close it, the client makes a new one.
+func (d *Driver) scripter(pipeline bool) (processor, error) {
+	if !d.cfg.autoPipeline || !pipeline {
 		return d.client, nil
 	}
 	if ap := d.ap.Load(); ap != nil && !ap.IsClosed() {

@@ -105,8 +105,15 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 		conn = node.Conn()
 		defer conn.Close()
 		p = conn
-	} else if p, err = e.d.scripter(); err != nil {
-		return nil, err
+	} else {
+		// A script that finds none of the driver's others on their way
+		// goes out at once as a command of its own: the AutoPipeliner
+		// would hand it to a goroutine of its own and gain nothing.
+		n := e.d.running.Add(1)
+		defer e.d.running.Add(-1)
+		if p, err = e.d.scripter(n > 1); err != nil {
+			return nil, err
+		}
 	}
 	r, err := s.run(ctx, p, keys, args)
 	if err != nil {
