@@ -29,8 +29,13 @@ func openDlock(addrs []string, s settings, qopts []quorum.Option) (locker, func(
 		closeClients()
 		return nil, nil, err
 	}
+	var nodeOpts []redisdlock.Option
+	if len(cs) > 1 {
+		// As redlock:// opens its nodes (see package quorum).
+		nodeOpts = append(nodeOpts, redisdlock.WithAutoPipeline(false))
+	}
 	for _, c := range cs {
-		d, err := redisdlock.New(c)
+		d, err := redisdlock.New(c, nodeOpts...)
 		if err != nil {
 			return fail(err)
 		}

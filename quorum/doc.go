@@ -203,6 +203,10 @@
 // (on or off) are the quorum options; any other parameter goes to go-redis
 // for every node (dial_timeout, read_timeout, pool_size, ...), as do
 // credentials before the hosts and a database number in the path. The
+// nodes send their scripts as commands of their own, not auto-pipelined
+// (redisdlock.WithAutoPipeline(false)): go-redis ends a call on a hung
+// server at its node timeout only then. Give that option to redisdlock
+// drivers you pass to New, too. The
 // quorum Driver owns the nodes it is given or opens: its Close closes them.
 //
 // redlocks:// is redlock:// over TLS, as rediss:// is redis:// (package

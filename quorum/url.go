@@ -121,7 +121,7 @@ type redlockConfig struct {
 var redlockParams = map[string]func(c *redlockConfig, v string) error{
 	"client": func(c *redlockConfig, v string) error {
 		if v != "go-redis" && v != "goredis" {
-			return fmt.Errorf("client=%q: dlock runs on go-redis, with auto-pipelining (leave client out, or write client=go-redis)", v)
+			return fmt.Errorf("client=%q: dlock runs on go-redis (leave client out, or write client=go-redis)", v)
 		}
 		return nil
 	},
@@ -274,9 +274,13 @@ func (openClassifier) Permanent(err error) bool {
 }
 
 // newNodes makes a driver for each of opts over a go-redis client of its
-// own, which connects when it is first used.
+// own, which connects when it is first used. The nodes send every script
+// as a command of its own: go-redis ends such a call at its context's
+// deadline, the node timeout, and an auto-pipelined one only at the
+// client's read timeout (see redisdlock.WithAutoPipeline).
 func newNodes(opts []*redis.Options, nodeOpts []redisdlock.Option) ([]driver.Driver, error) {
 	nodes := make([]driver.Driver, 0, len(opts))
+	nodeOpts = append([]redisdlock.Option{redisdlock.WithAutoPipeline(false)}, nodeOpts...)
 	for _, o := range opts {
 		c := redis.NewClient(o)
 		d, err := redisdlock.New(c, nodeOpts...)

@@ -321,7 +321,8 @@
 //
 // The driver's parameters are prefix, mode (script, tx, legacy),
 // wait_replicas, wait_timeout (a duration such as 500ms, or milliseconds;
-// default 1s), legacy_unit (ms, s) and client (go-redis, the only client,
+// default 1s), legacy_unit (ms, s), autopipeline (true, the default, or
+// false: see WithAutoPipeline) and client (go-redis, the only client,
 // which may be left out). Every other parameter goes to go-redis (ParseURL,
 // ParseFailoverURL, ParseClusterURL: pool_size, read_timeout, client_name,
 // ...), and one that neither knows is an error naming it. For Sentinel, the hosts are the Sentinels', user and password
@@ -365,8 +366,26 @@
 // re-sends a command after a network error can run a release twice and
 // report the second run's "not held", which dlock takes for a lost lock
 // (ClusterClient resends after network errors regardless of MaxRetries, up
-// to MaxRedirects times). Without ContextTimeoutEnabled go-redis waits for a
-// reply up to ReadTimeout whatever the context says. A *redis.Ring is
+// to MaxRedirects times). Script mode's scripts are marked as commands
+// go-redis must never resend (redis.Cmder's NoRetry), so they run at most
+// once whatever the client's settings; the WATCH/MULTI/EXEC steps of
+// Transaction and Legacy modes need MaxRetries -1. Without
+// ContextTimeoutEnabled go-redis waits for a reply up to ReadTimeout
+// whatever the context says.
+//
+// In Script mode the driver sends the scripts of concurrent callers
+// through the client's AutoPipeliner, go-redis's auto-pipelining: they go
+// out as one pipeline per round trip, on the client's pipeline pool
+// (PipelinePoolSize, 10 connections by default); a script that finds none
+// of the driver's others on its way goes out as a command of its own. go-redis makes it on
+// the client's first call to AutoPipeline and shares it with the client's
+// other users; it stops when the client is closed, so a driver that does
+// not own its client leaves it running. An auto-pipelined script returns
+// when its pipeline does, within ReadTimeout and WriteTimeout whatever the
+// context says (package dlock returns to its caller on time all the same),
+// and the client's hooks see it on a context of go-redis's own.
+// WithAutoPipeline(false), or autopipeline=false in a URL, sends each script
+// as a command of its own instead. A *redis.Ring is
 // rejected: it shards keys over servers without failover or a shared
 // pub/sub (use the quorum package over several drivers instead).
 //

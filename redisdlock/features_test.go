@@ -674,6 +674,7 @@ func TestOpenURL(t *testing.T) {
 		{"redis://" + host + "?client=Go-Redis", "url", `client="Go-Redis"`},
 		{"redis+cluster://" + cluster.Addr + "?client=rueidis", "url", `client="rueidis"`},
 		{sentinel.URL + "?client=rueidis", "url", `client="rueidis"`},
+		{"redis://" + host + "?autopipeline=maybe", "url", "autopipeline"},
 		{"redis://" + host + "?wait_timeout=1s", "url", "wait_replicas"},
 		{"redis://" + host + "?wait_replicas=x", "url", "wait_replicas"},
 		{"redis://" + host + "?wait_replicas=-1", "url", "wait_replicas"},

@@ -28,11 +28,10 @@ const hungMargin = 4 * time.Second
 // proxies starts a testsrv.Proxy in front of each of addrs, closed when t
 // ends, and returns a dialer that reaches those addresses through their
 // proxies (and refuses any other, so that nothing bypasses them), and the
-// function that blackholes every proxy.
-func proxies(t testing.TB, addrs []string) (dial func(ctx context.Context, network, addr string) (net.Conn, error), hang func()) {
+// proxies.
+func proxies(t testing.TB, addrs []string) (dial func(ctx context.Context, network, addr string) (net.Conn, error), all []*testsrv.Proxy) {
 	t.Helper()
 	via := map[string]string{}
-	var all []*testsrv.Proxy
 	for _, a := range addrs {
 		p, err := testsrv.StartProxy(a)
 		if err != nil {
@@ -50,12 +49,7 @@ func proxies(t testing.TB, addrs []string) (dial func(ctx context.Context, netwo
 		var d net.Dialer
 		return d.DialContext(ctx, network, p)
 	}
-	hang = func() {
-		for _, p := range all {
-			p.Block()
-		}
-	}
-	return dial, hang
+	return dial, all
 }
 
 // hungURLDriver opens a driver from srv's URL (Script, Transaction or
@@ -85,7 +79,12 @@ func hungURLDriver(t testing.TB, srv *testsrv.Server, params ...string) (*redisd
 func hungClient(t testing.TB, kind string) (redis.UniversalClient, func()) {
 	t.Helper()
 	srv := testsrv.Get(t, kind)
-	dial, hang := proxies(t, srv.Addrs)
+	dial, ps := proxies(t, srv.Addrs)
+	hang := func() {
+		for _, p := range ps {
+			p.Block()
+		}
+	}
 	switch kind {
 	case testsrv.RedisCluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -94,7 +93,7 @@ func hungClient(t testing.TB, kind string) (redis.UniversalClient, func()) {
 	case testsrv.RedisSentinel:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: testsrv.SentinelMaster, SentinelAddrs: srv.Addrs[2:], Dialer: dial,
-			ReadTimeout: hungReadTimeout, MaxRetries: -1, ContextTimeoutEnabled: true,
+			ReadTimeout: hungReadTimeout, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
 		}), hang
 	}
 	return redis.NewClient(&redis.Options{

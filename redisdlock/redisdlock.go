@@ -83,6 +83,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	unit           time.Duration
+	autoPipeline   bool
 }
 
 // WithPrefix sets the prefix of every key the driver writes (default
@@ -121,6 +122,36 @@ func WithLegacyUnit(unit time.Duration) Option {
 	return func(c *config) { c.unit = unit }
 }
 
+// WithAutoPipeline turns auto-pipelining (on by default) on or off. The URL's
+// autopipeline= parameter (true or false) does the same.
+//
+// On, a script of Script mode that finds another of the driver's scripts
+// on its way goes through the go-redis client's AutoPipeliner
+// ((*redis.Client).AutoPipeline, (*redis.ClusterClient).AutoPipeline),
+// which writes the commands of concurrent callers as one pipeline per round
+// trip, on the client's pipeline pool: with many locks taken and released
+// at once, one server serves far more of them (see bench/). A script alone
+// goes out at once as a command of its own, as with auto-pipelining off
+// (the AutoPipeliner would only add a hop to a goroutine of its own). A
+// script in a pipeline returns when its pipeline does, within the client's ReadTimeout and WriteTimeout: go-redis
+// applies neither the caller's deadline nor its cancellation to it (package
+// dlock still returns to its caller on time), and the client's hooks get a
+// context of go-redis's own, not the caller's (a tracing hook does not link
+// the command to the caller's span). On a server that hangs, nothing stops
+// go-redis from opening connections for the pipeline again (a Sentinel
+// client asks the Sentinels DialerRetries times, a Cluster client tries
+// again up to MaxRedirects times), each for up to a ReadTimeout: such a
+// call, and the Close of a driver that owns its client, can then take
+// several read timeouts, while package dlock returns to its caller on
+// time. go-redis marks the AutoPipeliner API experimental.
+//
+// Off, every script is a command of its own (Client.Process). Transaction
+// and Legacy modes, and the scripts of WithReplicaAck (whose WAIT must run
+// on the connection that wrote), never use the AutoPipeliner.
+func WithAutoPipeline(on bool) Option {
+	return func(c *config) { c.autoPipeline = on }
+}
+
 // Driver is a dlock driver over a go-redis client: a standalone server, a
 // Sentinel-managed master (redis.NewFailoverClient) or a Cluster
 // (redis.NewClusterClient). Create it with New, or with dlock.Open and a
@@ -138,8 +169,10 @@ type Driver struct {
 	caps    driver.Capabilities
 	n       *notifier
 	closed  atomic.Bool
-	queuers queuers // Script mode: see scriptProto.acquire
-	ev      evaler  // runs the scripts
+	queuers queuers                             // Script mode: see scriptProto.acquire
+	ev      evaler                              // runs the scripts
+	ap      atomic.Pointer[redis.AutoPipeliner] // see scripter
+	running atomic.Int32                        // scripts on their way (see goredisEval)
 }
 
 var (
@@ -154,15 +187,21 @@ var (
 // New returns a driver over client, which must be a *redis.Client
 // (standalone, or Sentinel through redis.NewFailoverClient) or a
 // *redis.ClusterClient. The driver does not own the client: Close leaves it
-// open. Bad options are reported as a *dlock.ArgError.
+// open. In Script mode the driver sends the scripts of concurrent callers
+// through the client's AutoPipeliner (see WithAutoPipeline), which go-redis
+// makes on first use and shares with every other user of the client: its
+// goroutines end when the client is closed, and Close leaves it running. Bad options are
+// reported as a *dlock.ArgError.
 //
 // Two client settings matter. dlock retries on its own, so a client that
 // retries commands after a network error (go-redis's MaxRetries, default 3)
 // can run a release twice and report the second run's "not held" for a lock
-// it did release: set MaxRetries to -1. And go-redis applies context
-// deadlines to network reads only with ContextTimeoutEnabled; without it a
-// call waits up to the client's ReadTimeout. Clients opened from a URL get
-// both settings.
+// it did release: set MaxRetries to -1 (Script mode's scripts are never
+// resent whatever it says; Transaction and Legacy modes need it). And
+// go-redis applies context deadlines to network reads only with
+// ContextTimeoutEnabled; without it a call waits up to the client's
+// ReadTimeout (as an auto-pipelined script does either way). Clients
+// opened from a URL get both settings.
 //
 // go-redis never watches a context's cancellation, only its deadline: a
 // call cancelled while the server (or the network) hangs returns when the
@@ -205,10 +244,38 @@ func newDriver(client redis.UniversalClient, owns bool, opts []Option) (*Driver,
 	return d, nil
 }
 
+// scripter returns what a script runs on (without WithReplicaAck): the
+// client's AutoPipeliner if pipeline is true and auto-pipelining is on,
+// else the client. go-redis makes a client's AutoPipeliner when it is first
+// asked for (here, when two scripts first meet) and shares it; should
+// anyone close it, the client makes a new one.
+func (d *Driver) scripter(pipeline bool) (processor, error) {
+	if !d.cfg.autoPipeline || !pipeline {
+		return d.client, nil
+	}
+	if ap := d.ap.Load(); ap != nil && !ap.IsClosed() {
+		return ap, nil
+	}
+	var (
+		ap  *redis.AutoPipeliner
+		err error
+	)
+	if d.cluster != nil {
+		ap, err = d.cluster.AutoPipeline()
+	} else {
+		ap, err = d.single.AutoPipeline()
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.ap.Store(ap)
+	return ap, nil
+}
+
 // configure applies opts to d and sets the protocol and capabilities they
 // ask for.
 func (d *Driver) configure(opts []Option) error {
-	cfg := config{prefix: DefaultPrefix, unit: time.Millisecond}
+	cfg := config{prefix: DefaultPrefix, unit: time.Millisecond, autoPipeline: true}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -2,7 +2,9 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,7 +18,7 @@ import (
 	"github.com/dlockhq/dlock/driver"
 )
 
-// The scripts of Script mode. go-redis runs them with EVALSHA and falls
+// The scripts of Script mode. The driver runs them with EVALSHA and falls
 // back to EVAL when the server answers NOSCRIPT (after a restart, a SCRIPT
 // FLUSH or a failover to a server that never ran them). The code of the
 // general form (scripts/common.lua) is spliced into each script after its
@@ -44,12 +46,13 @@ var (
 	releaseScript      = newScript(releaseSrc)
 	forceReleaseScript = newScript(forceReleaseSrc)
 	acquireAllScript   = newScript(acquireAllSrc)
-	raiseScript        = &script{gr: redis.NewScript(raiseSrc)}
-	readHoldScript     = &script{gr: redis.NewScript(readHoldSrc)}
+	raiseScript        = plainScript(raiseSrc)
+	readHoldScript     = plainScript(readHoldSrc)
 )
 
-// script is a script of Script mode.
-type script struct{ gr *redis.Script }
+// script is a script of Script mode: its source and the SHA1 digest
+// EVALSHA names it by.
+type script struct{ src, sha string }
 
 // commonMark is the line of a script that common.lua replaces.
 const commonMark = "-- @common\n"
@@ -58,8 +61,13 @@ func newScript(src string) *script {
 	if strings.Count(src, commonMark) != 1 {
 		panic("redisdlock: a script lacks its " + strings.TrimSpace(commonMark) + " line")
 	}
-	src = strings.Replace(src, commonMark, commonSrc, 1)
-	return &script{gr: redis.NewScript(src)}
+	return plainScript(strings.Replace(src, commonMark, commonSrc, 1))
+}
+
+// plainScript is newScript for a script without common.lua.
+func plainScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 // evaler runs scripts on the driver's client.
@@ -75,10 +83,17 @@ type evaler interface {
 // goredisEval is the evaler of a go-redis client.
 type goredisEval struct{ d *Driver }
 
+// processor is what a go-redis command runs on: a client, its
+// AutoPipeliner, or one of its connections.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
 func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error) {
 	var (
-		c    redis.Scripter = e.d.client
+		p    processor
 		conn *redis.Conn
+		err  error
 	)
 	if ack {
 		// WAIT counts the writes of one connection, so the script and
@@ -89,13 +104,18 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 		}
 		conn = node.Conn()
 		defer conn.Close()
-		c = conn
+		p = conn
+	} else {
+		// A script that finds none of the driver's others on their way
+		// goes out at once as a command of its own: the AutoPipeliner
+		// would hand it to a goroutine of its own and gain nothing.
+		n := e.d.running.Add(1)
+		defer e.d.running.Add(-1)
+		if p, err = e.d.scripter(n > 1); err != nil {
+			return nil, err
+		}
 	}
-	a := make([]any, len(args))
-	for i, v := range args {
-		a[i] = v
-	}
-	r, err := s.gr.Run(ctx, c, keys, a...).Result()
+	r, err := s.run(ctx, p, keys, args)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +142,46 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 	}
 	return v, nil
 }
+
+// run runs s on p with EVALSHA, and with EVAL if the server does not
+// have the script (NOSCRIPT: after a restart, a SCRIPT FLUSH or a
+// failover to a server that never ran it).
+func (s *script) run(ctx context.Context, p processor, keys, args []string) (any, error) {
+	r, err := evalCmd(ctx, p, "evalsha", &s.sha, keys, args)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		r, err = evalCmd(ctx, p, "eval", &s.src, keys, args)
+	}
+	return r, err
+}
+
+// evalCmd runs EVAL or EVALSHA (name) of script on p, as a scriptCmd. It
+// passes the strings by pointer, which go-redis sends as the strings they
+// point to: a string in an interface would cost an allocation each.
+func evalCmd(ctx context.Context, p processor, name string, script *string, keys, args []string) (any, error) {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, script, len(keys))
+	for i := range keys {
+		a = append(a, &keys[i])
+	}
+	for i := range args {
+		a = append(a, &args[i])
+	}
+	cmd := redis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	_ = p.Process(ctx, scriptCmd{cmd})
+	return cmd.Result()
+}
+
+// scriptCmd is a command that go-redis never sends twice, whatever the
+// client's MaxRetries (or a Cluster client's MaxRedirects) say: after a
+// network error the server may have run it, and a release run twice
+// reports "not held" for a lock it released. dlock retries on its own.
+// MOVED and ASK replies, which the server sends instead of running the
+// command, are still followed.
+type scriptCmd struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder.
+func (scriptCmd) NoRetry() bool { return true }
 
 // The owner field of a lock hash in the general form: markers that no
 // owner can be (they start with a NUL byte; see scripts/common.lua).

@@ -34,6 +34,7 @@ const (
 	paramWaitTimeout  = "wait_timeout"
 	paramLegacyUnit   = "legacy_unit"
 	paramClient       = "client"
+	paramAutoPipeline = "autopipeline"
 )
 
 // defaultWaitTimeout is the WAIT timeout when a URL sets wait_replicas
@@ -70,6 +71,13 @@ func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, _ err
 		}
 		opts = append(opts, o)
 	}
+	if q.Has(paramAutoPipeline) {
+		on, err := strconv.ParseBool(q.Get(paramAutoPipeline))
+		if err != nil {
+			return nil, nil, urlutil.Error(u, "autopipeline=%q (want true or false)", q.Get(paramAutoPipeline))
+		}
+		opts = append(opts, WithAutoPipeline(on))
+	}
 	if q.Has(paramLegacyUnit) {
 		switch s := q.Get(paramLegacyUnit); s {
 		case "ms":
@@ -80,7 +88,7 @@ func takeOptions(u *url.URL, q url.Values) (opts []Option, tc *tls.Config, _ err
 			return nil, nil, urlutil.Error(u, "legacy_unit=%q (want ms or s)", s)
 		}
 	}
-	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient} {
+	for _, p := range []string{paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient, paramAutoPipeline} {
 		q.Del(p)
 	}
 	tc, err := urlutil.TLS(u, q, u.Scheme == "rediss")
@@ -145,8 +153,8 @@ func checkTimeouts(u *url.URL, read, write time.Duration) error {
 func redisError(u *url.URL, err error) error {
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "redis: unexpected option: "); ok {
-		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
-			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramClient, urlutil.ParamConnectTimeout,
+		return urlutil.Error(u, "unknown parameter(s) %s (the driver takes %s, %s, %s, %s, %s, %s, %s, %s and the TLS parameters %s, %s, %s, %s and %s; others go to go-redis)",
+			rest, paramPrefix, paramMode, paramWaitReplicas, paramWaitTimeout, paramLegacyUnit, paramAutoPipeline, paramClient, urlutil.ParamConnectTimeout,
 			urlutil.ParamTLS, urlutil.ParamCACert, urlutil.ParamCert, urlutil.ParamKey, urlutil.ParamServerName)
 	}
 	return urlutil.Error(u, "%s", strings.TrimPrefix(msg, "redis: "))
