@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +182,52 @@ func BenchmarkDriver(b *testing.B) {
 		srv := testsrv.Get(b, testsrv.RedisCluster)
 		drivertest.RunBenchmarks(b, urlConfig(b, srv, "prefix", testPrefix(b)))
 	})
+}
+
+// cmdRecorder is a go-redis hook that records the commands it sees, as
+// Cmd.String prints them (as tracing hooks do).
+type cmdRecorder struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (r *cmdRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *cmdRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.mu.Lock()
+		r.cmds = append(r.cmds, cmd.String())
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (r *cmdRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHooksSeeKeys checks that a client's hooks print a script's keys and
+// owner as they are, not as pointers.
+func TestHooksSeeKeys(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Redis)
+	c := newClient(srv.Addr)
+	defer c.Close()
+	rec := &cmdRecorder{}
+	c.AddHook(rec)
+	d, err := redisdlock.New(c, redisdlock.WithPrefix(testPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r := request("hooked-key", time.Minute)
+	mustAcquire(t, d, r, true)
+	if err := d.Release(testCtx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	all := strings.Join(rec.cmds, "\n")
+	if !strings.Contains(all, "hooked-key") || !strings.Contains(all, r.Owner) {
+		t.Fatalf("the hook saw %q; want the key and the owner %q", all, r.Owner)
+	}
 }

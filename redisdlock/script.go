@@ -147,24 +147,24 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 // have the script (NOSCRIPT: after a restart, a SCRIPT FLUSH or a
 // failover to a server that never ran it).
 func (s *script) run(ctx context.Context, p processor, keys, args []string) (any, error) {
-	r, err := evalCmd(ctx, p, "evalsha", &s.sha, keys, args)
+	r, err := evalCmd(ctx, p, "evalsha", s.sha, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		r, err = evalCmd(ctx, p, "eval", &s.src, keys, args)
+		r, err = evalCmd(ctx, p, "eval", s.src, keys, args)
 	}
 	return r, err
 }
 
-// evalCmd runs EVAL or EVALSHA (name) of script on p, as a scriptCmd. It
-// passes the strings by pointer, which go-redis sends as the strings they
-// point to: a string in an interface would cost an allocation each.
-func evalCmd(ctx context.Context, p processor, name string, script *string, keys, args []string) (any, error) {
+// evalCmd runs EVAL or EVALSHA (name) of script on p, as a scriptCmd. The
+// arguments go as strings, so that hooks and traces that print a command
+// (Cmd.String) show its keys and owners.
+func evalCmd(ctx context.Context, p processor, name, script string, keys, args []string) (any, error) {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, name, script, len(keys))
-	for i := range keys {
-		a = append(a, &keys[i])
+	for _, k := range keys {
+		a = append(a, k)
 	}
-	for i := range args {
-		a = append(a, &args[i])
+	for _, v := range args {
+		a = append(a, v)
 	}
 	cmd := redis.NewCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
