@@ -10,6 +10,7 @@ import (
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
+	"github.com/dlockhq/dlock/redisdlock"
 )
 
 // TestHandoffGrant checks that a release hands the lock to the waiter at
@@ -21,22 +22,8 @@ import (
 func TestHandoffGrant(t *testing.T) {
 	for _, name := range modeServers {
 		t.Run(name, func(t *testing.T) {
-			srv := testsrv.Get(t, name)
 			ctx := testCtx(t)
-			prefix := testPrefix(t)
-			raw := withParams(srv.URL, "prefix", prefix)
-			probe := openURL(t, raw)
-			defer probe.Close()
-			var calls [2]atomic.Int64
-			var cs [2]*dlock.Client
-			for i := range cs {
-				c, err := dlock.New(countingDriver{openURL(t, raw), &calls[i]})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				cs[i] = c
-			}
+			probe, prefix, cs, calls := handoffClients(t, name)
 			opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour)}
 			held, err := cs[0].Lock(ctx, "k", opts...)
 			if err != nil {
@@ -85,26 +72,33 @@ func TestHandoffGrant(t *testing.T) {
 	}
 }
 
-// TestHandoffWithoutRenewal checks that a waiter that does not renew its
-// lock does not take the short lease of a handed hold as its own: it
-// confirms the hold, which extends it to the lease it asked for.
-func TestHandoffWithoutRenewal(t *testing.T) {
-	srv := testsrv.Get(t, testsrv.Redis)
-	ctx := testCtx(t)
-	prefix := testPrefix(t)
+// handoffClients returns, on the server name, a driver to look at the
+// store with, the prefix of the test's keys, and two Clients of their own
+// whose acquire calls are counted in calls, all closed when the test ends.
+func handoffClients(t *testing.T, name string) (probe *redisdlock.Driver, prefix string, cs [2]*dlock.Client, calls *[2]atomic.Int64) {
+	srv := testsrv.Get(t, name)
+	prefix = testPrefix(t)
 	raw := withParams(srv.URL, "prefix", prefix)
-	probe := openURL(t, raw)
-	defer probe.Close()
-	var calls [2]atomic.Int64
-	var cs [2]*dlock.Client
+	probe = openURL(t, raw)
+	t.Cleanup(func() { probe.Close() })
+	calls = new([2]atomic.Int64)
 	for i := range cs {
 		c, err := dlock.New(countingDriver{openURL(t, raw), &calls[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		cs[i] = c
 	}
+	return probe, prefix, cs, calls
+}
+
+// TestHandoffWithoutRenewal checks that a waiter that does not renew its
+// lock does not take the short lease of a handed hold as its own: it
+// confirms the hold, which extends it to the lease it asked for.
+func TestHandoffWithoutRenewal(t *testing.T) {
+	ctx := testCtx(t)
+	probe, prefix, cs, calls := handoffClients(t, testsrv.Redis)
 	opts := []dlock.LockOption{dlock.WithTTL(time.Minute), dlock.WithBackoff(time.Hour, time.Hour), dlock.WithoutRenewal()}
 	held, err := cs[0].Lock(ctx, "k", opts...)
 	if err != nil {
