@@ -47,6 +47,11 @@ func redisConfig(t testing.TB, n int, opts ...quorum.Option) drivertest.Config {
 		return nodes
 	}
 	counters := open(t)
+	t.Cleanup(func() {
+		for _, nd := range counters {
+			nd.Close()
+		}
+	})
 	return drivertest.Config{
 		NewDriver: func(t testing.TB) driver.Driver {
 			nodes := open(t)

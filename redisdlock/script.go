@@ -227,10 +227,10 @@ type scriptProto struct{ d *Driver }
 
 func ms(ttl time.Duration) int64 { return ttl.Milliseconds() }
 
-// writer returns what an acquire script runs on: the driver's client, or,
-// when WithReplicaAck is set, a connection of its own (returned too, for
-// the caller to close) to the master of key: WAIT counts the writes of one
-// connection, so the script and the WAIT must share it.
+// acquire runs the acquire script for req on the keys of k, with the
+// lease ttl; a queued request that is refused records the lock's fencing
+// counter, against which a hold handed to it later is checked (see
+// grants.go).
 func (p scriptProto) acquire(ctx context.Context, k layout, req driver.Request, ttl time.Duration) (driver.Result, error) {
 	queue := "0"
 	if req.Queue {
