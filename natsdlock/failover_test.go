@@ -2,6 +2,9 @@ package natsdlock
 
 import (
 	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
 
 	"github.com/dlockhq/dlock/internal/testing/dlocktest"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
@@ -19,4 +22,43 @@ func TestLeaderFailover(t *testing.T) {
 	defer srv.Stop()
 	srv.URL += "?replicas=3"
 	dlocktest.LeaderFailover(t, srv, key(t))
+}
+
+// TestOpenWhileMetaLeaderHangs opens a new bucket through a follower while
+// the cluster's meta leader is paused (SIGSTOP): the first request of the
+// open goes to a leader that never answers, and the open must ask again
+// once the others have elected a new one, not wait out its whole budget.
+func TestOpenWhileMetaLeaderHangs(t *testing.T) {
+	srv, err := testsrv.StartNATSCluster(ctx(t), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	leader, err := srv.Leader(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *testsrv.Server
+	for _, m := range srv.Members() {
+		if m != leader {
+			follower = m
+		}
+	}
+	if err := leader.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Resume()
+	url := "nats://" + follower.Addr + "/" + testsrv.DatabaseName(t.Name()) + "?replicas=2&discovery=false&connect_timeout=30s"
+	c, err := dlock.Open(ctx(t), url)
+	if err != nil {
+		t.Fatalf("open while the meta leader hangs: %v", err)
+	}
+	defer c.Close()
+	l, err := c.Lock(ctx(t), key(t), dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -168,11 +168,48 @@ func validBucket(s string) bool {
 	return true
 }
 
-// bucket opens the bucket of cfg, creating it if it is missing, and checks
-// that JetStream is enabled (its account information says so, and the
-// API level of nats-server 2.11) and that the bucket allows per-message
-// TTLs.
+// askTimeout bounds the first try at opening the bucket, and each next try
+// has twice as long as the one before. A JetStream cluster leaves a request
+// unanswered while the group that should answer it elects a leader (a
+// stream it has just created, a meta group whose leader died or hangs), so
+// a try that gets no answer is made again until the caller's context ends;
+// a cluster that is only slow gets the time it needs.
+const askTimeout = time.Second
+
+// errCodeNoLeader is the server's "JetStream system temporarily
+// unavailable": the group that should answer has no leader yet.
+const errCodeNoLeader jetstream.ErrorCode = 10008
+
+// bucket opens the bucket of cfg, creating it if it is missing, asking
+// again as askTimeout says.
 func bucket(ctx context.Context, js jetstream.JetStream, cfg config) (jetstream.KeyValue, error) {
+	for wait := askTimeout; ; wait *= 2 {
+		try, cancel := context.WithTimeout(ctx, wait)
+		kv, err := openBucket(try, js, cfg)
+		retry := err != nil && unanswered(err)
+		if retry {
+			<-try.Done() // a quick "no leader" is asked again when the try's time is up
+		}
+		cancel()
+		if !retry || ctx.Err() != nil {
+			return kv, err
+		}
+	}
+}
+
+// unanswered reports a request that got no answer, or the answer that the
+// cluster has no leader to give one yet.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoLeader
+}
+
+// openBucket makes one try at opening the bucket of cfg, creating it if it
+// is missing, and checks that JetStream is enabled (its account information
+// says so, and the API level of nats-server 2.11) and that the bucket
+// allows per-message TTLs.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg config) (jetstream.KeyValue, error) {
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
 		return nil, err
