@@ -1,6 +1,9 @@
 package natsdlock
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,5 +63,32 @@ func TestOpenWhileMetaLeaderHangs(t *testing.T) {
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConcurrentOpenNewBucket opens one new bucket of three replicas from
+// many connections at once, as a fleet does that starts after a deploy:
+// each open must succeed although the others are creating the same stream
+// and its leader is being elected.
+func TestConcurrentOpenNewBucket(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.NATSCluster)
+	url := fmt.Sprintf("%s/%s_%x?replicas=3", srv.URL, testsrv.DatabaseName(t.Name()), rand.Uint32()) // a new bucket on every run
+	const n = 32
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := dlock.Open(ctx(t), url)
+			if err == nil {
+				err = c.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("open %d: %v", i, err)
+		}
 	}
 }

@@ -197,11 +197,14 @@ func bucket(ctx context.Context, js jetstream.JetStream, cfg config) (jetstream.
 	}
 }
 
-// unanswered reports a request that got no answer, or the answer that the
-// cluster has no leader to give one yet.
+// unanswered reports a request that got no answer, the answer that the
+// cluster has no leader to give one yet, or a bucket not found after a try
+// to create it: a stream that another client has just created is not yet
+// known to every server that answers for it.
 func unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoLeader
 }
 
