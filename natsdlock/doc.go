@@ -28,8 +28,8 @@
 // record): a conflict is another write of the key that succeeded, and
 // reads again, up to 32 times.
 //
-//   - Acquire admits the owner by the rules of every other driver
-//     (package internal/admit): readers share, a waiting writer holds new
+//   - Acquire admits the owner by the rules that dlock's other drivers
+//     follow too: readers share, a waiting writer holds new
 //     readers back, a semaphore admits Limit holders, and a waiter ahead
 //     in the queue comes first. Otherwise, with Request.Queue, it adds the
 //     owner to the queue, or renews its entry once half the entry's lease
@@ -91,9 +91,9 @@
 //
 // A hold's token is the stream sequence of the message that added it to
 // the key's record (that record's revision); the records written after it
-// carry it in their value. A stream's sequence numbers only grow, across every key of the
-// bucket: each message gets the next one, and purges and expiries remove
-// messages without giving their numbers back. So every Acquire gets a token
+// carry it in their value. A stream's sequence numbers only grow, across
+// every key of the bucket: each message gets the next one, and purges and
+// expiries remove messages without giving their numbers back. So every Acquire gets a token
 // greater than that of every earlier hold of the key, whoever held it.
 // This holds across leader changes, because a sequence is assigned by
 // the leader in the order of the Raft log and a message is acknowledged
