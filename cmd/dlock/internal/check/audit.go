@@ -23,6 +23,7 @@ import (
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/memcachedlock"
+	"github.com/dlockhq/dlock/natsdlock"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
@@ -102,6 +103,8 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 		rep.Servers, err = readZooKeeper(ctx, d, u)
 	case *memcachedlock.Driver:
 		rep.Servers, err = readMemcached(ctx, u)
+	case *natsdlock.Driver:
+		rep.Servers, err = readNATS(ctx, d)
 	}
 	if err != nil {
 		return nil, err

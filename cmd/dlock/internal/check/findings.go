@@ -118,6 +118,34 @@ func (rep *AuditReport) judge() []Finding {
 				"InnoDB writes its log to disk about once a second: a crash loses the last commits, so a lock granted or a fencing token issued in them is forgotten and the token is issued again",
 				"SET GLOBAL innodb_flush_log_at_trx_commit = 1 (and in my.cnf)")
 		}
+		if v := set["nats-server"]; v != "" && !natsTTLs(v) {
+			add(SeverityBreaks, s.Addr, "nats-server "+v,
+				"servers before 2.11 have no per-message TTLs: a record's lease is not kept, so a dead holder's lock is never freed on the server's clock (the driver refuses such a server itself when it opens the bucket)",
+				"upgrade every server of the cluster to nats-server 2.11 or later")
+		}
+		if set["replicas"] == "1" {
+			on := "a single server"
+			if c := set["cluster"]; c != "" {
+				on = "one server of the cluster " + c
+			}
+			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 1 replica, on %s", set["bucket"], on),
+				"the bucket lives on one server: while it is down no lock can be taken, refreshed or released (holders lose theirs), and a lost disk loses every hold and the stream's sequence, so fencing tokens start again from 1; not for correctness locks",
+				"use a bucket of 3 or 5 replicas on a JetStream cluster of 3 or more servers: replicas=3 in the URL when the driver creates the bucket (nats stream edit KV_"+set["bucket"]+" --replicas 3 for an existing one)")
+		}
+		if set["storage"] == "memory" {
+			add(SeverityBreaks, s.Addr, fmt.Sprintf("bucket %s: memory storage", set["bucket"]),
+				"the bucket is kept in memory: a restart of its server (of a majority of its replicas) forgets every hold and the stream's sequence, so a held lock can be taken again and fencing tokens start again from 1",
+				"make the bucket again with file storage (the driver creates it so: delete the bucket once no lock is held, or name another one in the URL)")
+		}
+		if v := set["sync_interval"]; v != "" && v != "always" {
+			sev, whose := SeverityRisk, "a majority of the bucket's servers at once (one power supply, one zone)"
+			if set["replicas"] == "1" {
+				sev, whose = SeverityBreaks, "the bucket's server"
+			}
+			add(sev, s.Addr, "sync_interval "+v,
+				"JetStream acknowledges a write before it is on disk and syncs every "+v+": a power loss or kernel crash of "+whose+" forgets the holds and tokens written since, so a held lock can be taken again and a fencing token issued twice (a process crash loses nothing)",
+				"set jetstream { sync_interval: always } in the server's configuration (every write synced, at a cost in throughput), or replicas=3 across failure domains")
+		}
 		if v := set["version"]; v != "" && !etcdFixed(v) {
 			add(SeverityBreaks, s.Addr, "etcd "+v,
 				"this etcd release has known lease bugs (a leader paused and resumed can revoke sessions the new leader kept alive, etcd-io/etcd#15247): a lock can be granted while its holder's is still valid",
@@ -153,6 +181,16 @@ func etcdFixed(v string) bool {
 		return patch >= first
 	}
 	return major > 3 || major == 3 && minor > 5
+}
+
+// natsTTLs reports whether nats-server version v has per-message TTLs
+// (2.11 or later).
+func natsTTLs(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 11
 }
 
 func sessionRisk(scheme string, asked, granted time.Duration) string {

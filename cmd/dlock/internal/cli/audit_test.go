@@ -7,12 +7,16 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock/cmd/dlock/internal/check"
@@ -390,5 +394,93 @@ func TestAuditMemcached(t *testing.T) {
 	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M") })
 	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
 		t.Errorf("findings on memcached -M: %+v", rep.Findings)
+	}
+}
+
+// natsVarzConf is the configuration of a nats-server whose application
+// account may ask for the server's settings ($SYS.REQ.SERVER.PING.VARZ),
+// which clients join without credentials.
+const natsVarzConf = `
+accounts {
+  SYS: { users: [{user: sys, password: unused-sys}], exports: [{service: "$SYS.REQ.SERVER.PING.VARZ"}] }
+  APP: { jetstream: enabled, users: [{user: app, password: unused-app}], imports: [{service: {account: SYS, subject: "$SYS.REQ.SERVER.PING.VARZ"}}] }
+}
+system_account: SYS
+no_auth_user: app
+`
+
+// startNATSConf starts a JetStream server with the configuration conf.
+func startNATSConf(t *testing.T, conf string) *testsrv.Server {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartNATSWith(ctx, "-js", "-c", file)
+	})
+}
+
+// TestAuditNATS audits a single JetStream server: its bucket of one
+// replica, its sync_interval (unreadable to an account that may not ask
+// for the server's settings or is denied them, then the default 2m, then
+// always) and a
+// bucket in memory storage.
+func TestAuditNATS(t *testing.T) {
+	srv := startServer(t, testsrv.StartNATS)
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "bucket dlock: 1 replica, on a single server", check.SeverityRisk)
+	wantFinding(t, rep, "sync_interval: the server shows it", check.SeverityRisk)
+	if s := rep.Servers[0]; s.Clock == nil || s.Settings["nats-server"] == "" || s.Settings["storage"] != "file" {
+		t.Errorf("read %+v", s)
+	}
+	if f := finding(rep, "nats-server"); f != nil {
+		t.Errorf("finding on nats-server %s: %+v", rep.Servers[0].Settings["nats-server"], f)
+	}
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "mem", History: 1, Storage: jetstream.MemoryStorage, LimitMarkerTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	_, rep = audit(t, srv.URL+"/mem")
+	wantFinding(t, rep, "bucket mem: memory storage", check.SeverityBreaks)
+
+	// An account denied the subject gets no answer.
+	srv = startNATSConf(t, `authorization { users: [{user: app, password: unused-app, permissions: {publish: {deny: ["$SYS.>"]}}}] }
+no_auth_user: app
+`)
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "sync_interval: the server shows it", check.SeverityRisk)
+
+	srv = startNATSConf(t, natsVarzConf)
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "sync_interval 2m0s", check.SeverityBreaks)
+	if rep.Servers[0].Unreadable != "" {
+		t.Errorf("unreadable: %s", rep.Servers[0].Unreadable)
+	}
+	srv = startNATSConf(t, natsVarzConf+"jetstream { sync_interval: always }\n")
+	_, rep = audit(t, srv.URL)
+	if f := finding(rep, "sync_interval"); f != nil || rep.Servers[0].Settings["sync_interval"] != "always" {
+		t.Errorf("sync_interval always: finding %+v (read %+v)", f, rep.Servers)
+	}
+}
+
+// TestAuditNATSCluster audits a bucket of one replica on a JetStream
+// cluster, then one of three.
+func TestAuditNATSCluster(t *testing.T) {
+	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) })
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "bucket dlock: 1 replica, on one server of the cluster dlock-test", check.SeverityRisk)
+	_, rep = audit(t, srv.URL+"/r3?replicas=3")
+	if f := finding(rep, "replica"); f != nil || rep.Servers[0].Settings["replicas"] != "3" {
+		t.Errorf("bucket of 3 replicas: finding %+v (read %+v)", f, rep.Servers)
 	}
 }
