@@ -259,7 +259,8 @@ var sqlReads = map[sqldlock.Dialect]struct {
 }{
 	sqldlock.Postgres: {map[string]string{"synchronous_commit": "SHOW synchronous_commit", "fsync": "SHOW fsync"},
 		"SELECT extract(epoch FROM clock_timestamp())::text"},
-	sqldlock.MySQL: {map[string]string{"innodb_flush_log_at_trx_commit": "SELECT @@innodb_flush_log_at_trx_commit"},
+	sqldlock.MySQL: {map[string]string{"innodb_flush_log_at_trx_commit": "SELECT @@innodb_flush_log_at_trx_commit",
+		"log_bin": "SELECT @@log_bin", "sync_binlog": "SELECT @@sync_binlog"},
 		"SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS CHAR)"},
 }
 

@@ -118,6 +118,11 @@ func (rep *AuditReport) judge() []Finding {
 				"InnoDB writes its log to disk about once a second: a crash loses the last commits, so a lock granted or a fencing token issued in them is forgotten and the token is issued again",
 				"SET GLOBAL innodb_flush_log_at_trx_commit = 1 (and in my.cnf)")
 		}
+		if v := set["sync_binlog"]; set["log_bin"] == "1" && v != "1" {
+			add(SeverityBreaks, s.Addr, "log_bin on, sync_binlog "+v,
+				"the binary log is not synced at each commit: a crash of the host loses its last commits, which replicas then never receive, and crash recovery, which keeps only the transactions the binary log has, rolls them back on this server too: a lock granted or a fencing token issued in them is forgotten",
+				"SET GLOBAL sync_binlog = 1 (and in my.cnf), with innodb_flush_log_at_trx_commit = 1")
+		}
 		if v := set["nats-server"]; v != "" && !natsTTLs(v) {
 			add(SeverityBreaks, s.Addr, "nats-server "+v,
 				"servers before 2.11 have no per-message TTLs: a record's lease is not kept, so a dead holder's lock is never freed on the server's clock (the driver refuses such a server itself when it opens the bucket)",

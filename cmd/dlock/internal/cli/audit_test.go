@@ -259,6 +259,20 @@ func TestAuditMariaDB(t *testing.T) {
 	}
 }
 
+// TestAuditMariaDBBinlog turns the binary log on, where sync_binlog 0 (the
+// default) lets a crash lose commits; then sets sync_binlog 1.
+func TestAuditMariaDBBinlog(t *testing.T) {
+	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartMariaDBWith(ctx, "--log-bin", "--innodb-flush-log-at-trx-commit=1")
+	})
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "log_bin on, sync_binlog 0", check.SeverityBreaks)
+	sqlExec(t, "mysql", srv.DSN, "SET GLOBAL sync_binlog = 1")
+	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
+		t.Errorf("findings with sync_binlog 1: %+v (read %+v)", rep.Findings, rep.Servers)
+	}
+}
+
 // TestAuditEtcd audits the installed etcd (whose release has the known
 // lease bugs unless it is recent) with a session shorter than the lease
 // its election timeout allows, and with one long enough.
