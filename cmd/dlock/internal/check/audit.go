@@ -426,8 +426,8 @@ func zkClock(ctx context.Context, c *zk.Conn, path string) (*Skew, error) {
 	})
 }
 
-// readMemcached reads every server's eviction setting and clock (whole
-// seconds) with "stats settings" and "stats" over connections of its own:
+// readMemcached reads every server's eviction and flush_all settings and
+// its clock (whole seconds) with "stats settings" and "stats" over connections of its own:
 // the driver's client has no stats requests.
 func readMemcached(ctx context.Context, u *url.URL) ([]Server, error) {
 	hosts, err := urlutil.Hosts(u, "11211")
@@ -470,7 +470,10 @@ func readMemcached(ctx context.Context, u *url.URL) ([]Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", h, err)
 		}
-		s := Server{Addr: h, Settings: map[string]string{"evictions": set["evictions"], "maxbytes": set["maxbytes"]}}
+		s := Server{Addr: h, Settings: map[string]string{}}
+		for _, k := range []string{"evictions", "maxbytes", "temp_lru", "temporary_ttl", "flush_enabled"} {
+			s.Settings[k] = set[k]
+		}
 		s.Clock, err = measureSkew(ctx, time.Second, func(context.Context) (time.Time, error) {
 			m, err := stats("")
 			if err != nil {

@@ -70,10 +70,20 @@ func (rep *AuditReport) judge() []Finding {
 				"under memory pressure Redis evicts keys, lock keys included (they carry a TTL, which the volatile-* policies look for): an evicted lock is free at once while its holder still works",
 				"CONFIG SET maxmemory-policy noeviction (and in redis.conf), or keep the locks on a Redis without maxmemory")
 		}
-		if set["evictions"] == "on" {
-			add(SeverityRisk, s.Addr, "evictions on, maxbytes "+set["maxbytes"],
-				"when memory runs short memcached evicts the least recently used items, lock items included: an evicted lock is free at once while its holder still works (memcached locks are for efficiency only)",
-				"run memcached with -M (no evictions: a full server refuses new items instead) and enough -m, or a memcached of its own for locks")
+		switch {
+		case set["evictions"] == "on" && set["temp_lru"] == "yes":
+			add(SeverityRisk, s.Addr, fmt.Sprintf("evictions on, maxbytes %s, temp_lru yes, temporary_ttl %s", set["maxbytes"], set["temporary_ttl"]),
+				"memcached never evicts an item whose TTL is under temporary_ttl ("+set["temporary_ttl"]+"s), so locks of shorter leases are safe; a lock of a longer lease is evicted when memory runs short, and is free at once while its holder still works",
+				"keep leases under temporary_ttl (raise it with -o temporary_ttl=N), or run memcached with -M (no evictions: a full server refuses new items instead)")
+		case set["evictions"] == "on":
+			add(SeverityBreaks, s.Addr, "evictions on, maxbytes "+set["maxbytes"],
+				"when memory runs short memcached evicts the least recently used items, lock items included: an evicted lock is free at once while its holder still works, and two clients hold it",
+				"run memcached with -M (no evictions: a full server refuses new items instead) and enough -m, or with -o temporary_ttl=N above the longest lease (items of a shorter TTL are never evicted), or a memcached of its own for locks")
+		}
+		if set["flush_enabled"] == "yes" {
+			add(SeverityRisk, s.Addr, "flush_enabled yes",
+				"any client that reaches the server can send flush_all (a cache-clearing script, an operator), which frees every lock at once while the holders still work: memcached asks for no credentials in the client dlock uses",
+				"run memcached with -F (flush_all disabled), or a memcached of its own for locks that nothing flushes")
 		}
 		switch {
 		case set["appendonly"] == "no" && redlock:

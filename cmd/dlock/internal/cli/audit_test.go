@@ -397,17 +397,24 @@ func TestAuditPgBouncer(t *testing.T) {
 }
 
 // TestAuditMemcached audits memcached as it starts by default (evicting
-// when memory runs short) and with -M.
+// when memory runs short, flush_all allowed), with a LRU that never evicts
+// short TTLs, and with -M and -F.
 func TestAuditMemcached(t *testing.T) {
 	srv := startServer(t, testsrv.StartMemcached)
 	_, rep := audit(t, srv.URL)
-	wantFinding(t, rep, "evictions on", check.SeverityRisk)
+	wantFinding(t, rep, "evictions on", check.SeverityBreaks)
+	wantFinding(t, rep, "flush_enabled yes", check.SeverityRisk)
 	if rep.Servers[0].Clock == nil {
 		t.Errorf("no clock read: %+v", rep.Servers)
 	}
-	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M") })
+	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartMemcachedWith(ctx, "-F", "-o", "temporary_ttl=120")
+	})
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "temp_lru yes, temporary_ttl 120", check.SeverityRisk)
+	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M", "-F") })
 	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
-		t.Errorf("findings on memcached -M: %+v", rep.Findings)
+		t.Errorf("findings on memcached -M -F: %+v", rep.Findings)
 	}
 }
 
