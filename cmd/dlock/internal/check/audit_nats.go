@@ -26,8 +26,8 @@ const natsVarzWait = 2 * time.Second
 
 // readNATS reads, through the driver's connection, the server it is
 // connected to (its version and, where the account may ask for them, its
-// JetStream settings), the replicas and storage of the bucket's stream,
-// and the clock of the stream's leader.
+// JetStream settings), the replicas, storage and, on a cluster, leader of
+// the bucket's stream, and the clock of the stream's leader.
 func readNATS(ctx context.Context, d *natsdlock.Driver) ([]Server, error) {
 	nc := d.Conn()
 	s := Server{Addr: nc.ConnectedAddr(), Settings: map[string]string{"nats-server": nc.ConnectedServerVersion()}}
@@ -39,7 +39,11 @@ func readNATS(ctx context.Context, d *natsdlock.Driver) ([]Server, error) {
 		return nil, err
 	}
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		cfg := bs.StreamInfo().Config
+		info := bs.StreamInfo()
+		cfg := info.Config
+		if info.Cluster != nil && s.Settings["cluster"] != "" {
+			s.Settings["bucket_leader"] = info.Cluster.Leader
+		}
 		s.Settings["bucket"] = bs.Bucket()
 		s.Settings["replicas"] = strconv.Itoa(cfg.Replicas)
 		s.Settings["storage"] = map[jetstream.StorageType]string{jetstream.FileStorage: "file", jetstream.MemoryStorage: "memory"}[cfg.Storage]

@@ -499,7 +499,11 @@ no_auth_user: app
 func TestAuditNATSCluster(t *testing.T) {
 	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) })
 	_, rep := audit(t, srv.URL)
-	wantFinding(t, rep, "bucket dlock: 1 replica, on one server of the cluster dlock-test", check.SeverityRisk)
+	leader := rep.Servers[0].Settings["bucket_leader"]
+	if !slices.ContainsFunc(srv.Members(), func(m *testsrv.Server) bool { return strings.HasSuffix(m.Name, "/"+leader) }) {
+		t.Errorf("the bucket's leader %q is no member of the cluster", leader)
+	}
+	wantFinding(t, rep, "bucket dlock: 1 replica, on server "+leader+" of the cluster dlock-test", check.SeverityRisk)
 	_, rep = audit(t, srv.URL+"/r3?replicas=3")
 	if f := finding(rep, "replica"); f != nil || rep.Servers[0].Settings["replicas"] != "3" {
 		t.Errorf("bucket of 3 replicas: finding %+v (read %+v)", f, rep.Servers)
