@@ -141,7 +141,7 @@ func (rep *AuditReport) judge() []Finding {
 		if set["replicas"] == "1" {
 			on := "a single server"
 			if c := set["cluster"]; c != "" {
-				on = fmt.Sprintf("server %s of the cluster %s", set["bucket_leader"], c)
+				on = "one server of the cluster " + c
 			}
 			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 1 replica, on %s", set["bucket"], on),
 				"the bucket lives on one server: while it is down no lock can be taken, refreshed or released (holders lose theirs), and a lost disk loses every hold and the stream's sequence, so fencing tokens start again from 1; not for correctness locks",
