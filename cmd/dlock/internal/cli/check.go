@@ -66,10 +66,11 @@ fsync and a pooler in transaction mode; MySQL
 innodb_flush_log_at_trx_commit and sync_binlog; etcd versions and the lease
 the cluster grants a session; the ZooKeeper session timeout the server
 negotiated; the servers of a Redlock; memcached evictions and flush_all;
-the NATS bucket's replicas and storage, the server's version and
+the NATS bucket's replicas and storage, its servers' versions and
 sync_interval; the clock of every server that shows one, against this
-host's) and says, per finding, what can go wrong and how to fix it. A finding "breaks" a promise of the backend, or is a
-"risk" beyond what it promises.
+host's) and says, per finding, what can go wrong and how to fix it. A
+finding "breaks" a promise of the backend, or is a "risk" beyond what it
+promises.
 
 Exit status:
   0    everything the backend promises held (--audit: no finding breaks
