@@ -138,14 +138,17 @@ func (rep *AuditReport) judge() []Finding {
 				"servers before 2.11 have no per-message TTLs: a record's lease is not kept, so a dead holder's lock is never freed on the server's clock (the driver refuses such a server itself when it opens the bucket)",
 				"upgrade every server of the cluster to nats-server 2.11 or later")
 		}
-		if set["replicas"] == "1" {
+		switch fix := "use a bucket of 3 or 5 replicas on a JetStream cluster of 3 or more servers: replicas=3 in the URL when the driver creates the bucket (nats stream edit KV_" + set["bucket"] + " --replicas 3 for an existing one)"; set["replicas"] {
+		case "1":
 			on := "a single server"
 			if c := set["cluster"]; c != "" {
 				on = "one server of the cluster " + c
 			}
 			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 1 replica, on %s", set["bucket"], on),
-				"the bucket lives on one server: while it is down no lock can be taken, refreshed or released (holders lose theirs), and a lost disk loses every hold and the stream's sequence, so fencing tokens start again from 1; not for correctness locks",
-				"use a bucket of 3 or 5 replicas on a JetStream cluster of 3 or more servers: replicas=3 in the URL when the driver creates the bucket (nats stream edit KV_"+set["bucket"]+" --replicas 3 for an existing one)")
+				"the bucket lives on one server: while it is down no lock can be taken, refreshed or released (holders lose theirs), and a lost disk loses every hold and the stream's sequence, so fencing tokens start again from 1; not for correctness locks", fix)
+		case "2":
+			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 2 replicas", set["bucket"]),
+				"a majority of 2 is both: while either server is down no lock can be taken, refreshed or released (holders lose theirs), so the bucket is less available than one of a single replica", fix)
 		}
 		if set["storage"] == "memory" {
 			add(SeverityBreaks, s.Addr, fmt.Sprintf("bucket %s: memory storage", set["bucket"]),

@@ -494,8 +494,8 @@ no_auth_user: app
 	}
 }
 
-// TestAuditNATSCluster audits a bucket of one replica on a JetStream
-// cluster, then one of three.
+// TestAuditNATSCluster audits buckets of one, two and three replicas on a
+// JetStream cluster.
 func TestAuditNATSCluster(t *testing.T) {
 	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) })
 	_, rep := audit(t, srv.URL)
@@ -503,6 +503,8 @@ func TestAuditNATSCluster(t *testing.T) {
 	if f := finding(rep, "1 replica"); f != nil && !member(srv, f.Server) {
 		t.Errorf("the finding names %q, not the member that leads the bucket", f.Server)
 	}
+	_, rep = audit(t, srv.URL+"/r2?replicas=2")
+	wantFinding(t, rep, "bucket r2: 2 replicas", check.SeverityRisk)
 	_, rep = audit(t, srv.URL+"/r3?replicas=3")
 	if f := finding(rep, "replica"); f != nil || rep.Servers[0].Settings["replicas"] != "3" {
 		t.Errorf("bucket of 3 replicas: finding %+v (read %+v)", f, rep.Servers)
