@@ -16,8 +16,13 @@ import (
 // password, binary log off, InnoDB tuned for speed), waits until it accepts
 // connections, and creates the database "dlock". The error wraps ErrMissing
 // if mariadbd/mysqld or mariadb-install-db/mysql_install_db cannot be found.
-func StartMariaDB(ctx context.Context) (*Server, error) {
-	return startMariaDB(ctx, MariaDB, nil, "")
+func StartMariaDB(ctx context.Context) (*Server, error) { return StartMariaDBWith(ctx) }
+
+// StartMariaDBWith starts a MariaDB server as StartMariaDB does, with the
+// extra server options given (such as --log-bin, which turns the binary
+// log on).
+func StartMariaDBWith(ctx context.Context, extra ...string) (*Server, error) {
+	return startMariaDB(ctx, MariaDB, extra, "")
 }
 
 // startMariaDB starts a MariaDB server as StartMariaDB documents, named

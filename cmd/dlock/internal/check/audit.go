@@ -23,6 +23,7 @@ import (
 	"github.com/dlockhq/dlock/internal/redact"
 	"github.com/dlockhq/dlock/internal/urlutil"
 	"github.com/dlockhq/dlock/memcachedlock"
+	"github.com/dlockhq/dlock/natsdlock"
 	"github.com/dlockhq/dlock/quorum"
 	"github.com/dlockhq/dlock/redisdlock"
 	"github.com/dlockhq/dlock/sqldlock"
@@ -102,6 +103,8 @@ func Audit(ctx context.Context, rawURL string) (*AuditReport, error) {
 		rep.Servers, err = readZooKeeper(ctx, d, u)
 	case *memcachedlock.Driver:
 		rep.Servers, err = readMemcached(ctx, u)
+	case *natsdlock.Driver:
+		rep.Servers, err = readNATS(ctx, d)
 	}
 	if err != nil {
 		return nil, err
@@ -256,7 +259,8 @@ var sqlReads = map[sqldlock.Dialect]struct {
 }{
 	sqldlock.Postgres: {map[string]string{"synchronous_commit": "SHOW synchronous_commit", "fsync": "SHOW fsync"},
 		"SELECT extract(epoch FROM clock_timestamp())::text"},
-	sqldlock.MySQL: {map[string]string{"innodb_flush_log_at_trx_commit": "SELECT @@innodb_flush_log_at_trx_commit"},
+	sqldlock.MySQL: {map[string]string{"innodb_flush_log_at_trx_commit": "SELECT @@innodb_flush_log_at_trx_commit",
+		"log_bin": "SELECT @@log_bin", "sync_binlog": "SELECT @@sync_binlog"},
 		"SELECT CAST(UNIX_TIMESTAMP(NOW(6)) AS CHAR)"},
 }
 
@@ -422,8 +426,8 @@ func zkClock(ctx context.Context, c *zk.Conn, path string) (*Skew, error) {
 	})
 }
 
-// readMemcached reads every server's eviction setting and clock (whole
-// seconds) with "stats settings" and "stats" over connections of its own:
+// readMemcached reads every server's eviction and flush_all settings and
+// its clock (whole seconds) with "stats settings" and "stats" over connections of its own:
 // the driver's client has no stats requests.
 func readMemcached(ctx context.Context, u *url.URL) ([]Server, error) {
 	hosts, err := urlutil.Hosts(u, "11211")
@@ -466,7 +470,10 @@ func readMemcached(ctx context.Context, u *url.URL) ([]Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", h, err)
 		}
-		s := Server{Addr: h, Settings: map[string]string{"evictions": set["evictions"], "maxbytes": set["maxbytes"]}}
+		s := Server{Addr: h, Settings: map[string]string{}}
+		for _, k := range []string{"evictions", "maxbytes", "temp_lru", "temporary_ttl", "flush_enabled"} {
+			s.Settings[k] = set[k]
+		}
 		s.Clock, err = measureSkew(ctx, time.Second, func(context.Context) (time.Time, error) {
 			m, err := stats("")
 			if err != nil {

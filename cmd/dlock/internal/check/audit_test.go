@@ -11,7 +11,7 @@ import (
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
-// TestAuditClockSkew audits Redis and ZooKeeper servers from a host whose
+// TestAuditClockSkew audits Redis, ZooKeeper and NATS servers from a host whose
 // clock is 3s behind: a risk where leases expire on the server's clock, a
 // broken promise in Redis's legacy protocol, whose leases expire on client
 // clocks.
@@ -19,7 +19,7 @@ func TestAuditClockSkew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var urls []string
-	for _, start := range []func(context.Context) (*testsrv.Server, error){testsrv.StartRedis, testsrv.StartZooKeeper} {
+	for _, start := range []func(context.Context) (*testsrv.Server, error){testsrv.StartRedis, testsrv.StartZooKeeper, testsrv.StartNATS} {
 		srv, err := start(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -27,7 +27,7 @@ func TestAuditClockSkew(t *testing.T) {
 		defer srv.Stop()
 		urls = append(urls, srv.URL)
 	}
-	redis, zk := urls[0], urls[1]
+	redis, zk, nats := urls[0], urls[1], urls[2]
 	for _, tc := range []struct {
 		url      string
 		behind   time.Duration
@@ -38,6 +38,8 @@ func TestAuditClockSkew(t *testing.T) {
 		{redis + "?mode=legacy", 3 * time.Second, SeverityBreaks},
 		{zk, 0, ""},
 		{zk, 3 * time.Second, SeverityRisk},
+		{nats, 0, ""},
+		{nats, 3 * time.Second, SeverityRisk},
 	} {
 		clientClock = func() time.Time { return time.Now().Add(-tc.behind) }
 		rep, err := Audit(ctx, tc.url)
@@ -70,6 +72,19 @@ func TestEtcdFixed(t *testing.T) {
 	} {
 		if got := etcdFixed(v); got != want {
 			t.Errorf("etcdFixed(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestNATSTTLs checks the nats-server releases the audit takes for having
+// per-message TTLs: the driver refuses older servers when it opens the
+// bucket, and only a newer one is installed.
+func TestNATSTTLs(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.10.29": false, "2.11.0": true, "2.15.2": true, "3.0.0": true, "1.4.1": false, "garbage": false,
+	} {
+		if got := natsTTLs(v); got != want {
+			t.Errorf("natsTTLs(%q) = %v, want %v", v, got, want)
 		}
 	}
 }

@@ -70,10 +70,20 @@ func (rep *AuditReport) judge() []Finding {
 				"under memory pressure Redis evicts keys, lock keys included (they carry a TTL, which the volatile-* policies look for): an evicted lock is free at once while its holder still works",
 				"CONFIG SET maxmemory-policy noeviction (and in redis.conf), or keep the locks on a Redis without maxmemory")
 		}
-		if set["evictions"] == "on" {
-			add(SeverityRisk, s.Addr, "evictions on, maxbytes "+set["maxbytes"],
-				"when memory runs short memcached evicts the least recently used items, lock items included: an evicted lock is free at once while its holder still works (memcached locks are for efficiency only)",
-				"run memcached with -M (no evictions: a full server refuses new items instead) and enough -m, or a memcached of its own for locks")
+		switch {
+		case set["evictions"] == "on" && set["temp_lru"] == "yes":
+			add(SeverityRisk, s.Addr, fmt.Sprintf("evictions on, maxbytes %s, temp_lru yes, temporary_ttl %s", set["maxbytes"], set["temporary_ttl"]),
+				"memcached never evicts an item whose TTL is under temporary_ttl ("+set["temporary_ttl"]+"s), so locks of shorter leases are safe; a lock of a longer lease is evicted when memory runs short, and is free at once while its holder still works",
+				"keep leases under temporary_ttl (raise it with -o temporary_ttl=N), or run memcached with -M (no evictions: a full server refuses new items instead)")
+		case set["evictions"] == "on":
+			add(SeverityBreaks, s.Addr, "evictions on, maxbytes "+set["maxbytes"],
+				"when memory runs short memcached evicts the least recently used items, lock items included: an evicted lock is free at once while its holder still works, and two clients hold it",
+				"run memcached with -M (no evictions: a full server refuses new items instead) and enough -m, or with -o temporary_ttl=N above the longest lease (items of a shorter TTL are never evicted), or a memcached of its own for locks")
+		}
+		if set["flush_enabled"] == "yes" {
+			add(SeverityRisk, s.Addr, "flush_enabled yes",
+				"any client that reaches the server can send flush_all (a cache-clearing script, an operator), which frees every lock at once while the holders still work: memcached asks for no credentials in the client dlock uses",
+				"run memcached with -F (flush_all disabled), or a memcached of its own for locks that nothing flushes")
 		}
 		switch {
 		case set["appendonly"] == "no" && redlock:
@@ -118,6 +128,42 @@ func (rep *AuditReport) judge() []Finding {
 				"InnoDB writes its log to disk about once a second: a crash loses the last commits, so a lock granted or a fencing token issued in them is forgotten and the token is issued again",
 				"SET GLOBAL innodb_flush_log_at_trx_commit = 1 (and in my.cnf)")
 		}
+		if v := set["sync_binlog"]; set["log_bin"] == "1" && v != "1" {
+			add(SeverityBreaks, s.Addr, "log_bin on, sync_binlog "+v,
+				"the binary log is not synced at each commit: a crash of the host loses its last commits, which replicas then never receive, and crash recovery, which keeps only the transactions the binary log has, rolls them back on this server too: a lock granted or a fencing token issued in them is forgotten",
+				"SET GLOBAL sync_binlog = 1 (and in my.cnf), with innodb_flush_log_at_trx_commit = 1")
+		}
+		if v := set["nats-server"]; v != "" && !natsTTLs(v) {
+			add(SeverityBreaks, s.Addr, "nats-server "+v,
+				"servers before 2.11 have no per-message TTLs: a record's lease is not kept, so a dead holder's lock is never freed on the server's clock (the driver refuses such a server itself when it opens the bucket)",
+				"upgrade every server of the cluster to nats-server 2.11 or later")
+		}
+		switch fix := "use a bucket of 3 or 5 replicas on a JetStream cluster of 3 or more servers: replicas=3 in the URL when the driver creates the bucket (nats stream edit KV_" + set["bucket"] + " --replicas 3 for an existing one)"; set["replicas"] {
+		case "1":
+			on := "a single server"
+			if c := set["cluster"]; c != "" {
+				on = "one server of the cluster " + c
+			}
+			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 1 replica, on %s", set["bucket"], on),
+				"the bucket lives on one server: while it is down no lock can be taken, refreshed or released (holders lose theirs), and a lost disk loses every hold and the stream's sequence, so fencing tokens start again from 1; not for correctness locks", fix)
+		case "2":
+			add(SeverityRisk, s.Addr, fmt.Sprintf("bucket %s: 2 replicas", set["bucket"]),
+				"a majority of 2 is both: while either server is down no lock can be taken, refreshed or released (holders lose theirs), so the bucket is less available than one of a single replica", fix)
+		}
+		if set["storage"] == "memory" {
+			add(SeverityBreaks, s.Addr, fmt.Sprintf("bucket %s: memory storage", set["bucket"]),
+				"the bucket is kept in memory: a restart of its server (of a majority of its replicas) forgets every hold and the stream's sequence, so a held lock can be taken again and fencing tokens start again from 1",
+				"make the bucket again with file storage (the driver creates it so: delete the bucket once no lock is held, or name another one in the URL)")
+		}
+		if v := set["sync_interval"]; v != "" && v != "always" {
+			sev, whose := SeverityRisk, "a majority of the bucket's servers at once (one power supply, one zone)"
+			if set["replicas"] == "1" {
+				sev, whose = SeverityBreaks, "the bucket's server"
+			}
+			add(sev, s.Addr, "sync_interval "+v,
+				"JetStream acknowledges a write before it is on disk and syncs every "+v+": a power loss or kernel crash of "+whose+" forgets the holds and tokens written since, so a held lock can be taken again and a fencing token issued twice (a process crash loses nothing)",
+				"set jetstream { sync_interval: always } in the server's configuration (every write synced, at a cost in throughput), or replicas=3 across failure domains")
+		}
 		if v := set["version"]; v != "" && !etcdFixed(v) {
 			add(SeverityBreaks, s.Addr, "etcd "+v,
 				"this etcd release has known lease bugs (a leader paused and resumed can revoke sessions the new leader kept alive, etcd-io/etcd#15247): a lock can be granted while its holder's is still valid",
@@ -153,6 +199,16 @@ func etcdFixed(v string) bool {
 		return patch >= first
 	}
 	return major > 3 || major == 3 && minor > 5
+}
+
+// natsTTLs reports whether nats-server version v has per-message TTLs
+// (2.11 or later).
+func natsTTLs(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 11
 }
 
 func sessionRisk(scheme string, asked, granted time.Duration) string {

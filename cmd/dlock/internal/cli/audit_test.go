@@ -7,12 +7,16 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock/cmd/dlock/internal/check"
@@ -255,6 +259,20 @@ func TestAuditMariaDB(t *testing.T) {
 	}
 }
 
+// TestAuditMariaDBBinlog turns the binary log on, where sync_binlog 0 (the
+// default) lets a crash lose commits; then sets sync_binlog 1.
+func TestAuditMariaDBBinlog(t *testing.T) {
+	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartMariaDBWith(ctx, "--log-bin", "--innodb-flush-log-at-trx-commit=1")
+	})
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "log_bin on, sync_binlog 0", check.SeverityBreaks)
+	sqlExec(t, "mysql", srv.DSN, "SET GLOBAL sync_binlog = 1")
+	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
+		t.Errorf("findings with sync_binlog 1: %+v (read %+v)", rep.Findings, rep.Servers)
+	}
+}
+
 // TestAuditEtcd audits the installed etcd (whose release has the known
 // lease bugs unless it is recent) with a session shorter than the lease
 // its election timeout allows, and with one long enough.
@@ -379,16 +397,130 @@ func TestAuditPgBouncer(t *testing.T) {
 }
 
 // TestAuditMemcached audits memcached as it starts by default (evicting
-// when memory runs short) and with -M.
+// when memory runs short, flush_all allowed), with a LRU that never evicts
+// short TTLs, and with -M and -F.
 func TestAuditMemcached(t *testing.T) {
 	srv := startServer(t, testsrv.StartMemcached)
 	_, rep := audit(t, srv.URL)
-	wantFinding(t, rep, "evictions on", check.SeverityRisk)
+	wantFinding(t, rep, "evictions on", check.SeverityBreaks)
+	wantFinding(t, rep, "flush_enabled yes", check.SeverityRisk)
 	if rep.Servers[0].Clock == nil {
 		t.Errorf("no clock read: %+v", rep.Servers)
 	}
-	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M") })
+	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartMemcachedWith(ctx, "-F", "-o", "temporary_ttl=120")
+	})
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "temp_lru yes, temporary_ttl 120", check.SeverityRisk)
+	srv = startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartMemcachedWith(ctx, "-M", "-F") })
 	if _, rep = audit(t, srv.URL); len(rep.Findings) > 0 {
-		t.Errorf("findings on memcached -M: %+v", rep.Findings)
+		t.Errorf("findings on memcached -M -F: %+v", rep.Findings)
 	}
+}
+
+// natsVarzConf is the configuration of a nats-server whose application
+// account may ask for the server's settings ($SYS.REQ.SERVER.PING.VARZ),
+// which clients join without credentials.
+const natsVarzConf = `
+accounts {
+  SYS: { users: [{user: sys, password: unused-sys}], exports: [{service: "$SYS.REQ.SERVER.PING.VARZ"}] }
+  APP: { jetstream: enabled, users: [{user: app, password: unused-app}], imports: [{service: {account: SYS, subject: "$SYS.REQ.SERVER.PING.VARZ"}}] }
+}
+system_account: SYS
+no_auth_user: app
+`
+
+// startNATSConf starts a JetStream server with the configuration conf.
+func startNATSConf(t *testing.T, conf string) *testsrv.Server {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, func(ctx context.Context) (*testsrv.Server, error) {
+		return testsrv.StartNATSWith(ctx, "-js", "-c", file)
+	})
+}
+
+// TestAuditNATS audits a single JetStream server: its bucket of one
+// replica, its sync_interval (unreadable to an account that may not ask
+// for the server's settings or is denied them, then the default 2m, then
+// always) and a
+// bucket in memory storage.
+func TestAuditNATS(t *testing.T) {
+	srv := startServer(t, testsrv.StartNATS)
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "bucket dlock: 1 replica, on a single server", check.SeverityRisk)
+	wantFinding(t, rep, "sync_interval: the server shows it", check.SeverityRisk)
+	if s := rep.Servers[0]; s.Clock == nil || s.Settings["nats-server"] == "" || s.Settings["storage"] != "file" {
+		t.Errorf("read %+v", s)
+	}
+	if f := finding(rep, "nats-server"); f != nil {
+		t.Errorf("finding on nats-server %s: %+v", rep.Servers[0].Settings["nats-server"], f)
+	}
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "mem", History: 1, Storage: jetstream.MemoryStorage, LimitMarkerTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	_, rep = audit(t, srv.URL+"/mem")
+	wantFinding(t, rep, "bucket mem: memory storage", check.SeverityBreaks)
+
+	// An account denied the subject gets no answer.
+	srv = startNATSConf(t, `authorization { users: [{user: app, password: unused-app, permissions: {publish: {deny: ["$SYS.>"]}}}] }
+no_auth_user: app
+`)
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "sync_interval: the server shows it", check.SeverityRisk)
+
+	srv = startNATSConf(t, natsVarzConf)
+	_, rep = audit(t, srv.URL)
+	wantFinding(t, rep, "sync_interval 2m0s", check.SeverityBreaks)
+	if rep.Servers[0].Unreadable != "" {
+		t.Errorf("unreadable: %s", rep.Servers[0].Unreadable)
+	}
+	srv = startNATSConf(t, natsVarzConf+"jetstream { sync_interval: always }\n")
+	_, rep = audit(t, srv.URL)
+	if f := finding(rep, "sync_interval"); f != nil || rep.Servers[0].Settings["sync_interval"] != "always" {
+		t.Errorf("sync_interval always: finding %+v (read %+v)", f, rep.Servers)
+	}
+}
+
+// TestAuditNATSCluster audits buckets of one, two and three replicas on a
+// JetStream cluster.
+func TestAuditNATSCluster(t *testing.T) {
+	srv := startServer(t, func(ctx context.Context) (*testsrv.Server, error) { return testsrv.StartNATSCluster(ctx, 3) })
+	_, rep := audit(t, srv.URL)
+	wantFinding(t, rep, "bucket dlock: 1 replica, on one server of the cluster dlock-test", check.SeverityRisk)
+	if f := finding(rep, "1 replica"); f != nil && !member(srv, f.Server) {
+		t.Errorf("the finding names %q, not the member that leads the bucket", f.Server)
+	}
+	_, rep = audit(t, srv.URL+"/r2?replicas=2")
+	wantFinding(t, rep, "bucket r2: 2 replicas", check.SeverityRisk)
+	_, rep = audit(t, srv.URL+"/r3?replicas=3")
+	if f := finding(rep, "replica"); f != nil || rep.Servers[0].Settings["replicas"] != "3" {
+		t.Errorf("bucket of 3 replicas: finding %+v (read %+v)", f, rep.Servers)
+	}
+	// Each server of the bucket is read, by name.
+	if len(rep.Servers) != 3 {
+		t.Fatalf("%d servers read, want the 3 of the bucket: %+v", len(rep.Servers), rep.Servers)
+	}
+	for _, s := range rep.Servers {
+		if !member(srv, s.Addr) || s.Settings["nats-server"] == "" || !strings.HasPrefix(s.Unreadable, "sync_interval") {
+			t.Errorf("read %+v", s)
+		}
+	}
+}
+
+// member reports whether the cluster srv has a member of server name name.
+func member(srv *testsrv.Server, name string) bool {
+	return slices.ContainsFunc(srv.Members(), func(m *testsrv.Server) bool { return strings.HasSuffix(m.Name, "/"+name) })
 }

@@ -63,12 +63,14 @@ and what the backend's capability flags promise; --json prints it as JSON.
 With --audit, dlock runs no workload: it reads the deployment's settings
 (Redis persistence, eviction and replicas; PostgreSQL synchronous_commit,
 fsync and a pooler in transaction mode; MySQL
-innodb_flush_log_at_trx_commit; etcd versions and the lease the cluster
-grants a session; the ZooKeeper session timeout the server negotiated; the
-servers of a Redlock; memcached evictions; the clock of every server that
-shows one, against this host's) and says, per finding, what can go wrong
-and how to fix it. A finding "breaks" a promise of the backend, or is a
-"risk" beyond what it promises.
+innodb_flush_log_at_trx_commit and sync_binlog; etcd versions and the lease
+the cluster grants a session; the ZooKeeper session timeout the server
+negotiated; the servers of a Redlock; memcached evictions and flush_all;
+the NATS bucket's replicas and storage, its servers' versions and
+sync_interval; the clock of every server that shows one, against this
+host's) and says, per finding, what can go wrong and how to fix it. A
+finding "breaks" a promise of the backend, or is a "risk" beyond what it
+promises.
 
 Exit status:
   0    everything the backend promises held (--audit: no finding breaks
