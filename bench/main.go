@@ -299,7 +299,8 @@ func cells(cfg config) []cell {
 		cs = append(cs, handoffCells(st)...)
 		cs = append(cs, procCells(cfg, st)...)
 	}
-	// NATS JetStream key-value, next to etcd: no FIFO queue.
+	// NATS JetStream key-value, next to etcd. No fifo cell: the queue lives
+	// in one record per key, where the cell cannot count the waiters.
 	for _, g := range []int{1, 16} {
 		cs = append(cs, cell{store: "nats", workload: "uncontended", params: fmt.Sprintf("G=%d", g), servers: 1, clients: min(g, cfg.clients),
 			run: func(rc *runCtx, s *samples) { uncontended(rc, s, g) }})
