@@ -1,0 +1,96 @@
+package drivertest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockhq/dlock"
+)
+
+// testLockDelay checks dlock.WithLockDelay: a holder that stops renewing
+// keeps the key from others for the delay after its own lease ended, on a
+// lock taken with the delay and on one resumed from its hold ID by a Client
+// without it, while a Release frees the key at once. A driver that does not
+// declare LockDelay refuses the option.
+func (s *suite) testLockDelay(t *testing.T) {
+	p := prefix(t)
+	a, b := s.client(t), s.client(t)
+	ttl := s.shortTTL()
+	delay := max(2*time.Second, 2*ttl)
+	if !s.caps.LockDelay {
+		_, err := a.TryLock(ctx(t), p+"k", dlock.WithLockDelay(delay))
+		if ae := (*dlock.ArgError)(nil); !errors.As(err, &ae) || ae.Name != "lock delay" {
+			t.Errorf("TryLock with a lock delay on a driver without LockDelay = %v; want an *ArgError named \"lock delay\"", err)
+		}
+		return
+	}
+	// A release frees the key at once, whatever the delay.
+	l, err := a.Lock(ctx(t), p+"released", dlock.WithTTL(longTTL), dlock.WithLockDelay(longTTL))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if l.TTL() > longTTL {
+		t.Errorf("Lock.TTL() = %v with a lock delay; want the lease asked for, %v, or less", l.TTL(), longTTL)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if l, err := b.TryLock(ctx(t), p+"released"); err != nil {
+		t.Errorf("TryLock after a release with a lock delay: %v; want the key free at once", err)
+	} else {
+		l.Release(ctx(t))
+	}
+
+	// Holders that stop renewing: one that took the lock with the delay,
+	// one resumed with the delay its hold ID carries, and a lock without
+	// delay taken after them, whose end on the store tells that theirs
+	// have ended too.
+	opts := []dlock.LockOption{dlock.WithTTL(ttl), dlock.WithoutRenewal()}
+	held := []string{p + "stopped"}
+	if _, err := a.Lock(ctx(t), held[0], append(opts, dlock.WithLockDelay(delay))...); err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if s.caps.PortableHolds {
+		held = append(held, p+"resumed")
+		l, err := a.Lock(ctx(t), held[1], dlock.WithTTL(longTTL), dlock.WithLockDelay(delay))
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		id := l.HoldID()
+		if err := l.Detach(); err != nil {
+			t.Fatalf("Detach: %v", err)
+		}
+		if _, err := b.Resume(ctx(t), id, opts...); err != nil {
+			t.Fatalf("Resume: %v", err)
+		}
+	}
+	if _, err := a.Lock(ctx(t), p+"ref", opts...); err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	ref, err := b.Lock(ctx(t), p+"ref", dlock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Lock waiting for an expired lease: %v", err)
+	}
+	for _, key := range held {
+		if l, err := b.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock of %q once its holder's lease ended = %v; want ErrNotAcquired during the lock delay", key, err)
+			if err == nil {
+				l.Release(ctx(t))
+			}
+		}
+	}
+	if err := ref.Release(ctx(t)); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	for _, key := range held {
+		l, err := b.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+		if err == nil {
+			err = l.Release(ctx(t))
+		}
+		if err != nil {
+			t.Errorf("Lock of %q after the lock delay: %v", key, err)
+		}
+	}
+	s.assertNoResidue(t, p)
+}
