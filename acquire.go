@@ -111,8 +111,8 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 }
 
 // lease returns the holder's lease, the one the store granted req less the
-// lock delay's pad (see Client.pad), and the time until which the hold is valid, for a request
-// sent at sent.
+// lock delay's pad (see Client.pad), and the time until which the hold is
+// valid, for a request sent at sent.
 func lease(req driver.Request, res driver.Result, sent time.Time, pad time.Duration) (time.Duration, time.Time) {
 	ttl := req.TTL
 	if res.TTL > 0 && res.TTL < ttl {

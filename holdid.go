@@ -69,7 +69,7 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // changed), nor take a new hold.
 //
 // It records the lease that the lock asked for, which Resume takes by
-// default, and its mode (take it after a Downgrade). The IDs that handles
+// default, its lock delay (WithLockDelay), which Resume keeps, and its mode (take it after a Downgrade). The IDs that handles
 // of one hold return (the Lock that took it, Locks resumed from it) all
 // name that hold. HoldID still answers after the lock has ended, but then
 // names a hold that Resume refuses.
@@ -107,7 +107,9 @@ func (c *Client) portable(what string) error {
 //
 // The lease is the one the ID records (the lease that the Lock that gave it
 // asked for), unless WithTTL gives another one: Resume sets the hold's
-// lease to it from now, which extends or shortens the hold. WithMaxHold
+// lease to it from now, which extends or shortens the hold. The lock delay
+// is the longest of the one the ID records, the Client's default and
+// WithLockDelay: a Resume never shortens the delay the ID records. WithMaxHold
 // counts from the call to Resume. The mode, limit, fairness and owner info
 // of the hold are those it was taken with: Shared or WithLimit that
 // disagree with the hold's mode make Resume fail with ErrModeMismatch, and

@@ -272,8 +272,9 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // in-process store, and the SQL stores opened with fair=1; docs/lock-types.md's
 // table of lock types lists them) are fair for every lock; on the others
 // Lock returns an error wrapping ErrUnsupported rather than an unfair lock. A
-// waiter that dies holds up the queue for at most its TTL (its place in the
-// queue is a lease of its own) or, on session-based stores, until its
+// waiter that dies holds up the queue for at most its TTL, plus its lock
+// delay if it has one (its place in the queue is a lease of its own) or, on
+// session-based stores, until its
 // session expires, whichever comes first.
 func Fair() LockOption {
 	return func(c *lockConfig) { c.fair = true }

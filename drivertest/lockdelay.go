@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 )
 
 // testLockDelay checks dlock.WithLockDelay: a holder that stops renewing
 // keeps the key from others for the delay after its own lease ended, on a
 // lock taken with the delay and on one resumed from its hold ID by a Client
-// without it, while a Release frees the key at once. A driver that does not
+// without it, while a Release, or a forced one, frees the key at once. A driver that does not
 // declare LockDelay refuses the option.
 func (s *suite) testLockDelay(t *testing.T) {
 	p := prefix(t)
@@ -40,6 +41,20 @@ func (s *suite) testLockDelay(t *testing.T) {
 		t.Errorf("TryLock after a release with a lock delay: %v; want the key free at once", err)
 	} else {
 		l.Release(ctx(t))
+	}
+	// So does an operator's forced release (documented as such).
+	if f, ok := s.driver(t).(driver.ForceReleaser); ok {
+		if _, err := a.Lock(ctx(t), p+"forced", dlock.WithTTL(longTTL), dlock.WithLockDelay(longTTL)); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if n, err := f.ForceRelease(ctx(t), p+"forced"); err != nil || n != 1 {
+			t.Fatalf("ForceRelease = %d, %v; want 1", n, err)
+		}
+		if l, err := b.TryLock(ctx(t), p+"forced"); err != nil {
+			t.Errorf("TryLock after a forced release with a lock delay: %v; want the key free at once", err)
+		} else {
+			l.Release(ctx(t))
+		}
 	}
 
 	// Holders that stop renewing: one that took the lock with the delay,

@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, usagef("invalid --ttl %v: this store takes leases from %v to %v", cfg.TTL, caps.MinTTL, caps.MaxTTL)
 	case cfg.LockDelay > 0 && !caps.LockDelay:
 		return nil, usagef("invalid --lock-delay %v: this store's holds end with its client's session", cfg.LockDelay)
-	case cfg.LockDelay > caps.MaxTTL-cfg.TTL:
+	case cfg.LockDelay > caps.MaxTTL-cfg.TTL-caps.TTLResolution:
 		return nil, usagef("invalid --lock-delay %v: with the --ttl of %v it passes this store's longest lease, %v", cfg.LockDelay, cfg.TTL, caps.MaxTTL)
 	}
 	guard, err := c.TryLock(ctx, guardKey, dlock.WithTTL(max(cfg.TTL, 10*time.Second)))
