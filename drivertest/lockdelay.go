@@ -57,18 +57,31 @@ func (s *suite) testLockDelay(t *testing.T) {
 		}
 	}
 
-	// Holders that stop renewing: one that took the lock with the delay,
+	// Holders that stop renewing: one that took the lock with the delay
+	// (and a reader and a semaphore's permit, where the driver has them),
 	// one resumed with the delay its hold ID carries, and a lock without
 	// delay taken after them, whose end on the store tells that theirs
-	// have ended too.
+	// have ended too. held maps their keys to the mode of the next holder.
 	opts := []dlock.LockOption{dlock.WithTTL(ttl), dlock.WithoutRenewal()}
-	held := []string{p + "stopped"}
-	if _, err := a.Lock(ctx(t), held[0], append(opts, dlock.WithLockDelay(delay))...); err != nil {
+	held := map[string][]dlock.LockOption{p + "stopped": nil}
+	if s.caps.Modes.Has(driver.Shared) {
+		held[p+"reader"] = nil // a writer
+		if _, err := a.Lock(ctx(t), p+"reader", append(opts, dlock.Shared(), dlock.WithLockDelay(delay))...); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+	}
+	if s.caps.Modes.Has(driver.Semaphore) {
+		held[p+"permit"] = []dlock.LockOption{dlock.WithLimit(1)}
+		if _, err := a.Lock(ctx(t), p+"permit", append(opts, dlock.WithLimit(1), dlock.WithLockDelay(delay))...); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+	}
+	if _, err := a.Lock(ctx(t), p+"stopped", append(opts, dlock.WithLockDelay(delay))...); err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
 	if s.caps.PortableHolds {
-		held = append(held, p+"resumed")
-		l, err := a.Lock(ctx(t), held[1], dlock.WithTTL(longTTL), dlock.WithLockDelay(delay))
+		held[p+"resumed"] = nil
+		l, err := a.Lock(ctx(t), p+"resumed", dlock.WithTTL(longTTL), dlock.WithLockDelay(delay))
 		if err != nil {
 			t.Fatalf("Lock: %v", err)
 		}
@@ -87,8 +100,8 @@ func (s *suite) testLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lock waiting for an expired lease: %v", err)
 	}
-	for _, key := range held {
-		if l, err := b.TryLock(ctx(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+	for key, mode := range held {
+		if l, err := b.TryLock(ctx(t), key, mode...); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("TryLock of %q once its holder's lease ended = %v; want ErrNotAcquired during the lock delay", key, err)
 			if err == nil {
 				l.Release(ctx(t))
@@ -98,8 +111,8 @@ func (s *suite) testLockDelay(t *testing.T) {
 	if err := ref.Release(ctx(t)); err != nil {
 		t.Errorf("Release: %v", err)
 	}
-	for _, key := range held {
-		l, err := b.Lock(ctx(t), key, dlock.WithTTL(longTTL))
+	for key, mode := range held {
+		l, err := b.Lock(ctx(t), key, append(mode, dlock.WithTTL(longTTL))...)
 		if err == nil {
 			err = l.Release(ctx(t))
 		}
