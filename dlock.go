@@ -68,6 +68,8 @@
 //     maximum, or so short that the drift margin (DriftMargin) leaves no
 //     validity;
 //   - backoff bounds that are not positive or out of order;
+//   - a lock delay (WithLockDelay) that is negative, that with the TTL passes
+//     the backend's maximum lease, or that the backend cannot keep;
 //   - a URL that does not parse or names an unknown scheme;
 //   - a malformed hold ID (which the error does not show).
 //
