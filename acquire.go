@@ -84,7 +84,7 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 	if cfg.info != nil {
 		info = *cfg.info
 	}
-	return driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl, Mode: mode, Limit: limit, Info: info}, cfg, nil, nil
+	return driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl + c.pad(cfg.delay), Mode: mode, Limit: limit, Info: info}, cfg, nil, nil
 }
 
 // acquireLoop makes the attempts of one acquisition (see attempts). Waiters
@@ -110,14 +110,26 @@ func (c *Client) acquireLoop(parent context.Context, req driver.Request, cfg loc
 	return locks[0], nil
 }
 
-// lease returns the lease the store granted req and the time until which
-// the hold is valid, for a request sent at sent.
-func lease(req driver.Request, res driver.Result, sent time.Time) (time.Duration, time.Time) {
+// lease returns the holder's lease, the one the store granted req less the
+// lock delay's pad (see Client.pad), and the time until which the hold is
+// valid, for a request sent at sent.
+func lease(req driver.Request, res driver.Result, sent time.Time, pad time.Duration) (time.Duration, time.Time) {
 	ttl := req.TTL
 	if res.TTL > 0 && res.TTL < ttl {
 		ttl = res.TTL
 	}
+	ttl -= pad
 	return ttl, sent.Add(ttl - DriftMargin(ttl))
+}
+
+// pad returns what a lock delay adds to the lease dlock asks the store for:
+// the delay, and one unit of a coarse lease clock (TTLResolution), which
+// the store may cut from a lease.
+func (c *Client) pad(delay time.Duration) time.Duration {
+	if delay == 0 {
+		return 0
+	}
+	return delay + c.caps.TTLResolution
 }
 
 // cleanup releases whatever req's owner may hold after an unknown outcome or

@@ -136,7 +136,7 @@ func (at *attempts) granted() (driver.Result, bool) {
 		return driver.Result{}, false
 	}
 	r, ok := g.Granted()
-	if _, until := lease(at.reqs[0], r, at.sent); !ok || time.Until(until) < r.TTL/2 {
+	if _, until := lease(at.reqs[0], r, at.sent, at.c.pad(at.cfgs[0].delay)); !ok || time.Until(until) < r.TTL/2 {
 		return driver.Result{}, false
 	}
 	return r, true
@@ -228,7 +228,7 @@ func (at *attempts) requeue(err error) bool {
 // instant), had run out.
 func (at *attempts) late(o driver.MultiResult) error {
 	for i, req := range at.reqs {
-		ttl, until := lease(req, o.Results[i], at.sent)
+		ttl, until := lease(req, o.Results[i], at.sent, at.c.pad(at.cfgs[i].delay))
 		bound, d := "lease", ttl
 		if mh := at.cfgs[i].maxHold; mh != nil && at.sent.Add(*mh).Before(until) {
 			bound, d, until = "max hold", *mh, at.sent.Add(*mh)
@@ -245,9 +245,10 @@ func (at *attempts) late(o driver.MultiResult) error {
 // caller to report and release; finish clears the rest.
 func (at *attempts) hold(o driver.MultiResult) ([]*Lock, error) {
 	for i, req := range at.reqs {
-		ttl, validUntil := lease(req, o.Results[i], at.sent)
+		pad := at.c.pad(at.cfgs[i].delay)
+		ttl, validUntil := lease(req, o.Results[i], at.sent, pad)
 		if at.handed {
-			ttl = req.TTL // the first renewal, soon, asks for it (see newLock)
+			ttl = req.TTL - pad // the first renewal, soon, asks for it (see newLock)
 		}
 		if req.Mode != driver.Exclusive {
 			// Readers and permits of one Client hold at once: the gate

@@ -68,6 +68,8 @@
 //     maximum, or so short that the drift margin (DriftMargin) leaves no
 //     validity;
 //   - backoff bounds that are not positive or out of order;
+//   - a lock delay (WithLockDelay) that is negative, that with the TTL passes
+//     the backend's maximum lease, or that the backend cannot keep;
 //   - a URL that does not parse or names an unknown scheme;
 //   - a malformed hold ID (which the error does not show).
 //
@@ -200,6 +202,9 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err
 	}
+	if err := c.checkLockDelay(cfg.defaultTTL, cfg.lockDelay); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -261,7 +266,9 @@ func Schemes() []string {
 
 // Open returns a Client for the backend named by rawURL's scheme, which must
 // have been registered (import the backend package, e.g.
-// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`). Each backend
+// `import _ "github.com/dlockhq/dlock/sqldlock/postgres"`). Every scheme
+// takes the parameter lock_delay (lock_delay=5s), the Client's default lock
+// delay (see WithDefaultLockDelay and WithLockDelay). Each backend
 // bounds the connection by its URL's connect timeout (5s by default), so
 // Open returns within it even if ctx has no deadline. A URL that does not
 // parse, names an unknown scheme or a bad port, or that its backend
@@ -274,6 +281,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, argError("ctx", nil, "must not be nil")
 	}
 	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	delay, err := lockDelayParam(u)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +315,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		}
 		return nil, fmt.Errorf("dlock: open %s: %w", redact.URL(u), err)
 	}
-	c, err := New(d, opts...)
+	c, err := New(d, append([]Option{WithDefaultLockDelay(delay)}, opts...)...)
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -340,6 +351,23 @@ func parseURL(rawURL string) (*url.URL, error) {
 		}
 	}
 	return u, nil
+}
+
+// lockDelayParam takes the parameter lock_delay, which every scheme takes,
+// out of u's query and returns its value (zero without it).
+func lockDelayParam(u *url.URL) (time.Duration, error) {
+	q := u.Query()
+	vs, ok := q["lock_delay"]
+	if !ok {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(vs[len(vs)-1])
+	if err != nil || d < 0 {
+		return 0, argError("url", redact.URL(u), "lock_delay=%q is not a duration of zero or more (write lock_delay=5s)", vs[len(vs)-1])
+	}
+	q.Del("lock_delay")
+	u.RawQuery = q.Encode()
+	return d, nil
 }
 
 // schemeHint returns a hint at the scheme meant by u, whose scheme is
@@ -619,11 +647,14 @@ func (c *Client) checkLockTTL(ttl time.Duration) error {
 }
 
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
-	cfg := lockConfig{ttl: c.cfg.defaultTTL, renew: true, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	cfg := lockConfig{ttl: c.cfg.defaultTTL, delay: c.cfg.lockDelay, renew: true, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := c.checkLockTTL(cfg.ttl); err != nil {
+		return cfg, err
+	}
+	if err := c.checkLockDelay(cfg.ttl, cfg.delay); err != nil {
 		return cfg, err
 	}
 	if cfg.info != nil {

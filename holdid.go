@@ -17,11 +17,11 @@ type holdRef struct {
 	mode       Mode
 	limit      int
 	token      uint64
-	ttl        time.Duration
+	ttl, delay time.Duration
 }
 
 func (h holdRef) encode() string {
-	return holdid.Ref{Key: h.key, Owner: h.owner, Mode: uint8(h.mode), Limit: uint64(h.limit), Token: h.token, TTL: uint64(h.ttl)}.Encode()
+	return holdid.Ref{Key: h.key, Owner: h.owner, Mode: uint8(h.mode), Limit: uint64(h.limit), Token: h.token, TTL: uint64(h.ttl), Delay: uint64(h.delay)}.Encode()
 }
 
 // parseHoldID decodes a hold ID. Its errors are *ArgErrors that never show
@@ -40,10 +40,10 @@ func parseHoldID(id string) (holdRef, error) {
 		return bad("is damaged: it names an unknown mode")
 	case (Mode(r.Mode) == driver.Semaphore) != (r.Limit > 0) || r.Limit > 1<<31-1:
 		return bad("is damaged: its limit does not fit its mode")
-	case r.TTL == 0 || r.TTL > 1<<62:
+	case r.TTL == 0 || r.TTL > 1<<62 || r.Delay > 1<<62:
 		return bad("is damaged: its lease is out of range")
 	}
-	return holdRef{key: r.Key, owner: r.Owner, mode: Mode(r.Mode), limit: int(r.Limit), token: r.Token, ttl: time.Duration(r.TTL)}, nil
+	return holdRef{key: r.Key, owner: r.Owner, mode: Mode(r.Mode), limit: int(r.Limit), token: r.Token, ttl: time.Duration(r.TTL), delay: time.Duration(r.Delay)}, nil
 }
 
 // hidden stands for a secret in an *ArgError: it shows the secret's length
@@ -69,13 +69,13 @@ func (h hidden) String() string { return fmt.Sprintf("(not shown, %d bytes)", in
 // changed), nor take a new hold.
 //
 // It records the lease that the lock asked for, which Resume takes by
-// default, and its mode (take it after a Downgrade). The IDs that handles
+// default, its lock delay (WithLockDelay), which Resume keeps, and its mode (take it after a Downgrade). The IDs that handles
 // of one hold return (the Lock that took it, Locks resumed from it) all
 // name that hold. HoldID still answers after the lock has ended, but then
 // names a hold that Resume refuses.
 func (l *Lock) HoldID() string {
 	req := l.request()
-	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: req.TTL}.encode()
+	return holdRef{key: req.Key, owner: req.Owner, mode: req.Mode, limit: req.Limit, token: l.token, ttl: req.TTL - l.c.pad(l.delay), delay: l.delay}.encode()
 }
 
 // portable returns nil if the backend's holds can outlive their Client and
@@ -107,7 +107,9 @@ func (c *Client) portable(what string) error {
 //
 // The lease is the one the ID records (the lease that the Lock that gave it
 // asked for), unless WithTTL gives another one: Resume sets the hold's
-// lease to it from now, which extends or shortens the hold. WithMaxHold
+// lease to it from now, which extends or shortens the hold. The lock delay
+// is the longest of the one the ID records, the Client's default and
+// WithLockDelay: a Resume never shortens the delay the ID records. WithMaxHold
 // counts from the call to Resume. The mode, limit, fairness and owner info
 // of the hold are those it was taken with: Shared or WithLimit that
 // disagree with the hold's mode make Resume fail with ErrModeMismatch, and
@@ -145,7 +147,10 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 		return nil, err
 	}
 	// The lease recorded in the ID is the default; WithTTL overrides it.
-	cfg, err := c.lockConfig(append([]LockOption{WithTTL(h.ttl)}, opts...))
+	// The lock delay is the longest of the ID's, the Client's and
+	// WithLockDelay's: a resume never shortens it.
+	opts = append(append([]LockOption{WithTTL(h.ttl)}, opts...), func(cfg *lockConfig) { cfg.delay = max(cfg.delay, h.delay) })
+	cfg, err := c.lockConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +163,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if err != nil {
 		return nil, err
 	}
-	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
+	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl + c.pad(cfg.delay), Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
 	_, _, err = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
 	if err != nil {
 		return nil, c.resumeFailure(ctx, h.key, err)
@@ -166,8 +171,10 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	// A store with a coarse clock grants at least a whole number of its
 	// units less one (memcached), and at least one unit (Redis's legacy
 	// protocol in seconds): the lease may be that much shorter than asked.
+	// The lease asked for includes the lock delay's pad, which leaves the
+	// store at least the delay after the holder's lease.
 	r := c.caps.TTLResolution
-	ttl, validUntil := lease(req, driver.Result{TTL: max(req.TTL.Truncate(r)-r, r)}, sent)
+	ttl, validUntil := lease(driver.Request{TTL: cfg.ttl}, driver.Result{TTL: max(cfg.ttl.Truncate(r)-r, r)}, sent, 0)
 	if !time.Now().Before(validUntil) {
 		return nil, fmt.Errorf("dlock: %w: %q: the store answered after the lease of %v had run out", ErrLost, h.key, ttl)
 	}
@@ -214,8 +221,8 @@ func (c *Client) resumeFailure(ctx context.Context, key string, err error) error
 
 // Detach lets go of the lock without releasing it: renewal stops, the
 // Client forgets the lock (Client.Close does not release it), and the hold
-// stays on the store until its lease ends, at most the lock's TTL after its
-// last renewal or refresh, or until a Lock resumed from its HoldID
+// stays on the store until its lease ends, at most the lock's TTL (plus its
+// lock delay) after its last renewal or refresh, or until a Lock resumed from its HoldID
 // releases it. This process may exit meanwhile. To give the hold a known
 // length, take it WithoutRenewal, or Refresh it (from a Lock with the TTL
 // wanted, see Client.Resume) just before.

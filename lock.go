@@ -28,7 +28,8 @@ type Lock struct {
 	c          *Client
 	req        driver.Request
 	token      uint64
-	ttl        time.Duration
+	ttl        time.Duration // the holder's lease, without delay
+	delay      time.Duration // the lock delay (WithLockDelay): req.TTL includes its pad
 	acquiredAt time.Time
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
@@ -63,7 +64,7 @@ type Lock struct {
 // newLock makes the handle of an acquired lock. Its context carries the lock
 // on top of the locks that acq, the acquisition's context, carries.
 func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
-	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, gate: gate}
+	l := &Lock{c: c, req: req, token: token, ttl: ttl, delay: cfg.delay, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
 	if l.events.id == 0 {
 		l.events.id = nextAcquisitionID()

@@ -27,6 +27,7 @@ type clientConfig struct {
 	logger     *slog.Logger
 	observer   Observer
 	defaultTTL time.Duration
+	lockDelay  time.Duration
 	info       string
 }
 
@@ -48,6 +49,14 @@ func WithDefaultTTL(d time.Duration) Option {
 	return func(c *clientConfig) { c.defaultTTL = d }
 }
 
+// WithDefaultLockDelay sets the lock delay of locks that do not pass
+// WithLockDelay (see there). The default is none. dlock.Open also takes it
+// from the URL parameter lock_delay (lock_delay=2s), which an option given
+// to Open overrides.
+func WithDefaultLockDelay(d time.Duration) Option {
+	return func(c *clientConfig) { c.lockDelay = d }
+}
+
 // WithOwnerInfo sets the text stored with each hold and shown by listings
 // (`dlock ls`). The default is "host:pid".
 func WithOwnerInfo(info string) Option {
@@ -67,6 +76,7 @@ type lockConfig struct {
 	shared     bool
 	limit      *int
 	maxHold    *time.Duration
+	delay      time.Duration
 	id         uint64 // the acquisition's Event.ID; zero for a fresh one
 }
 
@@ -76,6 +86,26 @@ type lockConfig struct {
 // says otherwise).
 func WithTTL(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl = d }
+}
+
+// WithLockDelay sets the lock's lock delay, as Chubby and Consul have it:
+// when the hold ends without a release (its lease ran out because its
+// holder was paused, cut off or crashed), nobody may take the key for d
+// after the holder's lease ended, on the store's clock, so that the late
+// writes of an old holder land before the next holder starts. It protects
+// resources that cannot check a fencing token. A Release frees the key at
+// once, as does ReleaseAfter when its time comes; a crashed holder keeps
+// the key from others for TTL+d.
+//
+// dlock asks the store for a lease of TTL+d, on every acquisition and
+// renewal, while the holder counts on its TTL alone (Lock.TTL, its
+// validity, its renewal and its lost signal). TTL+d must not exceed the
+// backend's maximum lease. Backends whose holds end with a client session
+// (etcd, ZooKeeper: Capabilities().LockDelay is false) refuse a non-zero
+// d. Otherwise, and for a negative d, the acquisition fails with an
+// *ArgError named "lock delay".
+func WithLockDelay(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.delay = d }
 }
 
 // WithoutRenewal turns automatic renewal off: the lock is lost when its lease
@@ -242,8 +272,9 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // in-process store, and the SQL stores opened with fair=1; docs/lock-types.md's
 // table of lock types lists them) are fair for every lock; on the others
 // Lock returns an error wrapping ErrUnsupported rather than an unfair lock. A
-// waiter that dies holds up the queue for at most its TTL (its place in the
-// queue is a lease of its own) or, on session-based stores, until its
+// waiter that dies holds up the queue for at most its TTL, plus its lock
+// delay if it has one (its place in the queue is a lease of its own) or, on
+// session-based stores, until its
 // session expires, whichever comes first.
 func Fair() LockOption {
 	return func(c *lockConfig) { c.fair = true }
@@ -278,6 +309,21 @@ func (c *lockConfig) mode() (driver.Mode, int) {
 		return driver.Shared, 0
 	}
 	return driver.Exclusive, 0
+}
+
+// checkLockDelay checks a lock delay for locks with a lease of ttl.
+func (c *Client) checkLockDelay(ttl, d time.Duration) error {
+	switch {
+	case d == 0:
+		return nil
+	case d < 0:
+		return argError("lock delay", d, "must not be negative")
+	case !c.caps.LockDelay:
+		return argError("lock delay", d, "is not supported by this backend: its holds end with its client's session")
+	case d > c.caps.MaxTTL-ttl-c.caps.TTLResolution:
+		return argError("lock delay", d, "added to the ttl of %v passes this backend's maximum lease of %v", ttl, c.caps.MaxTTL)
+	}
+	return nil
 }
 
 // checkMaxHold checks a WithMaxHold bound, if one was given.

@@ -318,6 +318,16 @@ type Capabilities struct {
 	// ephemeral nodes), or in memory of the driver itself, leaves it false.
 	// A driver that declares it implements HoldReader.
 	PortableHolds bool
+	// LockDelay reports that a hold's record stays on the store for the
+	// whole lease its latest Acquire or Refresh asked for, on the store's
+	// clock, whether or not its holder is still alive: the lease is a
+	// time to live on the record, not a client session. Package dlock's
+	// lock delay (dlock.WithLockDelay) asks such a driver for a lease of
+	// the TTL plus the delay, so that a holder that stops renewing keeps
+	// the key from others for the delay after its own lease ended. A
+	// driver whose holds end with its session (etcd, ZooKeeper) leaves it
+	// false, and package dlock refuses a lock delay on it.
+	LockDelay bool
 }
 
 // Driver is the interface every backend implements.

@@ -786,6 +786,8 @@ func (s *suite) testBadInput(t *testing.T) {
 		{"zero TTL", "ttl", lockErr(p+"k", dlock.WithTTL(0))},
 		{"negative TTL", "ttl", lockErr(p+"k", dlock.WithTTL(-time.Second))},
 		{"TTL below minimum", "ttl", lockErr(p+"k", dlock.WithTTL(caps.MinTTL-1))},
+		{"negative lock delay", "lock delay", lockErr(p+"k", dlock.WithLockDelay(-time.Second))},
+		{"lock delay past the maximum lease", "lock delay", lockErr(p+"k", dlock.WithTTL(caps.MaxTTL/2), dlock.WithLockDelay(caps.MaxTTL))},
 		{"zero backoff", "backoff min", lockErr(p+"k", dlock.WithBackoff(0, time.Second))},
 		{"backoff out of order", "backoff max", lockErr(p+"k", dlock.WithBackoff(time.Second, time.Millisecond))},
 		{"nil ctx Lock", "ctx", func() error { _, err := c.Lock(nilCtx, p+"k"); return err }()},

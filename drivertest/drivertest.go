@@ -94,6 +94,7 @@ func Run(t *testing.T, cfg Config) {
 		{"ResumeEditedHoldID", s.testResumeEditedHoldID},
 		{"ResumeConcurrently", s.testResumeConcurrently},
 		{"ResumeShortestLease", s.testResumeShortestLease},
+		{"LockDelay", s.testLockDelay},
 		{"ListAndForceRelease", s.testListAndForceRelease},
 		{"UnsupportedModes", s.testUnsupportedModes},
 		{"BadInput", s.testBadInput},

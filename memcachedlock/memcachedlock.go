@@ -113,6 +113,7 @@ func newDriver(client *memcache.Client, owns bool, opts []Option) (*Driver, erro
 			MaxTTL:        maxTTL,
 			TTLResolution: time.Second,
 			PortableHolds: true, // an item with its owner and expiry
+			LockDelay:     true, // the lease is a TTL on the record
 		},
 	}, nil
 }

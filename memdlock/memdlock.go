@@ -400,6 +400,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		// The store outlives a driver closed over it (see Share and the
 		// mem:// URLs), though not the process.
 		PortableHolds: true,
+		LockDelay:     true, // the lease is a TTL on the record
 	}
 }
 

@@ -139,6 +139,7 @@ func newDriver(ctx context.Context, nc *nats.Conn, owns bool, opts []Option) (*D
 			MinTTL:        minTTL,
 			TTLResolution: time.Second,
 			PortableHolds: true, // an entry of the key's record, with its owner and its lease
+			LockDelay:     true, // the lease is a TTL on the entry
 		},
 	}, nil
 }

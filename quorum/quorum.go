@@ -189,6 +189,7 @@ func (d *Driver) capabilities() driver.Capabilities {
 		MaxKeyLen:     math.MaxInt,
 		MinTTL:        10 * time.Millisecond,
 		PortableHolds: true,
+		LockDelay:     true,
 		// Every call returns once ctx ends, leaving the node calls it
 		// made to finish in the background (see fanout), so package
 		// dlock need not run it on a goroutine of its own.
@@ -198,6 +199,7 @@ func (d *Driver) capabilities() driver.Capabilities {
 		c := n.Capabilities()
 		caps.ServerClock = caps.ServerClock && c.ServerClock
 		caps.PortableHolds = caps.PortableHolds && c.PortableHolds
+		caps.LockDelay = caps.LockDelay && c.LockDelay
 		if c.MaxKeyLen == 0 {
 			c.MaxKeyLen = 1024
 		}

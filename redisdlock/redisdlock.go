@@ -314,6 +314,7 @@ func capabilities(cfg config) driver.Capabilities {
 		MinTTL:      minTTL,
 		// A hold is a key with its owner and an expiry, in every mode.
 		PortableHolds: true,
+		LockDelay:     true, // the lease is a TTL on the record
 	}
 	if cfg.mode == Script {
 		// The scripts implement every mode and a FIFO queue natively;

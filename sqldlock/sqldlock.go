@@ -548,6 +548,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		CancelsPromptly: d.Dialect() == Postgres,
 		// A hold is a row with its owner and expiry.
 		PortableHolds: true,
+		LockDelay:     true, // the lease is a TTL on the record
 	}
 }
 

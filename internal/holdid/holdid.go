@@ -14,7 +14,9 @@ import (
 // A hold ID is Prefix followed by the unpadded base64url encoding of
 //
 //	uvarint len(key), key, uvarint len(owner), owner,
-//	mode (one byte), uvarint limit, uvarint token, uvarint lease in ns.
+//	mode (one byte), uvarint limit, uvarint token, uvarint lease in ns,
+//	and, for a lock with a lock delay only, uvarint lock delay in ns,
+//	which the mode byte's high bit (delayBit) announces.
 //
 // The prefix names the format's version.
 const Prefix = "dlh1."
@@ -28,6 +30,10 @@ const (
 	MaxOwnerLen = 256
 )
 
+// delayBit, set in a hold ID's mode byte, says that a lock delay follows
+// the lease.
+const delayBit = 0x80
+
 // Ref is what a hold ID names.
 type Ref struct {
 	Key, Owner string
@@ -35,6 +41,7 @@ type Ref struct {
 	Limit      uint64
 	Token      uint64
 	TTL        uint64 // the lease, in nanoseconds
+	Delay      uint64 // the lock delay, in nanoseconds
 }
 
 // Encode returns the hold ID of r.
@@ -44,10 +51,17 @@ func (r Ref) Encode() string {
 	b = append(b, r.Key...)
 	b = binary.AppendUvarint(b, uint64(len(r.Owner)))
 	b = append(b, r.Owner...)
-	b = append(b, r.Mode)
+	mode := r.Mode
+	if r.Delay > 0 {
+		mode |= delayBit
+	}
+	b = append(b, mode)
 	b = binary.AppendUvarint(b, r.Limit)
 	b = binary.AppendUvarint(b, r.Token)
 	b = binary.AppendUvarint(b, r.TTL)
+	if r.Delay > 0 {
+		b = binary.AppendUvarint(b, r.Delay)
+	}
 	return Prefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -64,6 +78,10 @@ func Decode(id string) (Ref, error) {
 	}
 	r := reader{b: b}
 	ref := Ref{Key: r.string(MaxKeyLen), Owner: r.string(MaxOwnerLen), Mode: r.byte(), Limit: r.uvarint(), Token: r.uvarint(), TTL: r.uvarint()}
+	if ref.Mode&delayBit != 0 {
+		ref.Mode &^= delayBit
+		ref.Delay = r.uvarint()
+	}
 	if r.bad || len(r.b) > 0 {
 		return Ref{}, errors.New("is damaged: it does not decode")
 	}

@@ -78,6 +78,8 @@ type Config struct {
 	Duration time.Duration
 	// TTL is the lease of every lock.
 	TTL time.Duration
+	// LockDelay is the lock delay of every lock (dlock.WithLockDelay).
+	LockDelay time.Duration
 	// Hold is the time a worker spends in each hold between reading and
 	// writing the counter: it widens the window in which a second holder
 	// loses an update.
@@ -117,6 +119,8 @@ func (cfg *Config) validate() error {
 		return usagef("invalid --duration %v: must be positive", cfg.Duration)
 	case cfg.TTL <= 0:
 		return usagef("invalid --ttl %v: must be positive", cfg.TTL)
+	case cfg.LockDelay < 0:
+		return usagef("invalid --lock-delay %v: must not be negative", cfg.LockDelay)
 	case cfg.Hold < 0:
 		return usagef("invalid --hold %v: must not be negative", cfg.Hold)
 	}
@@ -186,8 +190,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer c.Close()
 	caps := c.Capabilities()
-	if cfg.TTL < caps.MinTTL || cfg.TTL > caps.MaxTTL {
+	switch {
+	case cfg.TTL < caps.MinTTL || cfg.TTL > caps.MaxTTL:
 		return nil, usagef("invalid --ttl %v: this store takes leases from %v to %v", cfg.TTL, caps.MinTTL, caps.MaxTTL)
+	case cfg.LockDelay > 0 && !caps.LockDelay:
+		return nil, usagef("invalid --lock-delay %v: this store's holds end with its client's session", cfg.LockDelay)
+	case cfg.LockDelay > caps.MaxTTL-cfg.TTL-caps.TTLResolution:
+		return nil, usagef("invalid --lock-delay %v: with the --ttl of %v it passes this store's longest lease, %v", cfg.LockDelay, cfg.TTL, caps.MaxTTL)
 	}
 	guard, err := c.TryLock(ctx, guardKey, dlock.WithTTL(max(cfg.TTL, 10*time.Second)))
 	if errors.Is(err, dlock.ErrNotAcquired) {
@@ -356,7 +365,7 @@ func (r *run) startWorkers() error {
 			return fmt.Errorf("cannot start a worker: %w", err)
 		}
 		go r.read(w, out)
-		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL, Hold: r.cfg.Hold})
+		line, _ := json.Marshal(workerConfig{ID: w.id, URL: wurl, Resource: r.cfg.Resource, Key: lockKey, TTL: r.cfg.TTL, LockDelay: r.cfg.LockDelay, Hold: r.cfg.Hold})
 		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
 			return fmt.Errorf("cannot configure a worker: %w", err)
 		}
@@ -526,7 +535,7 @@ func (r *run) holder(ctx context.Context) (*worker, int) {
 	r.mu.Lock()
 	n := r.acquired
 	r.mu.Unlock()
-	r.waitFor(ctx, 5*r.cfg.TTL, func() bool {
+	r.waitFor(ctx, 5*(r.cfg.TTL+r.cfg.LockDelay), func() bool {
 		if w := r.last; r.acquired > n && w.holding != 0 && w.killed == 0 && !w.paused && w.exited == 0 {
 			got, hold = w, w.holding
 			return true
@@ -658,7 +667,7 @@ func (r *run) strike(ctx context.Context, kind, doing string, inject func(contex
 }
 
 // outlast returns how long a pause or a cut lasts: past the lease as the
-// store sees it.
+// store sees it, without the lock delay (which is meant to outlast it).
 func (r *run) outlast() time.Duration { return storeLease(r.cfg.URL, r.cfg.TTL) * 3 / 2 }
 
 // pause stops w's process past its lease.
@@ -693,7 +702,7 @@ func (r *run) kill(ctx context.Context, w *worker, start int64) bool {
 		return false
 	}
 	r.locked(func() { w.killed = start })
-	r.waitFor(ctx, max(3*r.cfg.TTL, 30*time.Second), func() bool {
+	r.waitFor(ctx, max(3*(r.cfg.TTL+r.cfg.LockDelay), 30*time.Second), func() bool {
 		return slices.ContainsFunc(r.workers, func(o *worker) bool { return o != w && o.lastAcq > start })
 	})
 	return true

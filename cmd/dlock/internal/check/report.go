@@ -24,6 +24,7 @@ type Report struct {
 
 	Workers      int           `json:"workers"`
 	TTL          time.Duration `json:"ttl_ns"`
+	LockDelay    time.Duration `json:"lock_delay_ns,omitempty"`
 	Duration     time.Duration `json:"duration_ns"`
 	Acquisitions int           `json:"acquisitions"`
 	// LongestGap is the longest time in the workload without an
@@ -148,13 +149,14 @@ func (r *run) analyse(start, end int64, counter int64, register uint64, caps dlo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := &Report{
-		Workers:  len(r.workers),
-		TTL:      r.cfg.TTL,
-		Duration: time.Duration(end - start),
-		Final:    counter,
-		Register: register,
-		Promises: promises(caps),
-		Skipped:  r.skipped,
+		Workers:   len(r.workers),
+		TTL:       r.cfg.TTL,
+		LockDelay: r.cfg.LockDelay,
+		Duration:  time.Duration(end - start),
+		Final:     counter,
+		Register:  register,
+		Promises:  promises(caps),
+		Skipped:   r.skipped,
 	}
 	var holds []*hold
 	for _, w := range r.workers {
@@ -433,8 +435,12 @@ func (rep *Report) writeWorkload(b *strings.Builder) {
 		fmt.Fprintf(b, "resource  %s\n", rep.Resource)
 	}
 	fmt.Fprintf(b, "promises  %s\n", rep.Promises)
-	fmt.Fprintf(b, "workload  %d workers, ttl %v, %.1fs: %s, %s\n",
-		rep.Workers, rep.TTL, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
+	delay := ""
+	if rep.LockDelay > 0 {
+		delay = fmt.Sprintf(", lock delay %v", rep.LockDelay)
+	}
+	fmt.Fprintf(b, "workload  %d workers, ttl %v%s, %.1fs: %s, %s\n",
+		rep.Workers, rep.TTL, delay, rep.Duration.Seconds(), plural(rep.Acquisitions, "acquisition", "acquisitions"), plural(rep.Errors, "error", "errors"))
 	fmt.Fprintf(b, "          longest time without an acquisition %v, from %.1fs\n", seconds(rep.LongestGap), rep.LongestGapAt.Seconds())
 	for _, e := range rep.ErrorSamples {
 		fmt.Fprintf(b, "          error: %s\n", e)

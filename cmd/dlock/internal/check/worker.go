@@ -18,12 +18,13 @@ import (
 // standard input: not in its arguments, where other users of the host could
 // read a password in the URL.
 type workerConfig struct {
-	ID       int           `json:"id"`
-	URL      string        `json:"url"`
-	Resource string        `json:"resource,omitempty"` // the --resource URL; empty: the lock store
-	Key      string        `json:"key"`
-	TTL      time.Duration `json:"ttl"`
-	Hold     time.Duration `json:"hold,omitempty"`
+	ID        int           `json:"id"`
+	URL       string        `json:"url"`
+	Resource  string        `json:"resource,omitempty"` // the --resource URL; empty: the lock store
+	Key       string        `json:"key"`
+	TTL       time.Duration `json:"ttl"`
+	LockDelay time.Duration `json:"lock_delay,omitempty"`
+	Hold      time.Duration `json:"hold,omitempty"`
 }
 
 // Kinds of the events a worker reports.
@@ -102,7 +103,7 @@ func Worker(in io.Reader, out io.Writer) error {
 	emit(event{Kind: evReady})
 
 	for hold := 1; ctx.Err() == nil; hold++ {
-		l, err := c.Lock(ctx, cfg.Key, dlock.WithTTL(cfg.TTL))
+		l, err := c.Lock(ctx, cfg.Key, dlock.WithTTL(cfg.TTL), dlock.WithLockDelay(cfg.LockDelay))
 		if err != nil {
 			if ctx.Err() != nil {
 				break

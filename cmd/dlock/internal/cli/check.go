@@ -97,7 +97,7 @@ func (a *app) checkCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if audit {
-				for _, name := range []string{"workers", "duration", "ttl", "hold", "resource", "faults", "keep"} {
+				for _, name := range []string{"workers", "duration", "ttl", "lock-delay", "hold", "resource", "faults", "keep"} {
 					if cmd.Flags().Changed(name) {
 						return usagef("--%s cannot be given with --audit, which runs no workload", name)
 					}
@@ -119,6 +119,7 @@ func (a *app) checkCommand() *cobra.Command {
 	f.IntVar(&cfg.Workers, "workers", DefaultCheckWorkers, "number of worker processes")
 	f.DurationVar(&cfg.Duration, "duration", DefaultCheckDuration, "how long the workload runs (longer if the faults need it)")
 	f.DurationVar(&cfg.TTL, "ttl", DefaultCheckTTL, "lease of the workers' locks")
+	f.DurationVar(&cfg.LockDelay, "lock-delay", 0, "lock delay of the workers' locks: a holder that stops renewing keeps the lock from others this long after its lease ended")
 	f.DurationVar(&cfg.Hold, "hold", DefaultCheckHold, "time each worker spends holding the lock between reading and writing the counter")
 	f.StringVar(&cfg.Resource, "resource", "", "URL of a store for the protected counter and register (default: the lock store)")
 	f.StringVar(&faults, "faults", strings.Join(check.AllFaults, ","), `faults to inject, comma-separated, or "none"`)

@@ -39,6 +39,7 @@ type runOptions struct {
 	key         string
 	keys        keyFlag // every --key given: one is allowed
 	ttl         time.Duration
+	lockDelay   time.Duration // --lock-delay
 	wait        time.Duration
 	waitSet     bool // --wait was given; without it dlock waits forever
 	holdAtLeast time.Duration
@@ -193,6 +194,7 @@ func (a *app) runCommand() *cobra.Command {
 func (o *runOptions) lockFlags(f *pflag.FlagSet, ttl time.Duration, ttlUsage, holders string) {
 	f.VarP(&o.keys, "key", "k", "name of the lock (required; given once)")
 	f.DurationVar(&o.ttl, "ttl", ttl, ttlUsage)
+	f.DurationVar(&o.lockDelay, "lock-delay", 0, "if the holder stops renewing (paused, cut off, killed), keep the lock from others this long after its lease ended (a release frees it at once)")
 	f.DurationVarP(&o.wait, "wait", "w", 0, "give up after waiting this long for the lock; 0 makes one attempt (default: wait forever)")
 	f.IntVar(&o.limit, "limit", 0, "make KEY a semaphore: at most this many "+holders+" hold it at once")
 	f.BoolVar(&o.shared, "shared", false, "take the read side of a read-write lock on KEY (shared with other --shared "+holders+")")
@@ -277,8 +279,8 @@ func (o *runOptions) validateHold() error {
 		return usagef("invalid --hold-at-least %v: longer than --max-hold %v", o.holdAtLeast, o.maxHold)
 	case o.killAfter < 0:
 		return usagef("invalid --kill-after %v: must not be negative", o.killAfter)
-	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet):
-		return usagef("--rate excludes --limit, --shared, --ttl, --hold-at-least and --max-hold: a key is a rate limit or a lock")
+	case o.rateSet && (o.limitSet || o.shared || o.ttlSet || o.holdSet || o.maxHoldSet || o.lockDelay != 0):
+		return usagef("--rate excludes --limit, --shared, --ttl, --lock-delay, --hold-at-least and --max-hold: a key is a rate limit or a lock")
 	}
 	return nil
 }
@@ -477,6 +479,9 @@ func interrupted(ctx context.Context) *signalError {
 // acquire takes the lock as --wait says.
 func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlock.Lock, error) {
 	opts := []dlock.LockOption{dlock.WithTTL(o.ttl)}
+	if o.lockDelay != 0 {
+		opts = append(opts, dlock.WithLockDelay(o.lockDelay))
+	}
 	if o.limitSet {
 		opts = append(opts, dlock.WithLimit(o.limit))
 	}
@@ -528,7 +533,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions) (*dlo
 	}
 }
 
-// flagError turns an *dlock.ArgError about the lock's key, TTL or limit
+// flagError turns an *dlock.ArgError about the lock's key, TTL, limit or delay
 // into a usage error naming the flag it came from and the value given, so
 // that `--ttl 100000h` is reported as "invalid --ttl 100000h0m0s: is above
 // this backend's maximum of 168h0m0s". Other invalid arguments are usage
@@ -545,6 +550,8 @@ func (o *runOptions) flagError(err error) error {
 			return usagef("invalid --limit %d: %s", o.limit, ae.Reason)
 		case "max hold":
 			return usagef("invalid --max-hold %v: %s", o.maxHold, ae.Reason)
+		case "lock delay":
+			return usagef("invalid --lock-delay %v: %s", o.lockDelay, ae.Reason)
 		}
 	}
 	return &usageError{err}
