@@ -16,7 +16,6 @@ import (
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/driver"
-	"github.com/dlockhq/dlock/internal/admit"
 )
 
 // Defaults of a Driver.
@@ -40,8 +39,8 @@ const (
 	// expired hold: long enough for waiters to see it, and then nothing of
 	// the hold is left.
 	markerTTL = time.Second
-	// casRuns bounds the compare-and-set loops of Acquire, Refresh and
-	// Release: each conflict is another write of the key that succeeded.
+	// casRuns bounds the compare-and-set loops of Refresh and Release: each
+	// conflict is another write of the same hold that succeeded.
 	casRuns = 32
 )
 
@@ -130,16 +129,15 @@ func newDriver(ctx context.Context, nc *nats.Conn, owns bool, opts []Option) (*D
 		stream: "KV_" + cfg.bucket,
 		subj:   "$KV." + cfg.bucket + ".",
 		caps: driver.Capabilities{
-			Modes:         driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
-			FIFO:          true,
+			Modes:         driver.Modes(driver.Exclusive),
 			DurableTokens: true,
 			ServerClock:   true,
 			Consensus:     true,
 			MaxKeyLen:     maxKeyLen,
 			MinTTL:        minTTL,
 			TTLResolution: time.Second,
-			PortableHolds: true, // an entry of the key's record, with its owner and its lease
-			LockDelay:     true, // the lease is a TTL on the entry
+			PortableHolds: true, // a record with its owner and its TTL
+			LockDelay:     true, // the lease is the record's TTL
 		},
 	}, nil
 }
@@ -257,8 +255,7 @@ func (d *Driver) Conn() *nats.Conn { return d.nc }
 // dot are never dlock's: a program may keep records of its own there.
 func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
 
-// Capabilities implements driver.Driver: exclusive and shared locks and
-// semaphores on a FIFO queue, durable tokens,
+// Capabilities implements driver.Driver: exclusive locks, durable tokens,
 // leases on the server's clock in whole seconds (from 1s), replication by
 // Raft on a JetStream cluster, keys of up to 1024 bytes, holds that
 // outlive the driver. See the package documentation.
@@ -276,152 +273,56 @@ func dlockKey(k string) (string, bool) {
 	return string(b), err == nil
 }
 
-// entry is a holder, a waiter or a lost waiter in a key's record.
-type entry struct {
-	Owner string      `json:"o"`
-	Mode  driver.Mode `json:"m,omitempty"`
-	// Token is a holder's token; zero in the record that added the holder,
-	// whose revision is the token.
+// record is the value of a hold. Token is zero in the record that created
+// the hold, whose revision is the token; a refresh writes it out.
+type record struct {
+	Owner string `json:"o"`
 	Token uint64 `json:"t,omitempty"`
-	// Exp is the end of the lease, in Unix nanoseconds on the server's
-	// clock; zero in the record that set the lease, which ends TTL seconds
-	// after that record's timestamp.
-	Exp  int64  `json:"e,omitempty"`
-	TTL  int64  `json:"ttl,omitempty"`
-	Info string `json:"i,omitempty"`
+	TTL   int64  `json:"ttl"` // seconds
+	Info  string `json:"i,omitempty"`
 }
 
-func (e entry) end() time.Time { return time.Unix(0, e.Exp) }
-
-// state is the value of a key's record: its holders in token order, its
-// wait queue in arrival order, and the owners whose queue entry expired,
-// kept for goneFor so that their next Acquire reports the lost place.
-type state struct {
-	Holders []entry `json:"h,omitempty"`
-	Queue   []entry `json:"q,omitempty"`
-	Gone    []entry `json:"g,omitempty"`
-	Limit   int     `json:"l,omitempty"` // the semaphore's, while it has holders or waiters
+// hold is a live hold read from the bucket.
+type hold struct {
+	record
+	rev     uint64
+	created time.Time
 }
 
-// goneFor is how long a record remembers a waiter whose entry expired.
-const goneFor = time.Minute
-
-func (st *state) empty() bool { return len(st.Holders)+len(st.Queue)+len(st.Gone) == 0 }
-
-// resolve turns the entries the record at rev, stored at ts, wrote
-// relative to itself into absolute ones.
-func (st *state) resolve(rev uint64, ts time.Time) {
-	for _, es := range [][]entry{st.Holders, st.Queue} {
-		for i := range es {
-			if es[i].Exp == 0 {
-				es[i].Exp, es[i].TTL = ts.Add(time.Duration(es[i].TTL)*time.Second).UnixNano(), 0
-			}
-		}
+func (h hold) token() uint64 {
+	if h.Token != 0 {
+		return h.Token
 	}
-	for i := range st.Holders {
-		if st.Holders[i].Token == 0 {
-			st.Holders[i].Token = rev
-		}
-	}
+	return h.rev
 }
 
-// prune drops the holders and waiters whose lease ended by now, on the
-// server's clock, and forgets lost waiters after goneFor. It reports
-// whether it changed anything.
-func (st *state) prune(now time.Time) bool {
-	n := [3]int{len(st.Holders), len(st.Queue), len(st.Gone)}
-	ended := func(e entry) bool { return !now.Before(e.end()) }
-	st.Holders = slices.DeleteFunc(st.Holders, ended)
-	st.Gone = slices.DeleteFunc(st.Gone, ended)
-	for _, w := range st.Queue {
-		if ended(w) {
-			st.Gone = append(st.Gone, entry{Owner: w.Owner, Exp: w.end().Add(goneFor).UnixNano()})
-		}
-	}
-	st.Queue = slices.DeleteFunc(st.Queue, ended)
-	return n != [3]int{len(st.Holders), len(st.Queue), len(st.Gone)}
+// left estimates the time left on the hold's lease (from the server's
+// timestamp and the local clock).
+func (h hold) left() time.Duration {
+	return min(max(time.Until(h.created.Add(time.Duration(h.TTL)*time.Second)), 0), time.Duration(h.TTL)*time.Second)
 }
-
-// lease sets e's lease to the TTL of req from the record that writes it.
-func lease(e *entry, req driver.Request) { e.Exp, e.TTL = 0, seconds(req.TTL) }
 
 // seconds returns the whole seconds of a TTL, as the server counts them.
 func seconds(ttl time.Duration) int64 { return max(int64(ttl/time.Second), 1) }
 
-// msgTTL returns the TTL of a message of st written after now: the longest
-// lease in it, so that the server removes the record when the last lease
-// of it has ended.
-func (st *state) msgTTL(now time.Time) time.Duration {
-	ttl := time.Second
-	for _, es := range [][]entry{st.Holders, st.Queue, st.Gone} {
-		for _, e := range es {
-			left := time.Duration(e.TTL) * time.Second
-			if e.Exp != 0 {
-				left = e.end().Sub(now).Truncate(time.Second) + time.Second
-			}
-			ttl = max(ttl, left)
-		}
-	}
-	return ttl
-}
-
-// find returns the index of owner's entry in es, or -1.
-func find(es []entry, owner string) int {
-	return slices.IndexFunc(es, func(e entry) bool { return e.Owner == owner })
-}
-
-// load returns key's record with the leases that ended dropped (and
-// dirty true if there were), the revision of the key's latest record (a
-// marker included), zero if it has none, and the server's time. The time
-// is asked for at once with the record: a lease that had ended by then has
-// ended for every write that follows.
-func (d *Driver) load(ctx context.Context, key string) (st *state, rev uint64, now time.Time, dirty bool, err error) {
-	nowc := make(chan error, 1)
-	go func() {
-		var err error
-		now, err = d.serverTime(ctx)
-		nowc <- err
-	}()
+// read returns the live hold on key, or ok false if there is none; rev is
+// the revision of the key's latest record (a marker included), zero if it
+// has none.
+func (d *Driver) read(ctx context.Context, key string) (h hold, ok bool, rev uint64, err error) {
 	m, err := d.last(ctx, d.subj+entryKey(key))
-	if nerr := <-nowc; err == nil {
-		err = nerr
-	}
-	st = &state{}
 	switch {
 	case err != nil:
-		return nil, 0, now, false, err
+		return hold{}, false, 0, err
 	case m == nil:
-		return st, 0, now, false, nil
+		return hold{}, false, 0, nil
 	case m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "":
-		return st, m.Sequence, now, false, nil // a purge or the marker of an expiry
+		return hold{}, false, m.Sequence, nil // a purge or the marker of an expiry
 	}
-	if err := json.Unmarshal(m.Data, st); err != nil || st.empty() {
-		return nil, 0, now, false, fmt.Errorf("%w (%d bytes)", errForeign, len(m.Data))
+	h = hold{rev: m.Sequence, created: m.Time}
+	if err := json.Unmarshal(m.Data, &h.record); err != nil || h.Owner == "" {
+		return hold{}, false, 0, fmt.Errorf("%w (%d bytes)", errForeign, len(m.Data))
 	}
-	st.resolve(m.Sequence, m.Time)
-	return st, m.Sequence, now, st.prune(now), nil
-}
-
-// serverTime returns the time on the clock of the server that leads the
-// bucket's stream, from its stream information.
-func (d *Driver) serverTime(ctx context.Context) (time.Time, error) {
-	reply, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+d.stream, nil)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var resp struct {
-		Error *jetstream.APIError `json:"error"`
-		TS    time.Time           `json:"ts"`
-	}
-	switch err := json.Unmarshal(reply.Data, &resp); {
-	case err != nil:
-		return time.Time{}, err
-	case resp.Error != nil:
-		return time.Time{}, resp.Error
-	case resp.TS.IsZero():
-		return time.Time{}, fmt.Errorf("no server time in the stream information %.100q", reply.Data)
-	}
-	return resp.TS, nil
+	return h, true, h.rev, nil
 }
 
 // last returns the latest message of subject in the bucket's stream, nil if
@@ -465,21 +366,16 @@ func (d *Driver) last(ctx context.Context, subject string) (*jetstream.RawStream
 	return m, nil
 }
 
-// store writes st as key's record if the key's latest revision is still
-// rev (zero: it has none), with the longest of its leases as the
-// message's TTL, and returns the new revision; an empty st purges the
-// key instead, leaving a marker that expires after markerTTL.
-func (d *Driver) store(ctx context.Context, key string, st *state, rev uint64, now time.Time) (uint64, error) {
-	if st.empty() {
-		return 0, d.kv.Purge(ctx, entryKey(key), jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
-	}
-	data, err := json.Marshal(st)
+// put writes rec for key if the key's latest revision is rev (zero: it has
+// none), with a TTL of rec.TTL seconds, and returns the new revision.
+func (d *Driver) put(ctx context.Context, key string, rec record, rev uint64) (uint64, error) {
+	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, err
 	}
 	ack, err := d.js.PublishMsg(ctx,
 		&nats.Msg{Subject: d.subj + entryKey(key), Data: data},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(st.msgTTL(now)))
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(time.Duration(rec.TTL)*time.Second))
 	if err != nil {
 		return 0, err
 	}
@@ -493,182 +389,136 @@ func conflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// update runs the compare-and-set loop of an operation on key: it loads
-// the key's record, lets op change it (op reports whether there is
-// anything to write) and writes it back if the key's revision is still the
-// one read, trying again on a conflict up to casRuns times. It returns the
-// revision of the write, zero if op wrote nothing. With fresh set it
-// starts from an empty record and the key's first write, saving a read
-// where the key is most likely free.
-func (d *Driver) update(ctx context.Context, key string, fresh bool, op func(st *state, now time.Time, dirty bool) (bool, error)) (uint64, error) {
-	for attempt := 1; ; attempt++ {
-		st, rev, now, dirty := &state{}, uint64(0), time.Time{}, false
-		if !fresh || attempt > 1 {
-			var err error
-			if st, rev, now, dirty, err = d.load(ctx, key); err != nil {
-				return 0, err
-			}
-		}
-		write, err := op(st, now, dirty)
-		if err != nil || !write {
-			return 0, err
-		}
-		seq, err := d.store(ctx, key, st, rev, now)
-		if err == nil || !conflict(err) || attempt == casRuns {
-			return seq, err
-		}
-	}
-}
-
 // ---- the driver ----
 
 func (d *Driver) check(ctx context.Context, req driver.Request) error {
 	switch {
 	case d.closed.Load():
 		return errClosed
-	case !d.caps.Modes.Has(req.Mode):
+	case req.Mode != driver.Exclusive:
 		return fmt.Errorf("natsdlock: %s mode: %w", req.Mode, driver.ErrUnsupported)
 	}
 	return ctx.Err()
 }
 
-// Acquire implements driver.Driver: a compare-and-set of the key's record
-// that adds the owner to its holders if the record's live holders and
-// waiters admit it, or else (with Request.Queue) to its wait queue. The
-// revision of the record that adds a holder is its token. See the package
+// Acquire implements driver.Driver: a create of the key's record, made only
+// if the key has none (or only the marker of an ended hold), with the
+// lease as its TTL. The record's revision is the token. See the package
 // documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
 	if err := d.check(ctx, req); err != nil {
 		return driver.Result{}, err
 	}
-	var res driver.Result
-	seq, err := d.update(ctx, req.Key, true, func(st *state, now time.Time, _ bool) (bool, error) {
-		var write bool
-		var err error
-		res, write, err = st.acquire(req, now)
-		return write && (res.Acquired || req.Queue), err
-	})
-	switch {
-	case conflict(err): // casRuns other writes came first
-		return driver.Result{RetryAfter: time.Millisecond}, nil
-	case err != nil:
+	res, err := d.acquire(ctx, req)
+	if err != nil {
 		return driver.Result{}, fmt.Errorf("natsdlock: acquire %q: %w", req.Key, withCtx(ctx, err))
-	case res.Acquired && res.Token == 0:
-		res.Token = seq
 	}
 	return res, nil
 }
 
-// acquire is Acquire's change of st, as of now on the server's clock, and
-// whether it is one to write. A waiter's entry is renewed only once half
-// its lease has passed: waiters woken by each other's renewals would
-// otherwise keep waking each other.
-func (st *state) acquire(req driver.Request, now time.Time) (driver.Result, bool, error) {
-	granted := time.Duration(seconds(req.TTL)) * time.Second
-	if i := find(st.Holders, req.Owner); i >= 0 { // a repeated Acquire renews
-		h := &st.Holders[i]
+func (d *Driver) acquire(ctx context.Context, req driver.Request) (driver.Result, error) {
+	rec := record{Owner: req.Owner, TTL: seconds(req.TTL), Info: req.Info}
+	granted := time.Duration(rec.TTL) * time.Second
+	var rev uint64 // the revision the create expects: none, then a marker's
+	for range 2 {
+		token, err := d.put(ctx, req.Key, rec, rev)
+		if err == nil {
+			return driver.Result{Acquired: true, Token: token, TTL: granted}, nil
+		}
+		if !conflict(err) {
+			return driver.Result{}, err
+		}
+		h, ok, latest, err := d.read(ctx, req.Key)
 		switch {
-		case h.Mode == driver.Exclusive && req.Mode == driver.Shared:
-			h.Mode = driver.Shared // a downgrade: readers may join
-		case h.Mode == driver.Shared && req.Mode == driver.Exclusive:
-			return driver.Result{}, false, fmt.Errorf("an upgrade from shared to exclusive: %w", driver.ErrModeMismatch)
+		case err != nil:
+			return driver.Result{}, err
+		case ok && h.Owner == req.Owner: // a repeated Acquire renews
+			if err := d.renew(ctx, req, &h); errors.Is(err, driver.ErrNotOwner) {
+				return driver.Result{RetryAfter: time.Millisecond}, nil
+			} else if err != nil {
+				return driver.Result{}, err
+			}
+			return driver.Result{Acquired: true, Token: h.token(), TTL: granted}, nil
+		case ok:
+			return driver.Result{RetryAfter: h.left()}, nil
 		}
-		lease(h, req)
-		return driver.Result{Acquired: true, Token: h.Token, TTL: granted}, true, nil
+		rev = latest // ended: expired, released or a marker
 	}
-	if mode, ok := st.mode(); ok && ((mode == driver.Semaphore) != (req.Mode == driver.Semaphore) || mode == driver.Semaphore && req.Limit != st.Limit) {
-		return driver.Result{}, false, fmt.Errorf("in use as %s (limit %d), asked for %s (limit %d): %w", mode, st.Limit, req.Mode, req.Limit, driver.ErrModeMismatch)
-	}
-	pos := find(st.Queue, req.Owner)
-	if pos < 0 {
-		if req.Queue && find(st.Gone, req.Owner) >= 0 {
-			return driver.Result{}, false, fmt.Errorf("the queue entry's lease ended, and with it the place in line: %w", driver.ErrNotOwner)
-		}
-		pos = len(st.Queue)
-	}
-	var k admit.Key
-	k.Holders, k.HolderExclusive = admit.Count(st.Holders, func(e entry) driver.Mode { return e.Mode })
-	k.Ahead, k.AheadExclusive = admit.Count(st.Queue[:pos], func(e entry) driver.Mode { return e.Mode })
-	st.Limit = req.Limit
-	if k.Admits(req.Mode, req.Limit, true) {
-		if pos < len(st.Queue) {
-			st.Queue = slices.Delete(st.Queue, pos, pos+1)
-		}
-		st.Holders = append(st.Holders, entry{Owner: req.Owner, Mode: req.Mode, Info: req.Info})
-		lease(&st.Holders[len(st.Holders)-1], req)
-		return driver.Result{Acquired: true, TTL: granted}, true, nil
-	}
-	renew := pos == len(st.Queue) || st.Queue[pos].end().Sub(now) < req.TTL/2
-	if pos == len(st.Queue) {
-		st.Queue = append(st.Queue, entry{Owner: req.Owner, Mode: req.Mode})
-	}
-	if renew {
-		lease(&st.Queue[pos], req) // written only with req.Queue
-	}
-	var res driver.Result
-	for _, e := range slices.Concat(st.Holders, st.Queue[:pos]) {
-		if left := e.end().Sub(now); res.RetryAfter == 0 || left < res.RetryAfter {
-			res.RetryAfter = max(left, time.Millisecond)
-		}
-	}
-	return res, renew, nil
+	return driver.Result{RetryAfter: time.Millisecond}, nil
 }
 
-// mode returns the mode the key is in use as, if it has holders or
-// waiters.
-func (st *state) mode() (driver.Mode, bool) {
-	for _, e := range slices.Concat(st.Holders, st.Queue) {
-		return e.Mode, true
+// renew writes h, owned by req.Owner, back with req's TTL (a refresh) by
+// compare-and-set on its revision. If another write of the hold came
+// first, it reads the hold again and, while it is still the owner's,
+// tries again, up to casRuns times.
+func (d *Driver) renew(ctx context.Context, req driver.Request, h *hold) error {
+	for attempt := 1; ; attempt++ {
+		rec := h.record
+		rec.Token, rec.TTL = h.token(), seconds(req.TTL)
+		_, err := d.put(ctx, req.Key, rec, h.rev)
+		if err == nil || !conflict(err) || attempt == casRuns {
+			return err
+		}
+		if *h, err = d.owned(ctx, req.Key, req.Owner); err != nil {
+			return err
+		}
 	}
-	return 0, false
 }
 
-// Refresh implements driver.Driver: a compare-and-set of the key's record
-// that gives the owner's hold, if live, the new TTL.
+// owned returns owner's live hold on key; otherwise the error wraps
+// driver.ErrNotOwner.
+func (d *Driver) owned(ctx context.Context, key, owner string) (hold, error) {
+	h, ok, _, err := d.read(ctx, key)
+	if err != nil {
+		return hold{}, err
+	}
+	if !ok || h.Owner != owner {
+		return hold{}, driver.ErrNotOwner
+	}
+	return h, nil
+}
+
+// Refresh implements driver.Driver: a read of the hold, an owner check and
+// a compare-and-set of its record with the new TTL.
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, req); err != nil {
 		return err
 	}
-	_, err := d.update(ctx, req.Key, false, func(st *state, _ time.Time, _ bool) (bool, error) {
-		i := find(st.Holders, req.Owner)
-		if i < 0 {
-			return false, driver.ErrNotOwner
-		}
-		lease(&st.Holders[i], req)
-		return true, nil
-	})
+	h, err := d.owned(ctx, req.Key, req.Owner)
+	if err == nil {
+		err = d.renew(ctx, req, &h)
+	}
 	if err != nil {
 		return fmt.Errorf("natsdlock: refresh %q: %w", req.Key, withCtx(ctx, err))
 	}
 	return nil
 }
 
-// Release implements driver.Driver: a compare-and-set of the key's record
-// without the owner's hold and queue entry, or a purge of the key if
-// nothing else is left in it. The purge's marker expires after a second:
-// nothing of the key stays.
+// Release implements driver.Driver: a read of the hold, an owner check and
+// a purge of the key made only if its revision is still the one read. The
+// purge's marker expires after a second: nothing of the hold stays.
 func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	if err := d.check(ctx, req); err != nil {
 		return err
 	}
-	live := false
-	_, err := d.update(ctx, req.Key, false, func(st *state, _ time.Time, dirty bool) (bool, error) {
-		n := len(st.Holders) + len(st.Queue)
-		gone := len(st.Gone)
-		owned := func(e entry) bool { return e.Owner == req.Owner }
-		st.Holders = slices.DeleteFunc(st.Holders, owned)
-		st.Queue = slices.DeleteFunc(st.Queue, owned)
-		st.Gone = slices.DeleteFunc(st.Gone, owned)
-		live = len(st.Holders)+len(st.Queue) < n
-		return dirty || live || len(st.Gone) < gone, nil
-	})
-	if err == nil && !live {
-		err = driver.ErrNotOwner
-	}
+	err := d.release(ctx, req)
 	if err != nil {
 		return fmt.Errorf("natsdlock: release %q: %w", req.Key, withCtx(ctx, err))
 	}
 	return nil
+}
+
+func (d *Driver) release(ctx context.Context, req driver.Request) error {
+	for attempt := 1; ; attempt++ {
+		h, err := d.owned(ctx, req.Key, req.Owner)
+		if err != nil {
+			return err
+		}
+		err = d.kv.Purge(ctx, entryKey(req.Key), jetstream.LastRevision(h.rev), jetstream.PurgeTTL(markerTTL))
+		if err == nil || !conflict(err) || attempt == casRuns {
+			return err
+		}
+	}
 }
 
 // ReadHold implements driver.HoldReader: a read of the key's record.
@@ -676,32 +526,15 @@ func (d *Driver) ReadHold(ctx context.Context, key, owner string) (driver.Holder
 	if d.closed.Load() {
 		return driver.Holder{}, errClosed
 	}
-	hs, err := d.holders(ctx, key)
-	i := slices.IndexFunc(hs, func(h driver.Holder) bool { return h.Owner == owner })
-	if err == nil && i < 0 {
-		err = driver.ErrNotOwner
-	}
+	h, err := d.owned(ctx, key, owner)
 	if err != nil {
 		return driver.Holder{}, fmt.Errorf("natsdlock: read hold %q: %w", key, withCtx(ctx, err))
 	}
-	return hs[i], nil
+	return h.holder(key), nil
 }
 
-// holders returns the live holders of key, in token order.
-func (d *Driver) holders(ctx context.Context, key string) ([]driver.Holder, error) {
-	st, _, now, _, err := d.load(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	hs := make([]driver.Holder, 0, len(st.Holders))
-	for _, e := range st.Holders {
-		h := driver.Holder{Key: key, Owner: e.Owner, Mode: e.Mode, Token: e.Token, Info: e.Info, TTL: e.end().Sub(now)}
-		if e.Mode == driver.Semaphore {
-			h.Limit = st.Limit
-		}
-		hs = append(hs, h)
-	}
-	return hs, nil
+func (h hold) holder(key string) driver.Holder {
+	return driver.Holder{Key: key, Owner: h.Owner, Mode: driver.Exclusive, Token: h.token(), Info: h.Info, TTL: h.left()}
 }
 
 // List implements driver.Lister: the bucket's keys, and a read of each
@@ -729,31 +562,33 @@ func (d *Driver) list(ctx context.Context, prefix string) ([]driver.Holder, erro
 			keys = append(keys, key)
 		}
 	}
-	slices.Sort(keys)
 	var hs []driver.Holder
 	for _, key := range keys {
-		khs, err := d.holders(ctx, key)
+		h, ok, _, err := d.read(ctx, key)
 		if err != nil && !errors.Is(err, errForeign) {
 			return nil, err
 		}
-		hs = append(hs, khs...)
+		if ok {
+			hs = append(hs, h.holder(key))
+		}
 	}
+	slices.SortFunc(hs, func(a, b driver.Holder) int { return strings.Compare(a.Key, b.Key) })
 	return hs, nil
 }
 
-// ForceRelease implements driver.ForceReleaser: a purge of the key, its
-// holders and waiters, whoever they are.
+// ForceRelease implements driver.ForceReleaser: a purge of the key,
+// whoever holds it.
 func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
 	}
 	n := 0
 	err := func() error {
-		st, _, _, _, err := d.load(ctx, key)
-		if err != nil || st.empty() {
+		_, ok, _, err := d.read(ctx, key)
+		if err != nil || !ok {
 			return err
 		}
-		n = len(st.Holders)
+		n = 1
 		return d.kv.Purge(ctx, entryKey(key), jetstream.PurgeTTL(markerTTL))
 	}()
 	if err != nil {

@@ -151,7 +151,6 @@ var readmeStores = map[string]func(t *testing.T) (string, []string){
 	"memcached":             keyValueStore(testsrv.Memcached, 0),
 	"etcd":                  consensusStore(testsrv.Etcd),
 	"ZooKeeper":             consensusStore(testsrv.ZooKeeper),
-	"NATS JetStream":        natsStore(testsrv.NATS, ""),
 	"in-process (`mem://`)": func(*testing.T) (string, []string) { return "mem://readme", nil },
 }
 
