@@ -439,11 +439,15 @@ func (l *Lock) storeCall(ctx context.Context, req driver.Request, d time.Duratio
 		}
 		return l.c.endHold(ctx, req, d), false
 	}
-	// Whether the caller still waits is decided before the request
-	// starts: a ctx that ends once it is on its way ends the wait.
-	wctx, wcancel := context.WithTimeout(ctx, ReleaseTimeout)
-	defer wcancel()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	// The request's own context bounds the caller's wait too. Whether
+	// the caller's ctx ends the wait is decided before the request
+	// starts: one that ends once it is on its way does.
+	rctx := ctx
+	if ctx.Done() != nil {
+		rctx = context.WithoutCancel(ctx)
+	}
+	rctx, cancel := context.WithTimeout(rctx, ReleaseTimeout)
+	wctx := ctx
 	if ctx.Err() != nil {
 		wctx = rctx
 	}

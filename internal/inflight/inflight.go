@@ -96,7 +96,8 @@ func (p Pool) work(f func()) {
 
 // Call is one request running on a worker of its own.
 type Call[T any] struct {
-	done chan struct{} // closed when val and err are set
+	ctx  context.Context // the request's
+	done chan struct{}   // closed when val and err are set
 	val  T
 	err  error
 }
@@ -104,21 +105,24 @@ type Call[T any] struct {
 // Start runs fn(ctx) on a worker that spawn starts (Pool.Go). c must be
 // new: a zero Call, which Start starts once.
 func (c *Call[T]) Start(spawn func(func()), ctx context.Context, fn func(context.Context) (T, error)) {
-	c.done = make(chan struct{})
+	c.ctx, c.done = ctx, make(chan struct{})
 	spawn(func() {
 		defer close(c.done)
 		c.val, c.err = fn(ctx)
 	})
 }
 
-// Wait returns the call's result, or ctx's error and false if ctx ends and
-// grace passes before the call has ended: the call then runs on alone, and
-// whatever must follow it goes through Then.
+// Wait returns the call's result, or an error and false if ctx or the
+// request's own context ends and grace passes before the call has ended:
+// the call then runs on alone, and whatever must follow it goes through
+// Then. The error is that of the context that ended.
 func (c *Call[T]) Wait(ctx context.Context, grace time.Duration) (T, error, bool) {
 	select {
 	case <-c.done:
 		return c.val, c.err, true
 	case <-ctx.Done():
+	case <-c.ctx.Done():
+		ctx = c.ctx
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()

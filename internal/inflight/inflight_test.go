@@ -86,6 +86,18 @@ func TestCall(t *testing.T) {
 	if v := <-after; v != 8 {
 		t.Fatalf("Then got %d, want 8", v)
 	}
+
+	// The request's own context bounds the wait of a caller whose ctx
+	// is live.
+	own, cancelOwn := context.WithCancel(context.Background())
+	cancelOwn()
+	hung := make(chan struct{})
+	defer close(hung)
+	var bounded Call[int]
+	bounded.Start(spawn, own, func(context.Context) (int, error) { <-hung; return 9, nil })
+	if v, err, ok := bounded.Wait(context.Background(), 0); v != 0 || !errors.Is(err, context.Canceled) || ok {
+		t.Fatalf("Wait on a live ctx for a call whose context ended = %d, %v, %v; want 0, context.Canceled, false", v, err, ok)
+	}
 }
 
 func TestOrder(t *testing.T) {
