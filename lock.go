@@ -30,6 +30,7 @@ type Lock struct {
 	token      uint64
 	ttl        time.Duration
 	acquiredAt time.Time
+	root       heldRoot // ctx's parent, which carries the lock
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 	gate       pass // in the Client's gate for the key, until the hold ends
@@ -68,7 +69,8 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 	if l.events.id == 0 {
 		l.events.id = nextAcquisitionID()
 	}
-	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
+	l.root.chain = heldChain{lock: l, parent: heldBy(acq)}
+	l.ctx, l.cancel = context.WithCancelCause(&l.root)
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
