@@ -542,8 +542,9 @@ func (c *Client) enter() bool {
 	return true
 }
 
-// bind returns a context that ends when ctx does or when Close begins.
-func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+// bind returns a context that ends when ctx does or when Close begins, and
+// its cancel function, which the caller passes to unbind when done.
+func (c *Client) bind(ctx context.Context) (context.Context, context.CancelCauseFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -551,12 +552,15 @@ func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc)
 		cancel(ErrClosed)
 	}
 	c.bound[bctx] = cancel
-	return bctx, func() {
-		c.mu.Lock()
-		delete(c.bound, bctx)
-		c.mu.Unlock()
-		cancel(nil)
-	}
+	return bctx, cancel
+}
+
+// unbind ends a context that bind returned.
+func (c *Client) unbind(bctx context.Context, cancel context.CancelCauseFunc) {
+	c.mu.Lock()
+	delete(c.bound, bctx)
+	c.mu.Unlock()
+	cancel(nil)
 }
 
 // why returns the reason a bound context (see bind) of the caller's ctx
