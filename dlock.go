@@ -195,7 +195,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
-	c.pool = inflight.Pool{Tasks: make(chan func()), Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}
+	c.pool = inflight.Pool{Tasks: make(chan inflight.Task), Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ const abandonGrace = 50 * time.Millisecond
 // not be closed yet; after Close, callers check before they start.
 func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) *call[T] {
 	cl := &call[T]{}
-	cl.Start(c.spawn, ctx, fn)
+	cl.Start(c.pool.Run, ctx, fn)
 	return cl
 }
 

@@ -60,32 +60,43 @@ func (t *Tracker) Idle() <-chan struct{} {
 // library, a protocol, a connection pool) on every request, and that copying
 // costs more than the request's own work.
 type Pool struct {
-	Tasks   chan func()     // hands a task to an idle worker; unbuffered
+	Tasks   chan Task       // hands a task to an idle worker; unbuffered
 	Workers *Tracker        // counts the workers, so that Close waits for them
 	Closing <-chan struct{} // closed when Close begins: idle workers leave
 	Idle    time.Duration   // how long a worker waits for its next task
 }
 
+// Task is work for a Pool.
+type Task interface{ Run() }
+
+// taskFunc is a func as a Task.
+type taskFunc func()
+
+func (f taskFunc) Run() { f() }
+
 // Go runs f on a worker.
-func (p Pool) Go(f func()) {
+func (p Pool) Go(f func()) { p.Run(taskFunc(f)) }
+
+// Run runs t on a worker.
+func (p Pool) Run(t Task) {
 	select {
-	case p.Tasks <- f:
+	case p.Tasks <- t:
 		return
 	default:
 	}
 	p.Workers.Add()
-	go p.work(f)
+	go p.work(t)
 }
 
-func (p Pool) work(f func()) {
+func (p Pool) work(t Task) {
 	defer p.Workers.Done()
 	idle := time.NewTimer(p.Idle)
 	defer idle.Stop()
 	for {
-		f()
+		t.Run()
 		idle.Reset(p.Idle)
 		select {
-		case f = <-p.Tasks:
+		case t = <-p.Tasks:
 		case <-idle.C:
 			return
 		case <-p.Closing:
@@ -94,22 +105,27 @@ func (p Pool) work(f func()) {
 	}
 }
 
-// Call is one request running on a worker of its own.
+// Call is one request running on a worker of its own; it is the Task that
+// runs it.
 type Call[T any] struct {
 	ctx  context.Context // the request's
-	done chan struct{}   // closed when val and err are set
+	fn   func(context.Context) (T, error)
+	done chan struct{} // closed when val and err are set
 	val  T
 	err  error
 }
 
-// Start runs fn(ctx) on a worker that spawn starts (Pool.Go). c must be
+// Start runs fn(ctx) on a worker that run starts (Pool.Run). c must be
 // new: a zero Call, which Start starts once.
-func (c *Call[T]) Start(spawn func(func()), ctx context.Context, fn func(context.Context) (T, error)) {
-	c.ctx, c.done = ctx, make(chan struct{})
-	spawn(func() {
-		defer close(c.done)
-		c.val, c.err = fn(ctx)
-	})
+func (c *Call[T]) Start(run func(Task), ctx context.Context, fn func(context.Context) (T, error)) {
+	c.ctx, c.fn, c.done = ctx, fn, make(chan struct{})
+	run(c)
+}
+
+// Run runs the request; Start has it run once.
+func (c *Call[T]) Run() {
+	defer close(c.done)
+	c.val, c.err = c.fn(c.ctx)
 }
 
 // Wait returns the call's result, or an error and false if ctx or the
