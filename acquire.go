@@ -128,8 +128,7 @@ func lease(req driver.Request, res driver.Result, sent time.Time) (time.Duration
 // runs while an Acquire for the owner is in flight.
 func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 	rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	cl := start(c, rctx, func(ctx context.Context) (struct{}, error) {
-		defer cancel()
+	cl := start(c, rctx, cancel, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.drv.Release(ctx, req)
 	})
 	report := func(_ struct{}, err error) {

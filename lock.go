@@ -453,8 +453,7 @@ func (l *Lock) storeCall(ctx context.Context, req driver.Request, d time.Duratio
 	if ctx.Err() != nil {
 		wctx = rctx
 	}
-	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
-		defer cancel()
+	cl := start(l.c, rctx, cancel, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.c.endHold(ctx, req, d)
 	})
 	_, err, ok := cl.wait(wctx)

@@ -110,22 +110,27 @@ func (p Pool) work(t Task) {
 type Call[T any] struct {
 	ctx  context.Context // the request's
 	fn   func(context.Context) (T, error)
-	done chan struct{} // closed when val and err are set
+	stop context.CancelFunc // ends ctx once the request has ended; may be nil
+	done chan struct{}      // closed when val and err are set
 	val  T
 	err  error
 }
 
-// Start runs fn(ctx) on a worker that run starts (Pool.Run). c must be
-// new: a zero Call, which Start starts once.
-func (c *Call[T]) Start(run func(Task), ctx context.Context, fn func(context.Context) (T, error)) {
-	c.ctx, c.fn, c.done = ctx, fn, make(chan struct{})
+// Start runs fn(ctx) on a worker that run starts (Pool.Run), and then
+// stop, if not nil: a context of the request's own ends only after the call
+// has. c must be new: a zero Call, which Start starts once.
+func (c *Call[T]) Start(run func(Task), ctx context.Context, stop context.CancelFunc, fn func(context.Context) (T, error)) {
+	c.ctx, c.stop, c.fn, c.done = ctx, stop, fn, make(chan struct{})
 	run(c)
 }
 
 // Run runs the request; Start has it run once.
 func (c *Call[T]) Run() {
-	defer close(c.done)
 	c.val, c.err = c.fn(c.ctx)
+	close(c.done)
+	if c.stop != nil {
+		c.stop()
+	}
 }
 
 // Wait returns the call's result, or an error and false if ctx or the
@@ -135,10 +140,14 @@ func (c *Call[T]) Run() {
 func (c *Call[T]) Wait(ctx context.Context, grace time.Duration) (T, error, bool) {
 	select {
 	case <-c.done:
-		return c.val, c.err, true
 	case <-ctx.Done():
 	case <-c.ctx.Done():
 		ctx = c.ctx
+	}
+	select {
+	case <-c.done: // seen first: it ended before its stop (see Run)
+		return c.val, c.err, true
+	default:
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()

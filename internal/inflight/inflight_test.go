@@ -63,7 +63,7 @@ func TestCall(t *testing.T) {
 	spawn := func(f func()) { go f() }
 	run := func(t Task) { go t.Run() }
 	var c Call[int]
-	c.Start(run, context.Background(), func(context.Context) (int, error) { return 7, nil })
+	c.Start(run, context.Background(), nil, func(context.Context) (int, error) { return 7, nil })
 	if v, err, ok := c.Wait(context.Background(), 0); v != 7 || err != nil || !ok {
 		t.Fatalf("Wait = %d, %v, %v; want 7, nil, true", v, err, ok)
 	}
@@ -72,7 +72,7 @@ func TestCall(t *testing.T) {
 	cancel()
 	release := make(chan struct{})
 	var slow Call[int]
-	slow.Start(run, ctx, func(context.Context) (int, error) { <-release; return 8, errors.New("late") })
+	slow.Start(run, ctx, nil, func(context.Context) (int, error) { <-release; return 8, errors.New("late") })
 	if v, err, ok := slow.Wait(ctx, 0); v != 0 || !errors.Is(err, context.Canceled) || ok {
 		t.Fatalf("Wait on an ended ctx = %d, %v, %v; want 0, context.Canceled, false", v, err, ok)
 	}
@@ -95,7 +95,7 @@ func TestCall(t *testing.T) {
 	hung := make(chan struct{})
 	defer close(hung)
 	var bounded Call[int]
-	bounded.Start(run, own, func(context.Context) (int, error) { <-hung; return 9, nil })
+	bounded.Start(run, own, nil, func(context.Context) (int, error) { <-hung; return 9, nil })
 	if v, err, ok := bounded.Wait(context.Background(), 0); v != 0 || !errors.Is(err, context.Canceled) || ok {
 		t.Fatalf("Wait on a live ctx for a call whose context ended = %d, %v, %v; want 0, context.Canceled, false", v, err, ok)
 	}
