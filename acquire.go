@@ -42,7 +42,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	defer c.ops.done()
 	if a == nil {
-		a = c.starting(ctx, key, req.Mode, req.Limit)
+		started := c.starting(ctx, key, req.Mode, req.Limit)
+		a = &started
 	}
 	cfg.id = a.id
 	l, err = c.acquireLoop(ctx, req, cfg, wait)

@@ -120,7 +120,8 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	}
 	acqs := make([]*acquisition, len(keys))
 	for i, req := range at.reqs {
-		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
+		a := c.starting(ctx, req.Key, req.Mode, req.Limit)
+		acqs[i] = &a
 		at.cfgs[i].id = acqs[i].id
 	}
 	locks, err := at.run()
