@@ -48,7 +48,9 @@ type Lock struct {
 	calls sync.RWMutex
 
 	mu           sync.Mutex
-	ending       chan struct{} // non-nil once Release, ReleaseAfter or Close began ending the hold; closed when done
+	ending       bool          // Release, ReleaseAfter or Close began ending the hold
+	endDone      bool          // and has finished
+	endWait      chan struct{} // made for the first caller that waits for that; closed once endDone
 	downgrading  bool          // a Downgrade abandoned by its caller is still on the wire
 	depth        int           // re-entries not yet released
 	renewStopped bool
@@ -483,25 +485,33 @@ func (e *releasedError) Unwrap() error { return ErrNotHeld }
 func (l *Lock) claimEnd() (bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ending != nil {
-		return false, l.ending
+	switch {
+	case !l.ending:
+		l.ending = true
+		return true, nil
+	case l.endWait == nil:
+		l.endWait = make(chan struct{})
+		if l.endDone {
+			close(l.endWait)
+		}
 	}
-	l.ending = make(chan struct{})
-	return true, nil
+	return false, l.endWait
 }
 
 // endClaim lets the callers that wait in claimEnd go.
 func (l *Lock) endClaim() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	close(l.ending)
+	if l.endDone = true; l.endWait != nil {
+		close(l.endWait)
+	}
 }
 
 // isEnding reports whether a release of the hold has begun.
 func (l *Lock) isEnding() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ending != nil
+	return l.ending
 }
 
 // closeLock releases the lock on Client.Close.
