@@ -432,7 +432,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(withHeld(ctx, l))
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	defer func() {
 		// Runs on return, panic and Goexit alike.
 		stop()

@@ -63,8 +63,9 @@ type Lock struct {
 	holdTimer    *time.Timer   // ends the lock at its max hold; nil without
 }
 
-// newLock makes the handle of an acquired lock. Its context carries the lock
-// on top of the locks that acq, the acquisition's context, carries.
+// newLock makes the handle of an acquired lock. Its context, made when first
+// asked for, carries the lock on top of the locks that acq, the
+// acquisition's context, carries.
 func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
@@ -72,7 +73,6 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 		l.events.id = nextAcquisitionID()
 	}
 	l.root.chain = heldChain{lock: l, parent: heldBy(acq)}
-	l.ctx, l.cancel = context.WithCancelCause(&l.root)
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
@@ -81,7 +81,6 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 	}
 	if !c.track(l) {
 		l.expiry.Stop()
-		l.cancel(ErrClosed)
 		return nil
 	}
 	// Once tracked, unless Close has ended the lock already: at a max
@@ -221,10 +220,22 @@ func (l *Lock) TTL() time.Duration { return l.ttl }
 //
 // The context also carries the lock: Lock, TryLock or Do on the same Client
 // and key with a context derived from it re-enters this lock (see Lock).
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	// Made when first asked for (most locks never are), under mu;
+	// cancel is nil once called.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		if l.ctx, l.cancel = context.WithCancelCause(&l.root); l.cause != nil {
+			l.cancel(l.cause)
+			l.cancel = nil
+		}
+	}
+	return l.ctx
+}
 
 // Done is shorthand for Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Cause returns nil while the lock is held, and then the reason it ended:
 // the same error as context.Cause(l.Context()). The lock's context's own Err
@@ -553,15 +564,17 @@ func (l *Lock) end(s lockState, cause error) {
 		return
 	}
 	l.state, l.cause = s, cause
-	gate := l.gate
-	l.gate = pass{}
+	gate, cancel := l.gate, l.cancel
+	l.gate, l.cancel = pass{}, nil
 	l.expiry.Stop()
 	if l.holdTimer != nil {
 		l.holdTimer.Stop()
 	}
 	l.mu.Unlock()
 
-	l.cancel(cause)
+	if cancel != nil {
+		cancel(cause)
+	}
 	l.haltRenewal()
 	gate.leave()
 	l.c.forget(l)

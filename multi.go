@@ -162,7 +162,8 @@ func newMultiLock(locks []*Lock) *MultiLock {
 	}
 	m.ctx, m.cancel = context.WithCancelCause(base)
 	for _, l := range m.locks {
-		context.AfterFunc(l.ctx, func() { m.cancel(context.Cause(l.ctx)) })
+		lctx := l.Context()
+		context.AfterFunc(lctx, func() { m.cancel(context.Cause(lctx)) })
 	}
 	return m
 }

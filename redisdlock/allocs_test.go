@@ -17,7 +17,7 @@ import (
 // included, so that they do not grow again unnoticed. (The race detector
 // allocates: the test builds without it.)
 func TestUncontendedAllocs(t *testing.T) {
-	const max = 42
+	const max = 40
 	srv := testsrv.Get(t, testsrv.Redis)
 	rc := newClient(srv.Addr)
 	defer rc.Close()
