@@ -42,7 +42,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	defer c.ops.done()
 	if a == nil {
-		a = c.starting(ctx, key, req.Mode, req.Limit)
+		started := c.starting(ctx, key, req.Mode, req.Limit)
+		a = &started
 	}
 	cfg.id = a.id
 	l, err = c.acquireLoop(ctx, req, cfg, wait)
@@ -140,8 +141,7 @@ func (c *Client) pad(delay time.Duration) time.Duration {
 // runs while an Acquire for the owner is in flight.
 func (c *Client) cleanup(ctx context.Context, req driver.Request) {
 	rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	cl := start(c, rctx, func(ctx context.Context) (struct{}, error) {
-		defer cancel()
+	cl := start(c, rctx, cancel, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.drv.Release(ctx, req)
 	})
 	report := func(_ struct{}, err error) {

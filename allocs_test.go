@@ -29,14 +29,14 @@ func TestUncontendedAllocs(t *testing.T) {
 		max  float64
 		pair func() error
 	}{
-		{"Lock", 26, func() error {
+		{"Lock", 19, func() error {
 			l, err := c.Lock(ctx, "allocs", ttl)
 			if err != nil {
 				return err
 			}
 			return l.Release(ctx)
 		}},
-		{"TryLock", 24, func() error {
+		{"TryLock", 17, func() error {
 			l, err := c.TryLock(ctx, "allocs", ttl)
 			if err != nil {
 				return err

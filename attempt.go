@@ -17,9 +17,9 @@ import (
 // attempt, and one clean-up that the caller defers (finish).
 type attempts struct {
 	c         *Client
-	parent    context.Context // the caller's
-	ctx       context.Context // parent, bound to Close (see newAttempts)
-	unbind    context.CancelFunc
+	parent    context.Context         // the caller's
+	ctx       context.Context         // parent, bound to Close (see newAttempts)
+	cancel    context.CancelCauseFunc // ends ctx, if bound
 	reqs      []driver.Request
 	cfgs      []lockConfig
 	ma        driver.MultiAcquirer // takes several keys at once
@@ -64,13 +64,13 @@ const (
 // attempt at several keys, is bound to Close too; Close waits for a single
 // attempt at one key.
 func (c *Client) newAttempts(parent context.Context, n int, wait bool) *attempts {
-	at := &attempts{c: c, parent: parent, ctx: parent, unbind: func() {}, wait: wait, subscribe: wait && c.notifier != nil}
+	at := &attempts{c: c, parent: parent, ctx: parent, wait: wait, subscribe: wait && c.notifier != nil}
 	at.reqs, at.cfgs, at.passes, at.locks, at.send = at.one.req[:], at.one.cfg[:], at.one.pass[:], at.one.lock[:0], at.acquireOne
 	if n > 1 {
 		at.reqs, at.cfgs, at.passes, at.locks = make([]driver.Request, n), make([]lockConfig, n), make([]pass, n), make([]*Lock, 0, n)
 	}
 	if wait || n > 1 {
-		at.ctx, at.unbind = c.bind(parent)
+		at.ctx, at.cancel = c.bind(parent)
 	}
 	return at
 }
@@ -342,7 +342,9 @@ func (at *attempts) finish() {
 	for i := len(at.passes) - 1; i >= len(at.locks); i-- {
 		at.passes[i].leave()
 	}
-	at.unbind()
+	if at.cancel != nil {
+		at.c.unbind(at.ctx, at.cancel)
+	}
 }
 
 // cleanup releases what the requests whose locks were not handed out may

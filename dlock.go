@@ -197,7 +197,7 @@ func New(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, caps: normalize(d.Capabilities()), cfg: cfg, locks: map[*Lock]struct{}{}, bound: map[context.Context]context.CancelCauseFunc{}, gates: gates{m: map[string]*gate{}}}
 	c.closing, c.stop = context.WithCancelCause(context.Background())
-	c.pool = inflight.Pool{Tasks: make(chan func()), Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}
+	c.pool = inflight.Pool{Tasks: make(chan inflight.Task), Workers: &c.bg.Tracker, Closing: c.closing.Done(), Idle: workerIdle}
 	c.notifier, _ = d.(driver.Notifier)
 	if err := c.checkLockTTL(cfg.defaultTTL); err != nil {
 		return nil, err
@@ -460,7 +460,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(withHeld(ctx, l))
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	defer func() {
 		// Runs on return, panic and Goexit alike.
 		stop()
@@ -570,8 +571,9 @@ func (c *Client) enter() bool {
 	return true
 }
 
-// bind returns a context that ends when ctx does or when Close begins.
-func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+// bind returns a context that ends when ctx does or when Close begins, and
+// its cancel function, which the caller passes to unbind when done.
+func (c *Client) bind(ctx context.Context) (context.Context, context.CancelCauseFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -579,12 +581,15 @@ func (c *Client) bind(ctx context.Context) (context.Context, context.CancelFunc)
 		cancel(ErrClosed)
 	}
 	c.bound[bctx] = cancel
-	return bctx, func() {
-		c.mu.Lock()
-		delete(c.bound, bctx)
-		c.mu.Unlock()
-		cancel(nil)
-	}
+	return bctx, cancel
+}
+
+// unbind ends a context that bind returned.
+func (c *Client) unbind(bctx context.Context, cancel context.CancelCauseFunc) {
+	c.mu.Lock()
+	delete(c.bound, bctx)
+	c.mu.Unlock()
+	cancel(nil)
 }
 
 // why returns the reason a bound context (see bind) of the caller's ctx

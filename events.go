@@ -26,8 +26,8 @@ type acquisition struct {
 }
 
 // starting reports the start of an acquisition of key and returns it.
-func (c *Client) starting(ctx context.Context, key string, mode Mode, limit int) *acquisition {
-	a := &acquisition{id: nextAcquisitionID(), ctx: ctx, key: key, mode: mode, limit: limit, begin: time.Now()}
+func (c *Client) starting(ctx context.Context, key string, mode Mode, limit int) acquisition {
+	a := acquisition{id: nextAcquisitionID(), ctx: ctx, key: key, mode: mode, limit: limit, begin: time.Now()}
 	c.observe(a.event(EventAcquiring))
 	return a
 }

@@ -23,11 +23,12 @@ type call[T any] struct{ inflight.Call[T] }
 // caller still returns promptly.
 const abandonGrace = 50 * time.Millisecond
 
-// start runs fn(ctx) on a goroutine that Close waits for. The Client must
-// not be closed yet; after Close, callers check before they start.
-func start[T any](c *Client, ctx context.Context, fn func(context.Context) (T, error)) *call[T] {
+// start runs fn(ctx) on a goroutine that Close waits for, and then stop, if
+// not nil (see inflight.Call.Start). The Client must not be closed yet;
+// after Close, callers check before they start.
+func start[T any](c *Client, ctx context.Context, stop context.CancelFunc, fn func(context.Context) (T, error)) *call[T] {
 	cl := &call[T]{}
-	cl.Start(c.spawn, ctx, fn)
+	cl.Start(c.pool.Run, ctx, stop, fn)
 	return cl
 }
 
@@ -51,7 +52,7 @@ func do[T any](c *Client, ctx context.Context, fn func(context.Context) (T, erro
 		v, err := fn(ctx)
 		return v, nil, err
 	}
-	cl := start(c, ctx, fn)
+	cl := start(c, ctx, nil, fn)
 	v, err, ok := cl.wait(ctx)
 	if !ok {
 		return v, cl, err

@@ -31,6 +31,7 @@ type Lock struct {
 	ttl        time.Duration // the holder's lease, without delay
 	delay      time.Duration // the lock delay (WithLockDelay): req.TTL includes its pad
 	acquiredAt time.Time
+	root       heldRoot // ctx's parent, which carries the lock
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 	gate       pass // in the Client's gate for the key, until the hold ends
@@ -48,7 +49,9 @@ type Lock struct {
 	calls sync.RWMutex
 
 	mu           sync.Mutex
-	ending       chan struct{} // non-nil once Release, ReleaseAfter or Close began ending the hold; closed when done
+	ending       bool          // Release, ReleaseAfter or Close began ending the hold
+	endDone      bool          // and has finished
+	endWait      chan struct{} // made for the first caller that waits for that; closed once endDone
 	downgrading  bool          // a Downgrade abandoned by its caller is still on the wire
 	depth        int           // re-entries not yet released
 	renewStopped bool
@@ -61,15 +64,16 @@ type Lock struct {
 	holdTimer    *time.Timer   // ends the lock at its max hold; nil without
 }
 
-// newLock makes the handle of an acquired lock. Its context carries the lock
-// on top of the locks that acq, the acquisition's context, carries.
+// newLock makes the handle of an acquired lock. Its context, made when first
+// asked for, carries the lock on top of the locks that acq, the
+// acquisition's context, carries.
 func newLock(c *Client, acq context.Context, req driver.Request, token uint64, ttl time.Duration, cfg lockConfig, sent, validUntil time.Time, gate pass) *Lock {
 	l := &Lock{c: c, req: req, token: token, ttl: ttl, delay: cfg.delay, acquiredAt: sent, validUntil: validUntil, gate: gate}
 	l.events = lockEvents{id: cfg.id, ctx: acq, mode: req.Mode, limit: req.Limit}
 	if l.events.id == 0 {
 		l.events.id = nextAcquisitionID()
 	}
-	l.ctx, l.cancel = context.WithCancelCause(carry(acq, context.Background(), l))
+	l.root.chain = heldChain{lock: l, parent: heldBy(acq)}
 	l.mu.Lock()
 	l.expiry = time.AfterFunc(time.Until(validUntil), l.checkExpiry)
 	l.mu.Unlock()
@@ -78,7 +82,6 @@ func newLock(c *Client, acq context.Context, req driver.Request, token uint64, t
 	}
 	if !c.track(l) {
 		l.expiry.Stop()
-		l.cancel(ErrClosed)
 		return nil
 	}
 	// Once tracked, unless Close has ended the lock already: at a max
@@ -218,10 +221,22 @@ func (l *Lock) TTL() time.Duration { return l.ttl }
 //
 // The context also carries the lock: Lock, TryLock or Do on the same Client
 // and key with a context derived from it re-enters this lock (see Lock).
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context {
+	// Made when first asked for (most locks never are), under mu;
+	// cancel is nil once called.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		if l.ctx, l.cancel = context.WithCancelCause(&l.root); l.cause != nil {
+			l.cancel(l.cause)
+			l.cancel = nil
+		}
+	}
+	return l.ctx
+}
 
 // Done is shorthand for Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Cause returns nil while the lock is held, and then the reason it ended:
 // the same error as context.Cause(l.Context()). The lock's context's own Err
@@ -440,16 +455,19 @@ func (l *Lock) storeCall(ctx context.Context, req driver.Request, d time.Duratio
 		}
 		return l.c.endHold(ctx, req, d), false
 	}
-	// Whether the caller still waits is decided before the request
-	// starts: a ctx that ends once it is on its way ends the wait.
-	wctx, wcancel := context.WithTimeout(ctx, ReleaseTimeout)
-	defer wcancel()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	// The request's own context bounds the caller's wait too. Whether
+	// the caller's ctx ends the wait is decided before the request
+	// starts: one that ends once it is on its way does.
+	rctx := ctx
+	if ctx.Done() != nil {
+		rctx = context.WithoutCancel(ctx)
+	}
+	rctx, cancel := context.WithTimeout(rctx, ReleaseTimeout)
+	wctx := ctx
 	if ctx.Err() != nil {
 		wctx = rctx
 	}
-	cl := start(l.c, rctx, func(ctx context.Context) (struct{}, error) {
-		defer cancel()
+	cl := start(l.c, rctx, cancel, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.c.endHold(ctx, req, d)
 	})
 	_, err, ok := cl.wait(wctx)
@@ -479,25 +497,33 @@ func (e *releasedError) Unwrap() error { return ErrNotHeld }
 func (l *Lock) claimEnd() (bool, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ending != nil {
-		return false, l.ending
+	switch {
+	case !l.ending:
+		l.ending = true
+		return true, nil
+	case l.endWait == nil:
+		l.endWait = make(chan struct{})
+		if l.endDone {
+			close(l.endWait)
+		}
 	}
-	l.ending = make(chan struct{})
-	return true, nil
+	return false, l.endWait
 }
 
 // endClaim lets the callers that wait in claimEnd go.
 func (l *Lock) endClaim() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	close(l.ending)
+	if l.endDone = true; l.endWait != nil {
+		close(l.endWait)
+	}
 }
 
 // isEnding reports whether a release of the hold has begun.
 func (l *Lock) isEnding() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ending != nil
+	return l.ending
 }
 
 // closeLock releases the lock on Client.Close.
@@ -539,15 +565,17 @@ func (l *Lock) end(s lockState, cause error) {
 		return
 	}
 	l.state, l.cause = s, cause
-	gate := l.gate
-	l.gate = pass{}
+	gate, cancel := l.gate, l.cancel
+	l.gate, l.cancel = pass{}, nil
 	l.expiry.Stop()
 	if l.holdTimer != nil {
 		l.holdTimer.Stop()
 	}
 	l.mu.Unlock()
 
-	l.cancel(cause)
+	if cancel != nil {
+		cancel(cause)
+	}
 	l.haltRenewal()
 	gate.leave()
 	l.c.forget(l)

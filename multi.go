@@ -120,7 +120,8 @@ func (c *Client) acquireAtOnce(ctx context.Context, ma driver.MultiAcquirer, key
 	}
 	acqs := make([]*acquisition, len(keys))
 	for i, req := range at.reqs {
-		acqs[i] = c.starting(ctx, req.Key, req.Mode, req.Limit)
+		a := c.starting(ctx, req.Key, req.Mode, req.Limit)
+		acqs[i] = &a
 		at.cfgs[i].id = acqs[i].id
 	}
 	locks, err := at.run()
@@ -161,7 +162,8 @@ func newMultiLock(locks []*Lock) *MultiLock {
 	}
 	m.ctx, m.cancel = context.WithCancelCause(base)
 	for _, l := range m.locks {
-		context.AfterFunc(l.ctx, func() { m.cancel(context.Cause(l.ctx)) })
+		lctx := l.Context()
+		context.AfterFunc(lctx, func() { m.cancel(context.Cause(lctx)) })
 	}
 	return m
 }

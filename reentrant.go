@@ -1,6 +1,9 @@
 package dlock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Reentrancy. Go has no thread identity to tell a nested acquisition by the
 // holder from one by somebody else, so the holder says who it is: a context
@@ -17,17 +20,36 @@ type heldChain struct {
 type heldKey struct{}
 
 // withHeld returns ctx carrying l on top of the locks ctx already carries.
-func withHeld(ctx context.Context, l *Lock) context.Context { return carry(ctx, ctx, l) }
+func withHeld(ctx context.Context, l *Lock) context.Context {
+	return context.WithValue(ctx, heldKey{}, &heldChain{lock: l, parent: heldBy(ctx)})
+}
 
-// carry returns dst carrying l on top of the locks from carries.
-func carry(from, dst context.Context, l *Lock) context.Context {
-	parent, _ := from.Value(heldKey{}).(*heldChain)
-	return context.WithValue(dst, heldKey{}, &heldChain{lock: l, parent: parent})
+// heldBy returns the locks ctx carries.
+func heldBy(ctx context.Context) *heldChain {
+	h, _ := ctx.Value(heldKey{}).(*heldChain)
+	return h
+}
+
+// heldRoot is what a lock's context (Lock.Context) derives from: like
+// context.Background, but carrying the lock on top of the locks its
+// acquisition's context carries. The Lock holds it, so that it costs no
+// allocation of its own.
+type heldRoot struct{ chain heldChain }
+
+func (*heldRoot) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*heldRoot) Done() <-chan struct{}       { return nil }
+func (*heldRoot) Err() error                  { return nil }
+
+func (r *heldRoot) Value(key any) any {
+	if key == (heldKey{}) {
+		return &r.chain
+	}
+	return nil
 }
 
 // heldIn returns the lock on key of this Client that ctx carries, if any.
 func (c *Client) heldIn(ctx context.Context, key string) *Lock {
-	for h, _ := ctx.Value(heldKey{}).(*heldChain); h != nil; h = h.parent {
+	for h := heldBy(ctx); h != nil; h = h.parent {
 		if h.lock.c == c && h.lock.req.Key == key {
 			return h.lock
 		}

@@ -50,12 +50,12 @@ func (c *Client) Watch(ctx context.Context, key string, poll time.Duration) (<-c
 	// The owner, which holds nothing, is one nobody else uses.
 	w := &watch{c: c, notifier: c.notifier, poll: poll, ch: make(chan struct{}, 1),
 		req: driver.Request{Key: key, Owner: newOwner(), TTL: c.cfg.defaultTTL, Mode: driver.Exclusive}}
-	wctx, unbind := c.bind(ctx)
+	wctx, cancel := c.bind(ctx)
 	w.subscribe(wctx)
 	c.bg.add()
 	go func() {
 		defer c.bg.done()
-		defer unbind()
+		defer c.unbind(wctx, cancel)
 		w.run(wctx)
 	}()
 	return w.ch, nil

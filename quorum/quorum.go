@@ -155,7 +155,7 @@ func New(nodes []driver.Driver, opts ...Option) (*Driver, error) {
 		stalled:     make([]atomic.Bool, len(nodes)),
 		contention:  newContention(),
 	}
-	d.pool = inflight.Pool{Tasks: make(chan func()), Workers: &d.workers, Closing: d.closing, Idle: workerIdle}
+	d.pool = inflight.Pool{Tasks: make(chan inflight.Task), Workers: &d.workers, Closing: d.closing, Idle: workerIdle}
 	d.caps = d.capabilities()
 	if len(nodes)%2 == 0 {
 		d.log.Warn("quorum: even number of nodes; an odd number tolerates as many failures with one server fewer",

@@ -61,11 +61,13 @@ func (d *Driver) stepLayout(key string, fence bool) layout {
 	if d.cfg.mode != Script {
 		return d.layout(key)
 	}
-	k := layout{lock: d.base(key)}
-	if fence {
-		k.fence = k.lock + fenceSuffix
+	if !fence {
+		return layout{lock: d.base(key)}
 	}
-	return k
+	// One string for both: the hash's name is the counter's without its
+	// suffix.
+	f := d.named(key, fenceSuffix)
+	return layout{lock: f[:len(f)-len(fenceSuffix)], fence: f}
 }
 
 // waiterChannel returns the channel on which the queued waiter owner of the
@@ -79,11 +81,14 @@ func waiterChannel(ch, owner string) string { return ch + ":" + owner }
 // locks of keys with one tag share a Cluster slot (and can be taken in one
 // script). Neither form can be mistaken for the other: the first has one
 // pair of braces, the second two.
-func (d *Driver) base(key string) string {
+func (d *Driver) base(key string) string { return d.named(key, "") }
+
+// named returns base(key) + suffix.
+func (d *Driver) named(key, suffix string) string {
 	if tag, ok := userTag(key); ok {
-		return "{" + d.cfg.prefix + escapeKey(tag) + "}{" + escapeKey(key) + "}"
+		return "{" + d.cfg.prefix + escapeKey(tag) + "}{" + escapeKey(key) + "}" + suffix
 	}
-	return "{" + d.cfg.prefix + escapeKey(key) + "}"
+	return "{" + d.cfg.prefix + escapeKey(key) + "}" + suffix
 }
 
 // userTag returns the hash tag of a user key, as Redis Cluster reads it:

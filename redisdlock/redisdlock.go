@@ -170,7 +170,7 @@ type Driver struct {
 	n       *notifier
 	closed  atomic.Bool
 	queuers queuers                             // Script mode: see scriptProto.acquire
-	ev      evaler                              // runs the scripts
+	ev      goredisEval                         // runs the scripts
 	ap      atomic.Pointer[redis.AutoPipeliner] // see scripter
 	running atomic.Int32                        // scripts on their way (see goredisEval)
 }

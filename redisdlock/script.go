@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,17 +71,7 @@ func plainScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// evaler runs scripts on the driver's client.
-type evaler interface {
-	// eval runs s and returns its reply, a list of integers (an integer
-	// reply is returned as a list of one). With ack, a reply that
-	// starts with 1 (written) is returned once the replicas that
-	// WithReplicaAck asks for have acknowledged the write; if they do
-	// not, the error is an *ackError. keys[0] names the server.
-	eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error)
-}
-
-// goredisEval is the evaler of a go-redis client.
+// goredisEval runs scripts on the driver's go-redis client.
 type goredisEval struct{ d *Driver }
 
 // processor is what a go-redis command runs on: a client, its
@@ -89,6 +80,11 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
+// eval runs s and returns its reply, a list of integers (an integer reply
+// is returned as a list of one). With ack, a reply that starts with 1
+// (written) is returned once the replicas that WithReplicaAck asks for have
+// acknowledged the write; if they do not, the error is an *ackError.
+// keys[0] names the server.
 func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, ack bool) ([]int64, error) {
 	var (
 		p    processor
@@ -147,30 +143,69 @@ func (e goredisEval) eval(ctx context.Context, s *script, keys, args []string, a
 // have the script (NOSCRIPT: after a restart, a SCRIPT FLUSH or a
 // failover to a server that never ran it).
 func (s *script) run(ctx context.Context, p processor, keys, args []string) (any, error) {
-	r, err := evalCmd(ctx, p, "evalsha", s.sha, keys, args)
+	r, err := evalCmd(ctx, p, false, s.sha, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		r, err = evalCmd(ctx, p, "eval", s.src, keys, args)
+		r, err = evalCmd(ctx, p, true, s.src, keys, args)
 	}
 	return r, err
 }
 
-// evalCmd runs EVAL or EVALSHA (name) of script on p, as a scriptCmd. The
-// arguments go as strings, so that hooks and traces that print a command
-// (Cmd.String) show its keys and owners.
-func evalCmd(ctx context.Context, p processor, name, script string, keys, args []string) (any, error) {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, script, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
+// evalCmd runs EVALSHA of script (a digest), or with src EVAL of script
+// (the source), on p, as a scriptCmd. The
+// script, keys and arguments go as strArgs, so that hooks and traces that
+// print a command (Cmd.String) show them as they are, and a call with up to
+// evalSmall of them allocates one block for all its arguments.
+func evalCmd(ctx context.Context, p processor, src bool, script string, keys, args []string) (any, error) {
+	n := 1 + len(keys) + len(args)
+	var (
+		strs []string
+		a    []any
+	)
+	if n <= evalSmall {
+		b := new(evalArgs)
+		strs, a = b.strs[:0], b.args[:0]
+	} else {
+		strs, a = make([]string, 0, n), make([]any, 0, 2+n)
 	}
-	for _, v := range args {
-		a = append(a, v)
+	strs = append(append(append(strs, script), keys...), args...)
+	if src {
+		a = append(a, "eval")
+	} else {
+		a = append(a, "evalsha")
+	}
+	a = append(a, strArg{&strs[0]}, len(keys))
+	for i := range strs[1:] {
+		a = append(a, strArg{&strs[1+i]})
 	}
 	cmd := redis.NewCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
 	_ = p.Process(ctx, scriptCmd{cmd})
 	return cmd.Result()
 }
+
+// evalSmall is the number of strings (script, keys, arguments) of a
+// script call whose arguments fit in an evalArgs.
+const evalSmall = 8
+
+// evalArgs holds the arguments of a script call in one allocation: the
+// strings, and the command's arguments that refer to them.
+type evalArgs struct {
+	strs [evalSmall]string
+	args [2 + evalSmall]any
+}
+
+// strArg is a string argument of a command, held by reference: unlike a
+// string, it goes into an interface without a copy on the heap. go-redis
+// writes it as its bytes (MarshalBinary), and prints it as it is (String).
+type strArg struct{ s *string }
+
+// MarshalBinary returns the string's bytes, which go-redis only copies to
+// the connection: they must not be modified.
+func (a strArg) MarshalBinary() ([]byte, error) {
+	return unsafe.Slice(unsafe.StringData(*a.s), len(*a.s)), nil
+}
+
+func (a strArg) String() string { return *a.s }
 
 // scriptCmd is a command that go-redis never sends twice, whatever the
 // client's MaxRetries (or a Cluster client's MaxRedirects) say: after a

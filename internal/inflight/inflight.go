@@ -60,32 +60,43 @@ func (t *Tracker) Idle() <-chan struct{} {
 // library, a protocol, a connection pool) on every request, and that copying
 // costs more than the request's own work.
 type Pool struct {
-	Tasks   chan func()     // hands a task to an idle worker; unbuffered
+	Tasks   chan Task       // hands a task to an idle worker; unbuffered
 	Workers *Tracker        // counts the workers, so that Close waits for them
 	Closing <-chan struct{} // closed when Close begins: idle workers leave
 	Idle    time.Duration   // how long a worker waits for its next task
 }
 
+// Task is work for a Pool.
+type Task interface{ Run() }
+
+// taskFunc is a func as a Task.
+type taskFunc func()
+
+func (f taskFunc) Run() { f() }
+
 // Go runs f on a worker.
-func (p Pool) Go(f func()) {
+func (p Pool) Go(f func()) { p.Run(taskFunc(f)) }
+
+// Run runs t on a worker.
+func (p Pool) Run(t Task) {
 	select {
-	case p.Tasks <- f:
+	case p.Tasks <- t:
 		return
 	default:
 	}
 	p.Workers.Add()
-	go p.work(f)
+	go p.work(t)
 }
 
-func (p Pool) work(f func()) {
+func (p Pool) work(t Task) {
 	defer p.Workers.Done()
 	idle := time.NewTimer(p.Idle)
 	defer idle.Stop()
 	for {
-		f()
+		t.Run()
 		idle.Reset(p.Idle)
 		select {
-		case f = <-p.Tasks:
+		case t = <-p.Tasks:
 		case <-idle.C:
 			return
 		case <-p.Closing:
@@ -94,31 +105,49 @@ func (p Pool) work(f func()) {
 	}
 }
 
-// Call is one request running on a worker of its own.
+// Call is one request running on a worker of its own; it is the Task that
+// runs it.
 type Call[T any] struct {
-	done chan struct{} // closed when val and err are set
+	ctx  context.Context // the request's
+	fn   func(context.Context) (T, error)
+	stop context.CancelFunc // ends ctx once the request has ended; may be nil
+	done chan struct{}      // closed when val and err are set
 	val  T
 	err  error
 }
 
-// Start runs fn(ctx) on a worker that spawn starts (Pool.Go). c must be
-// new: a zero Call, which Start starts once.
-func (c *Call[T]) Start(spawn func(func()), ctx context.Context, fn func(context.Context) (T, error)) {
-	c.done = make(chan struct{})
-	spawn(func() {
-		defer close(c.done)
-		c.val, c.err = fn(ctx)
-	})
+// Start runs fn(ctx) on a worker that run starts (Pool.Run), and then
+// stop, if not nil: a context of the request's own ends only after the call
+// has. c must be new: a zero Call, which Start starts once.
+func (c *Call[T]) Start(run func(Task), ctx context.Context, stop context.CancelFunc, fn func(context.Context) (T, error)) {
+	c.ctx, c.stop, c.fn, c.done = ctx, stop, fn, make(chan struct{})
+	run(c)
 }
 
-// Wait returns the call's result, or ctx's error and false if ctx ends and
-// grace passes before the call has ended: the call then runs on alone, and
-// whatever must follow it goes through Then.
+// Run runs the request; Start has it run once.
+func (c *Call[T]) Run() {
+	c.val, c.err = c.fn(c.ctx)
+	close(c.done)
+	if c.stop != nil {
+		c.stop()
+	}
+}
+
+// Wait returns the call's result, or an error and false if ctx or the
+// request's own context ends and grace passes before the call has ended:
+// the call then runs on alone, and whatever must follow it goes through
+// Then. The error is that of the context that ended.
 func (c *Call[T]) Wait(ctx context.Context, grace time.Duration) (T, error, bool) {
 	select {
 	case <-c.done:
-		return c.val, c.err, true
 	case <-ctx.Done():
+	case <-c.ctx.Done():
+		ctx = c.ctx
+	}
+	select {
+	case <-c.done: // seen first: it ended before its stop (see Run)
+		return c.val, c.err, true
+	default:
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()

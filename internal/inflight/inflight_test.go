@@ -41,7 +41,7 @@ func TestTrackerIdle(t *testing.T) {
 func TestPoolCloseWaitsForWorkers(t *testing.T) {
 	var workers Tracker
 	closing := make(chan struct{})
-	p := Pool{Tasks: make(chan func()), Workers: &workers, Closing: closing, Idle: 1 << 62}
+	p := Pool{Tasks: make(chan Task), Workers: &workers, Closing: closing, Idle: 1 << 62}
 	release, ran := make(chan struct{}), make(chan int, 10)
 	p.Go(func() { <-release; ran <- 0 })
 	for i := 1; i < 10; i++ {
@@ -61,8 +61,9 @@ func TestPoolCloseWaitsForWorkers(t *testing.T) {
 
 func TestCall(t *testing.T) {
 	spawn := func(f func()) { go f() }
+	run := func(t Task) { go t.Run() }
 	var c Call[int]
-	c.Start(spawn, context.Background(), func(context.Context) (int, error) { return 7, nil })
+	c.Start(run, context.Background(), nil, func(context.Context) (int, error) { return 7, nil })
 	if v, err, ok := c.Wait(context.Background(), 0); v != 7 || err != nil || !ok {
 		t.Fatalf("Wait = %d, %v, %v; want 7, nil, true", v, err, ok)
 	}
@@ -71,7 +72,7 @@ func TestCall(t *testing.T) {
 	cancel()
 	release := make(chan struct{})
 	var slow Call[int]
-	slow.Start(spawn, ctx, func(context.Context) (int, error) { <-release; return 8, errors.New("late") })
+	slow.Start(run, ctx, nil, func(context.Context) (int, error) { <-release; return 8, errors.New("late") })
 	if v, err, ok := slow.Wait(ctx, 0); v != 0 || !errors.Is(err, context.Canceled) || ok {
 		t.Fatalf("Wait on an ended ctx = %d, %v, %v; want 0, context.Canceled, false", v, err, ok)
 	}
@@ -85,6 +86,18 @@ func TestCall(t *testing.T) {
 	close(release)
 	if v := <-after; v != 8 {
 		t.Fatalf("Then got %d, want 8", v)
+	}
+
+	// The request's own context bounds the wait of a caller whose ctx
+	// is live.
+	own, cancelOwn := context.WithCancel(context.Background())
+	cancelOwn()
+	hung := make(chan struct{})
+	defer close(hung)
+	var bounded Call[int]
+	bounded.Start(run, own, nil, func(context.Context) (int, error) { <-hung; return 9, nil })
+	if v, err, ok := bounded.Wait(context.Background(), 0); v != 0 || !errors.Is(err, context.Canceled) || ok {
+		t.Fatalf("Wait on a live ctx for a call whose context ended = %d, %v, %v; want 0, context.Canceled, false", v, err, ok)
 	}
 }
 
