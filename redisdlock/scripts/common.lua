@@ -35,11 +35,12 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- prune drops the expired holders and waiters (keeping the waiters' entries
--- in E) and forgets E's entries that expired more than GONE ago. It returns
--- the number of holders and waiters dropped.
-local function prune()
-  local dead = redis.call('ZRANGEBYSCORE', Z, '-inf', int(now))
+-- prune drops the expired holders (dead: their list, if the caller has
+-- read it) and waiters (keeping the waiters' entries in E) and forgets E's
+-- entries that expired more than GONE ago. It returns the number of
+-- holders and waiters dropped.
+local function prune(dead)
+  dead = dead or redis.call('ZRANGEBYSCORE', Z, '-inf', int(now))
   for _, o in ipairs(dead) do
     redis.call('ZREM', Z, o)
     redis.call('HDEL', H, 't:' .. o, 'i:' .. o, 'm:' .. o)

@@ -81,7 +81,16 @@ local function grant(q)
   return true
 end
 
-local held = general and redis.call('ZSCORE', Z, me)
+-- The two holds of an exclusive/shared lock that end first: with fewer, all
+-- of them, as in a lock held exclusively. dead lists the expired ones then.
+local z = owner == RW and redis.call('ZRANGE', Z, 0, 1, 'WITHSCORES') or {}
+local held, dead
+if owner == RW and not z[3] then
+  held, dead = z[1] == me and z[2], {}
+  if z[2] and tonumber(z[2]) <= now then dead[1] = z[1] end
+else
+  held = general and redis.call('ZSCORE', Z, me)
+end
 if held then
   changed = true
   mine = tonumber(held) > now -- a live hold, which prune leaves to drop
@@ -102,8 +111,9 @@ if not general then
   return res
 end
 
-if prune() > 0 then changed = true end
-if redis.call('ZCARD', Z) == (mine and 1 or 0) then
+if prune(dead) > 0 then changed = true end
+local left = dead and #z / 2 - #dead or redis.call('ZCARD', Z)
+if left == (mine and 1 or 0) then
   -- Nobody else holds the lock.
   local q = redis.call('ZRANGE', W, 0, 1)
   if grant(q) then
