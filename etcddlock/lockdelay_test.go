@@ -100,3 +100,53 @@ func TestLockDelaySessionEnds(t *testing.T) {
 		})
 	}
 }
+
+// An entry and its shadow count as one entry: a hold with a lock delay
+// lists once, takes one permit of a semaphore, and its downgrade admits the
+// readers that wait for it; after the releases nothing is left.
+func TestLockDelayShadowCountsOnce(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	a := newLockClient(t, newTestDriver(t, srv.Addr))
+	sb := spy(newTestDriver(t, srv.Addr))
+	b := newLockClient(t, sb)
+	k := key(t)
+	delay := dlock.WithLockDelay(time.Minute)
+
+	l, err := a.Lock(ctx(t), k, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := b.List(ctx(t), k)
+	if err != nil || len(hs) != 1 || hs[0].Token != l.Token() || hs[0].Owner != l.OwnerID() {
+		t.Errorf("List of a hold with a lock delay = %+v, %v; want its holder once", hs, err)
+	}
+	got := lockAsync(ctx(t), b, k, dlock.Shared())
+	<-sb.queued
+	if err := l.Downgrade(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("reader waiting for a downgrade of a hold with a lock delay: %v", r.err)
+	}
+	for _, l := range []*dlock.Lock{r.l, l} {
+		if err := l.Release(ctx(t)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	p, err := a.Lock(ctx(t), k+"/sem", dlock.WithLimit(2), delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.TryLock(ctx(t), k+"/sem", dlock.WithLimit(2))
+	if err != nil {
+		t.Fatalf("TryLock of the second permit of two beside one with a lock delay: %v", err)
+	}
+	for _, l := range []*dlock.Lock{q, p} {
+		if err := l.Release(ctx(t)); err != nil {
+			t.Error(err)
+		}
+	}
+	assertEmpty(t, admin(t), k)
+}
