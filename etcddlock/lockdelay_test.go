@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlockhq/dlock"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
@@ -149,4 +150,43 @@ func TestLockDelayShadowCountsOnce(t *testing.T) {
 		}
 	}
 	assertEmpty(t, admin(t), k)
+}
+
+// concurrency.Mutex waits for the shadow of a hold with a lock delay whose
+// session ended, as dlock does: both are kept out during the delay, and the
+// Mutex gets the key after it.
+func TestLockDelayInterop(t *testing.T) {
+	srv := testsrv.Get(t, testsrv.Etcd)
+	cli := admin(t)
+	ad := newTestDriver(t, srv.Addr, WithSessionTTL(2*time.Second))
+	a := newLockClient(t, ad)
+	c := newLockClient(t, newTestDriver(t, srv.Addr))
+	k := key(t)
+	if _, err := a.Lock(ctx(t), k, dlock.WithLockDelay(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ad.mu.Lock()
+	lease := ad.sess.id
+	ad.mu.Unlock()
+	if _, err := cli.Revoke(ctx(t), lease); err != nil {
+		t.Fatal(err)
+	}
+	m := newMutex(t, srv.Addr, DefaultPrefix+k, 5)
+	defer m.s.Close()
+	if err := m.m.TryLock(ctx(t)); !errors.Is(err, concurrency.ErrLocked) {
+		t.Errorf("Mutex.TryLock once the holder's session ended = %v; want ErrLocked during the lock delay", err)
+	}
+	if l, err := c.TryLock(ctx(t), k); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock once the holder's session ended = %v; want ErrNotAcquired during the lock delay", err)
+		if err == nil {
+			l.Release(ctx(t))
+		}
+	}
+	if err := m.lock(ctx(t)); err != nil {
+		t.Fatalf("Mutex.Lock after the lock delay: %v", err)
+	}
+	if err := m.unlock(); err != nil {
+		t.Fatal(err)
+	}
+	assertEmpty(t, cli, k)
 }
