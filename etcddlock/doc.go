@@ -122,7 +122,10 @@
 //     the lease was revoked by mistake, etcd-io/etcd#15247), the entry
 //     goes with the session lease, and the shadow stays until its own
 //     lease expires: at least D later, at most S/2+1.5D (the lessor renews
-//     each lease every third of its TTL, the two at different times);
+//     each lease every third of its TTL, the two at different times). A
+//     driver that sees its session gone and still reaches etcd moves the
+//     shadows to new leases of D (and revokes the delay leases), so they
+//     last D from then;
 //   - when the TTL of the request runs out (the process lives but stopped
 //     renewing), the deletion of the entry moves the shadow, in the same
 //     transaction, to a new lease of D, and the shadow's name and the

@@ -154,7 +154,8 @@ func TestLockDelayShadowCountsOnce(t *testing.T) {
 
 // concurrency.Mutex waits for the shadow of a hold with a lock delay whose
 // session ended, as dlock does: both are kept out during the delay, and the
-// Mutex gets the key after it.
+// Mutex gets the key after it. Once the driver sees the session gone, it
+// moves the shadow to a lease of the delay and revokes the delay lease.
 func TestLockDelayInterop(t *testing.T) {
 	srv := testsrv.Get(t, testsrv.Etcd)
 	cli := admin(t)
@@ -165,11 +166,25 @@ func TestLockDelayInterop(t *testing.T) {
 	if _, err := a.Lock(ctx(t), k, dlock.WithLockDelay(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	q, err := cli.Get(ctx(t), DefaultPrefix+k+"/", clientv3.WithPrefix())
+	if err != nil || len(q.Kvs) != 2 {
+		t.Fatalf("entries of the hold: %d, %v; want the entry and its shadow", len(q.Kvs), err)
+	}
+	shadow := q.Kvs[1]
+	if !strings.HasSuffix(string(shadow.Key), shadowSuffix) {
+		shadow = q.Kvs[0]
+	}
+	moved := cli.Watch(ctx(t), string(shadow.Key), clientv3.WithRev(q.Header.Revision+1))
 	ad.mu.Lock()
 	lease := ad.sess.id
 	ad.mu.Unlock()
 	if _, err := cli.Revoke(ctx(t), lease); err != nil {
 		t.Fatal(err)
+	}
+	if wr := <-moved; wr.Err() != nil || len(wr.Events) == 0 || wr.Events[0].Type != clientv3.EventTypePut {
+		t.Fatalf("watching the shadow: %+v, %v; want it moved to another lease", wr.Events, wr.Err())
+	} else if l, err := cli.TimeToLive(ctx(t), clientv3.LeaseID(wr.Events[0].Kv.Lease)); err != nil || l.GrantedTTL != 3 {
+		t.Errorf("the shadow's new lease: %+v, %v; want one of the delay, 3s", l, err)
 	}
 	m := newMutex(t, srv.Addr, DefaultPrefix+k, 5)
 	defer m.s.Close()
@@ -187,6 +202,9 @@ func TestLockDelayInterop(t *testing.T) {
 	}
 	if err := m.unlock(); err != nil {
 		t.Fatal(err)
+	}
+	if l, err := cli.TimeToLive(ctx(t), clientv3.LeaseID(shadow.Lease)); err != nil || l.TTL != -1 {
+		t.Errorf("the delay lease once its shadows moved: %+v, %v; want it revoked", l, err)
 	}
 	assertEmpty(t, cli, k)
 }

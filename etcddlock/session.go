@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,7 +213,9 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 	if !s.lost.Load() {
 		sleep(ctx, s.left(time.Now()))
 	}
-	d.revoke(s)
+	if d.revoke(s) {
+		d.settle(s)
+	}
 }
 
 // stillAlive renews s's lease once, after its keep-alive stopped, and
@@ -241,10 +244,11 @@ func (d *Driver) stillAlive(ctx context.Context, s *session) bool {
 }
 
 // revoke revokes an ended session's lease, so that entries it may still have
-// on the server (if the keep-alive only went unanswered) go at once.
-func (d *Driver) revoke(s *session) {
+// on the server (if the keep-alive only went unanswered) go at once, and
+// reports whether the lease is gone.
+func (d *Driver) revoke(s *session) bool {
 	if d.ctx.Err() != nil {
-		return // Close revokes
+		return false // Close revokes
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
 	defer cancel()
@@ -255,6 +259,48 @@ func (d *Driver) revoke(s *session) {
 		d.mu.Lock()
 		delete(d.leases, s.id)
 		d.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// settle moves the shadows on the delay leases of s, whose lease is gone,
+// each to a new lease of its delay, and revokes the delay leases: a shadow
+// then keeps its key for the delay after the driver saw the session end,
+// rather than until its delay lease, which lasts longer, expires. Shadows
+// that it cannot move stay on their delay leases.
+func (d *Driver) settle(s *session) {
+	s.slotMu.Lock()
+	delays := maps.Clone(s.delays)
+	s.slotMu.Unlock()
+	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+	defer cancel()
+	for secs, l := range delays {
+		<-l.ready
+		if l.err != nil {
+			continue
+		}
+		ttl, err := d.cli.TimeToLive(ctx, l.id, clientv3.WithAttachedKeys())
+		if err != nil {
+			continue
+		}
+		g := &clientv3.LeaseGrantResponse{}
+		if len(ttl.Keys) > 0 {
+			g, err = d.cli.Grant(ctx, secs)
+		}
+		for _, k := range ttl.Keys {
+			if err == nil {
+				_, err = d.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(string(k)), "=", l.id)).
+					Then(clientv3.OpPut(string(k), "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID))).Commit()
+			}
+		}
+		if err == nil {
+			if _, err := d.cli.Revoke(ctx, l.id); err == nil || isLeaseNotFound(err) {
+				d.mu.Lock()
+				delete(d.leases, l.id)
+				d.mu.Unlock()
+			}
+		}
 	}
 }
 
