@@ -20,7 +20,9 @@ import (
 // a read-write lock; the first Limit permits of a semaphore; waiters are not
 // listed), with mode, limit, Info and the raw owner from the entry's value
 // and, as TTL, the time left on its session lease as the server sees it (one
-// LeaseTimeToLive per distinct lease).
+// LeaseTimeToLive per distinct lease). A hold with a lock delay lists once,
+// through its shadow (see merge), with the time left on the shadow's lease,
+// delay included, and so does a shadow whose entry has gone.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
 	if err := d.check(); err != nil {
 		return nil, err

@@ -128,8 +128,8 @@
 //     last D from then;
 //   - when the TTL of the request runs out (the process lives but stopped
 //     renewing), the deletion of the entry moves the shadow, in the same
-//     transaction, to a new lease of D, and the shadow's name and the
-//     entry's slot stay in use for the rest of the session.
+//     transaction, to a new lease of D, and the entry's slot stays in use
+//     for D.
 //
 // Lock.ReleaseAfter ends a hold without delay. Close revokes the delay
 // leases of the live session (a Close releases), but not those of a session

@@ -116,9 +116,9 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 }
 
 // remove deletes the entry of rec, which the caller took from the table, and
-// its shadow, if it is still that incarnation, and reports whether it was. If the request
-// fails, the record goes back to the table with its deadline passed, so that
-// expire deletes the entry, retrying.
+// its shadow, if it is still that incarnation, and reports whether it was.
+// If the request fails, the record goes back to the table with its deadline
+// passed, so that expire deletes the entry, retrying.
 func (d *Driver) remove(ctx context.Context, id string, rec record) (deleted bool, _ error) {
 	resp, _, err := d.txn(ctx, rec.is(), rec.end(0)...)
 	if err != nil {
@@ -201,8 +201,8 @@ func (rec record) end(lease clientv3.LeaseID) []clientv3.Op {
 // still the same incarnation, retrying until that succeeds, the session ends
 // (which removes the entry) or the driver is closed. An entry with a lock
 // delay leaves its shadow on a lease of its own, of the delay, which keeps
-// the key (see shadowOf); the shadow's name stays in use, and so does the
-// entry's slot, for the rest of the session.
+// the key (see shadowOf); the entry's slot stays in use for the delay (a
+// creation that finds the shadow's name still taken takes the next slot).
 func (d *Driver) expire(id string, rec record) {
 	if rec.lost {
 		return // a tombstone's time is up
@@ -224,6 +224,8 @@ func (d *Driver) expire(id string, rec record) {
 		if err == nil {
 			if g.ID == 0 {
 				rec.slot.free()
+			} else {
+				time.AfterFunc(time.Duration(seconds(rec.delay))*time.Second, rec.slot.free)
 			}
 			return
 		}
