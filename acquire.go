@@ -85,7 +85,7 @@ func (c *Client) prepare(ctx context.Context, key string, opts []LockOption) (dr
 	if cfg.info != nil {
 		info = *cfg.info
 	}
-	return driver.Request{Key: key, Owner: newOwner(), TTL: cfg.ttl + c.pad(cfg.delay), Mode: mode, Limit: limit, Info: info}, cfg, nil, nil
+	return c.request(driver.Request{Key: key, Owner: newOwner(), Mode: mode, Limit: limit, Info: info}, cfg), cfg, nil, nil
 }
 
 // acquireLoop makes the attempts of one acquisition (see attempts). Waiters
@@ -125,12 +125,24 @@ func lease(req driver.Request, res driver.Result, sent time.Time, pad time.Durat
 
 // pad returns what a lock delay adds to the lease dlock asks the store for:
 // the delay, and one unit of a coarse lease clock (TTLResolution), which
-// the store may cut from a lease.
+// the store may cut from a lease; nothing on a driver that keeps the delay
+// itself (Capabilities.SessionLockDelay).
 func (c *Client) pad(delay time.Duration) time.Duration {
-	if delay == 0 {
+	if delay == 0 || c.caps.SessionLockDelay {
 		return 0
 	}
 	return delay + c.caps.TTLResolution
+}
+
+// request returns req with the lease and the lock delay of cfg: a TTL padded
+// with the delay (see pad), or the delay in Request.LockDelay for a driver
+// that keeps it itself.
+func (c *Client) request(req driver.Request, cfg lockConfig) driver.Request {
+	req.TTL = cfg.ttl + c.pad(cfg.delay)
+	if c.caps.SessionLockDelay {
+		req.LockDelay = cfg.delay
+	}
+	return req
 }
 
 // cleanup releases whatever req's owner may hold after an unknown outcome or

@@ -163,7 +163,7 @@ func (c *Client) Resume(ctx context.Context, holdID string, opts ...LockOption) 
 	if err != nil {
 		return nil, err
 	}
-	req := driver.Request{Key: h.key, Owner: h.owner, TTL: cfg.ttl + c.pad(cfg.delay), Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}
+	req := c.request(driver.Request{Key: h.key, Owner: h.owner, Mode: held.Mode, Limit: held.Limit, Info: c.cfg.info}, cfg)
 	_, _, err = do(c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.drv.Refresh(ctx, req) })
 	if err != nil {
 		return nil, c.resumeFailure(ctx, h.key, err)

@@ -475,10 +475,10 @@ func (l *Lock) storeCall(ctx context.Context, req driver.Request, d time.Duratio
 }
 
 // endHold asks the store to end the hold req: a Release, or for d > 0 a
-// Refresh to a lease of d.
+// Refresh to a lease of d, without lock delay.
 func (c *Client) endHold(ctx context.Context, req driver.Request, d time.Duration) error {
 	if d > 0 {
-		req.TTL = d
+		req.TTL, req.LockDelay = d, 0
 		return c.drv.Refresh(ctx, req)
 	}
 	return c.drv.Release(ctx, req)

@@ -100,9 +100,10 @@ func WithTTL(d time.Duration) LockOption {
 // dlock asks the store for a lease of TTL+d, on every acquisition and
 // renewal, while the holder counts on its TTL alone (Lock.TTL, its
 // validity, its renewal and its lost signal). TTL+d must not exceed the
-// backend's maximum lease. Backends whose holds end with a client session
-// (etcd, ZooKeeper: Capabilities().LockDelay is false) refuse a non-zero
-// d. Otherwise, and for a negative d, the acquisition fails with an
+// backend's maximum lease. etcd, whose holds end with a client session,
+// keeps the delay itself (Capabilities().SessionLockDelay) and is asked for
+// the TTL alone. ZooKeeper (Capabilities().LockDelay is false) refuses a
+// non-zero d. Otherwise, and for a negative d, the acquisition fails with an
 // *ArgError named "lock delay".
 func WithLockDelay(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.delay = d }

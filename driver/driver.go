@@ -241,6 +241,10 @@ type Request struct {
 	// Info is free-form text about the holder (host, process) shown by
 	// Lister. It may be empty.
 	Info string
+	// LockDelay is the hold's lock delay (dlock.WithLockDelay), set only
+	// for drivers that declare Capabilities.SessionLockDelay (others get
+	// it added to TTL). Zero means none.
+	LockDelay time.Duration
 }
 
 // Result is the outcome of an Acquire call that reached the store.
@@ -325,9 +329,19 @@ type Capabilities struct {
 	// lock delay (dlock.WithLockDelay) asks such a driver for a lease of
 	// the TTL plus the delay, so that a holder that stops renewing keeps
 	// the key from others for the delay after its own lease ended. A
-	// driver whose holds end with its session (etcd, ZooKeeper) leaves it
-	// false, and package dlock refuses a lock delay on it.
+	// driver whose holds end with its session declares it only with
+	// SessionLockDelay; otherwise (ZooKeeper) it leaves it false, and
+	// package dlock refuses a lock delay on it.
 	LockDelay bool
+	// SessionLockDelay, with LockDelay, reports that the driver keeps a
+	// lock delay itself, on the store's clock: its holds live on its
+	// session with the store (etcd), which ends them by itself. Package
+	// dlock then asks it for the holder's TTL alone and passes the delay
+	// in Request.LockDelay; the driver keeps a hold's key from others for
+	// at least that delay after the hold ended without a release (its
+	// session ended, or its lease ran out), and frees it at once on a
+	// Release or a forced release.
+	SessionLockDelay bool
 }
 
 // Driver is the interface every backend implements.

@@ -108,7 +108,7 @@ func (d *Driver) reacquire(ctx context.Context, req driver.Request, id string, r
 			r = t.Responses
 		}
 		kvs := d.queue(req.Key, r[0])
-		held = admits(kvs, rec.name)
+		held = admits(kvs, rec.rev)
 		wait = rec.waiting(resp.Header.Revision, kvs, held)
 	}
 	if !rec.held {
@@ -136,7 +136,13 @@ func (d *Driver) again(req driver.Request, rec record) (then []clientv3.Op, down
 	case rec.mode == driver.Exclusive && req.Mode == driver.Shared && !rec.held:
 		return nil, false, fmt.Errorf("etcddlock: %q: the owner waits for an exclusive hold, asked for a shared one: %w", req.Key, driver.ErrModeMismatch)
 	case rec.mode == driver.Exclusive && req.Mode == driver.Shared:
-		return []clientv3.Op{clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease())}, true, nil
+		// The shadow, which stands for the entry in the queue (see
+		// merge), is downgraded too, if there is one.
+		shadow := shadowOf(rec.name)
+		return []clientv3.Op{
+			clientv3.OpPut(rec.name, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL), clientv3.WithIgnoreLease()),
+			clientv3.OpTxn(isEntry(shadow, rec.rev), []clientv3.Op{clientv3.OpPut(shadow, encodeValue(req.Owner, req.Info, driver.Shared, 0, req.TTL+rec.delay), clientv3.WithIgnoreLease())}, nil),
+		}, true, nil
 	case !rec.held && !rec.clear:
 		read := d.aheadOp(req.Key, rec.rev, rec.mode == driver.Exclusive)
 		if b := rec.wait; b != nil && b.name != "" {
@@ -183,10 +189,19 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast
 		return driver.Result{}, false, err
 	}
 	sl := d.claim(s, req.Key, req.Mode, req.Limit)
-	val := encodeValue(req.Owner, req.Info, req.Mode, req.Limit, req.TTL)
 	// Never overwrite: a Put on an existing key keeps its CreateRevision,
 	// which would hand out an old token.
 	cond := append(d.modeGuard(req.Key, req.Mode, req.Limit), clientv3.Compare(clientv3.CreateRevision(sl.name), "=", 0))
+	puts := []clientv3.Op{clientv3.OpPut(sl.name, encodeValue(req.Owner, req.Info, req.Mode, req.Limit, req.TTL), clientv3.WithLease(s.id))}
+	if req.LockDelay > 0 {
+		lease, err := d.delayLease(ctx, s, req.LockDelay)
+		if err != nil {
+			sl.free()
+			return driver.Result{}, false, fmt.Errorf("etcddlock: acquire %q: %w", req.Key, err)
+		}
+		cond = append(cond, clientv3.Compare(clientv3.CreateRevision(shadowOf(sl.name)), "=", 0))
+		puts = append(puts, clientv3.OpPut(shadowOf(sl.name), encodeValue(req.Owner, req.Info, req.Mode, req.Limit, req.TTL+req.LockDelay), clientv3.WithLease(lease)))
+	}
 	fast = fast && req.Mode == driver.Exclusive && !req.Queue
 	if fast {
 		cond = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.queuePrefix(req.Key)), "=", 0).WithPrefix()}
@@ -199,7 +214,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast
 	// after the Release that follows has looked for it. With the outcome
 	// known, the entry is recorded and that Release removes it.
 	tctx, cancel := d.detach(ctx)
-	resp, err := d.cli.Txn(tctx).If(cond...).Then(clientv3.OpPut(sl.name, val, clientv3.WithLease(s.id)), read).Else(read).Commit()
+	resp, err := d.cli.Txn(tctx).If(cond...).Then(append(puts, read)...).Else(read).Commit()
 	cancel()
 	if err != nil {
 		p.stop()
@@ -218,7 +233,7 @@ func (d *Driver) create(ctx context.Context, req driver.Request, id string, fast
 	kvs := d.queue(req.Key, resp.Responses[len(resp.Responses)-1])
 	var rec record
 	if resp.Succeeded {
-		rec = record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, held: admits(kvs, sl.name)}
+		rec = record{name: sl.name, rev: resp.Header.Revision, sess: s, slot: sl, mode: req.Mode, limit: req.Limit, delay: req.LockDelay, held: admits(kvs, resp.Header.Revision)}
 		rec.wait = rec.waiting(rec.rev, kvs, rec.held)
 		d.table.Put(id, rec, req.TTL)
 	}
@@ -255,7 +270,7 @@ func (d *Driver) notCreated(ctx context.Context, req driver.Request, sl *slot, k
 		return driver.Result{}, true, fmt.Errorf("etcddlock: acquire %q: entry name %q in use", req.Key, sl.name)
 	}
 	sl.free()
-	kv := elsewhere(kvs, "", req.Owner)
+	kv := elsewhere(kvs, 0, req.Owner)
 	switch {
 	case len(kvs) == 0:
 		return driver.Result{}, true, nil
@@ -272,7 +287,7 @@ func (d *Driver) notCreated(ctx context.Context, req driver.Request, sl *slot, k
 // driver does not record needs no place in the queue.
 func (d *Driver) notAdmitted(ctx context.Context, req driver.Request, id string, rec record, kvs []*mvccpb.KeyValue) (driver.Result, error) {
 	clashing := clash(kvs, req.Mode, req.Limit)
-	kv := elsewhere(kvs, rec.name, req.Owner)
+	kv := elsewhere(kvs, rec.rev, req.Owner)
 	if clashing == nil && kv == nil && req.Queue {
 		return driver.Result{}, nil // queued
 	}

@@ -20,7 +20,9 @@ import (
 // a read-write lock; the first Limit permits of a semaphore; waiters are not
 // listed), with mode, limit, Info and the raw owner from the entry's value
 // and, as TTL, the time left on its session lease as the server sees it (one
-// LeaseTimeToLive per distinct lease).
+// LeaseTimeToLive per distinct lease). A hold with a lock delay lists once,
+// through its shadow (see merge), with the time left on the shadow's lease,
+// delay included, and so does a shadow whose entry has gone.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, error) {
 	if err := d.check(); err != nil {
 		return nil, err
@@ -38,7 +40,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Holder, erro
 	left := map[int64]time.Duration{}
 	var hs []driver.Holder
 	for key, q := range queues {
-		for _, kv := range holding(q) {
+		for _, kv := range holding(merge(q)) {
 			ttl, ok := left[kv.Lease]
 			if !ok && kv.Lease != 0 { // an entry without a lease (written by hand) lists with TTL 0
 				t, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
@@ -102,15 +104,19 @@ func (d *Driver) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, fmt.Errorf("etcddlock: force release %q: %w", key, err)
 	}
 	kvs := d.own(key, resp.Kvs)
-	held, n := len(holding(kvs)), 0
-	for i, kv := range slices.Backward(kvs) {
-		// One transaction each: etcd bounds the operations of one, and
-		// a queue may be longer.
+	held, n := map[int64]bool{}, 0 // the holders' CreateRevisions: whether counted
+	for _, kv := range holding(merge(slices.Clone(kvs))) {
+		held[kv.CreateRevision] = false
+	}
+	for _, kv := range slices.Backward(kvs) {
+		// One transaction each (an entry and its shadow alike): etcd
+		// bounds the operations of one, and a queue may be longer.
 		r, _, err := d.txn(ctx, isEntry(string(kv.Key), kv.CreateRevision), clientv3.OpDelete(string(kv.Key)))
 		if err != nil {
 			return n, fmt.Errorf("etcddlock: force release %q: %w", key, err)
 		}
-		if r.Succeeded && i < held {
+		if counted, ok := held[kv.CreateRevision]; ok && !counted && r.Succeeded {
+			held[kv.CreateRevision] = true
 			n++
 		}
 	}

@@ -103,6 +103,41 @@
 //   - Close revokes the lease, which deletes every entry of the driver at
 //     once.
 //
+// # Lock delay
+//
+// The driver keeps a lock delay D (dlock.WithLockDelay; it declares
+// driver.Capabilities.SessionLockDelay) on the store's clock. The
+// transaction that creates an entry with a delay also creates its shadow,
+// E "~delay" (no entry name ends so), with the entry's value and hence its
+// CreateRevision, its place in the queue: every waiter, the driver's and
+// concurrency.Mutex's alike, waits for it as for the entry (the driver
+// counts the two as one entry, and watches the shadow). The shadow is
+// attached to a second lease of the session, one per distinct D in whole
+// seconds (a hold keeps its own delay, not the longest asked), with a TTL
+// of 1.5 times S+D, which the lessor keeps alive with the session lease:
+//
+//   - a Release (and a forced one) deletes the entry and its shadow in one
+//     transaction, and a downgrade rewrites both;
+//   - when the session ends (its process died, paused or was cut off, or
+//     the lease was revoked by mistake, etcd-io/etcd#15247), the entry
+//     goes with the session lease, and the shadow stays until its own
+//     lease expires: at least D later, at most S/2+1.5D (the lessor renews
+//     each lease every third of its TTL, the two at different times). A
+//     driver that sees its session gone and still reaches etcd moves the
+//     shadows to new leases of D (and revokes the delay leases), so they
+//     last D from then;
+//   - when the TTL of the request runs out (the process lives but stopped
+//     renewing), the deletion of the entry moves the shadow, in the same
+//     transaction, to a new lease of D, and the entry's slot stays in use
+//     for D.
+//
+// Lock.ReleaseAfter ends a hold without delay. Close revokes the delay
+// leases of the live session (a Close releases), but not those of a session
+// that had ended before. Listings show a hold with a delay with the time
+// left on its shadow's lease, no more than the lease it was acquired with
+// plus D, and a shadow whose entry has gone as its holder: the key is
+// taken until the delay ends, as on the stores whose leases include it.
+//
 // # Validity
 //
 // A hold is valid for the time the lease is known to last: a KeepAliveOnce

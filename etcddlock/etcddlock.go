@@ -68,7 +68,7 @@ type Driver struct {
 	mu     sync.Mutex
 	closed bool
 	sess   *session                      // the session new entries join; nil before the first
-	leases map[clientv3.LeaseID]*session // sessions granted and not yet revoked
+	leases map[clientv3.LeaseID]*session // the leases of sessions (and their delay leases) granted and not yet revoked
 }
 
 var (
@@ -84,17 +84,18 @@ var (
 // calls are answered ErrNotOwner, a waiter is never queued again at the back,
 // and a late Release never deletes a newer entry of the same name.
 type record struct {
-	name     string      // the entry's etcd key
-	mode     driver.Mode // the entry's mode (Shared after a downgrade)
-	limit    int         // the semaphore's limit, for a permit
-	rev      int64       // the entry's CreateRevision: its incarnation, and the token once it holds
-	sess     *session    // the session the entry is attached to
-	slot     *slot       // the entry's name while in use; nil in a tombstone
-	held     bool        // the entry was admitted (see admitted): the owner holds the key
-	clear    bool        // nothing is ahead of the waiting entry any more (see follow): its next Acquire admits it
-	wait     *blocker    // what kept the waiting entry out at its last Acquire, for Subscribe
-	lost     bool        // a tombstone: the entry is no longer the owner's
-	released bool        // Release handed the entry back to its deadline after a failed delete
+	name     string        // the entry's etcd key
+	mode     driver.Mode   // the entry's mode (Shared after a downgrade)
+	limit    int           // the semaphore's limit, for a permit
+	rev      int64         // the entry's CreateRevision: its incarnation, and the token once it holds
+	delay    time.Duration // the hold's lock delay: the entry has a shadow (see shadowOf)
+	sess     *session      // the session the entry is attached to
+	slot     *slot         // the entry's name while in use; nil in a tombstone
+	held     bool          // the entry was admitted (see admitted): the owner holds the key
+	clear    bool          // nothing is ahead of the waiting entry any more (see follow): its next Acquire admits it
+	wait     *blocker      // what kept the waiting entry out at its last Acquire, for Subscribe
+	lost     bool          // a tombstone: the entry is no longer the owner's
+	released bool          // Release handed the entry back to its deadline after a failed delete
 }
 
 // is compares the entry with the incarnation the record describes.
@@ -164,13 +165,15 @@ func newDriver(cli *clientv3.Client, owns bool, opts []Option) (*Driver, error) 
 		prefix:     cfg.prefix,
 		sessionTTL: int64((cfg.sessionTTL + time.Second - 1) / time.Second),
 		caps: driver.Capabilities{
-			Modes:         driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
-			FIFO:          true,
-			DurableTokens: true,
-			ServerClock:   true,
-			Consensus:     true,
-			MaxKeyLen:     maxKeyLen,
-			MinTTL:        minTTL,
+			Modes:            driver.Modes(driver.Exclusive, driver.Shared, driver.Semaphore),
+			FIFO:             true,
+			DurableTokens:    true,
+			ServerClock:      true,
+			Consensus:        true,
+			MaxKeyLen:        maxKeyLen,
+			MinTTL:           minTTL,
+			LockDelay:        true,
+			SessionLockDelay: true,
 		},
 		leases: map[clientv3.LeaseID]*session{},
 	}
@@ -237,7 +240,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // Close implements driver.Driver: it stops the driver's background work,
 // revokes its session leases (which deletes every entry attached to them)
-// and closes the client if the driver opened it.
+// and closes the client if the driver opened it. The delay leases of a
+// session that had ended before stay until they expire, with the lock
+// delay of its holds.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -245,6 +250,10 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	delaying := map[clientv3.LeaseID]bool{}
+	for id, s := range d.leases {
+		delaying[id] = id != s.id && s.ended()
+	}
 	d.mu.Unlock()
 	d.cancel()
 	d.table.Close()
@@ -260,6 +269,9 @@ func (d *Driver) Close() error {
 	defer cancel()
 	var errs []error
 	for _, id := range leases {
+		if delaying[id] {
+			continue
+		}
 		if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
 			errs = append(errs, fmt.Errorf("etcddlock: revoking session lease %x: %w", int64(id), err))
 		}

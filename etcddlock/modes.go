@@ -101,23 +101,25 @@ func (d *Driver) aheadOp(key string, rev int64, keysOnly bool) clientv3.Op {
 }
 
 // queue returns the entries of key's queue among those a range response
-// read (see own).
+// read (see own), one per place in the queue (see merge).
 func (d *Driver) queue(key string, r *pb.ResponseOp) []*mvccpb.KeyValue {
-	return d.own(key, r.GetResponseRange().GetKvs())
+	return merge(d.own(key, r.GetResponseRange().GetKvs()))
 }
 
-// admits reports whether the entries an aheadOp read admit the entry name
-// (whose value they must hold, unless it is exclusive).
-func admits(kvs []*mvccpb.KeyValue, name string) bool {
-	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == name })
+// admits reports whether the entries an aheadOp read (see queue) admit the
+// entry created at revision rev (whose value they must hold, unless it is
+// exclusive).
+func admits(kvs []*mvccpb.KeyValue, rev int64) bool {
+	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
 	return i >= 0 && admitted(kvs, i)
 }
 
 // elsewhere returns an entry among kvs (read by an aheadOp, with values)
-// other than name that belongs to owner and holds the key, or nil.
-func elsewhere(kvs []*mvccpb.KeyValue, name, owner string) *mvccpb.KeyValue {
+// other than the one created at rev that belongs to owner and holds the
+// key, or nil.
+func elsewhere(kvs []*mvccpb.KeyValue, rev int64, owner string) *mvccpb.KeyValue {
 	for i, kv := range kvs {
-		if string(kv.Key) != name && ownerOf(kv) == owner && admitted(kvs, i) {
+		if kv.CreateRevision != rev && ownerOf(kv) == owner && admitted(kvs, i) {
 			return kv
 		}
 	}

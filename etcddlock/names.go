@@ -67,6 +67,37 @@ func (d *Driver) own(key string, kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	})
 }
 
+// shadowSuffix ends the name of an entry's shadow: a copy of an entry with a
+// lock delay (Request.LockDelay), created in the transaction that creates
+// the entry, hence with its CreateRevision and its place in the queue, and
+// attached to a lease of the session that outlives the session lease by the
+// delay (see Driver.delayLease). Every waiter, dlock's and etcd's
+// concurrency.Mutex alike, waits for the shadow as it waits for the entry:
+// a Release deletes both, while an entry that ends otherwise (its session
+// ended, or its lease ran out: see expire) leaves the shadow to keep the
+// key for the delay. No entry name ends with it (names end with hex digits).
+const shadowSuffix = "~delay"
+
+func shadowOf(name string) string { return name + shadowSuffix }
+
+// merge keeps, in place, one entry of kvs (entries of one queue, in
+// CreateRevision order) per CreateRevision: the shadow of an entry that has
+// one, which lasts at least as long as the entry and stands for it in the
+// queue.
+func merge(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	out := kvs[:0]
+	for _, kv := range kvs {
+		if n := len(out); n > 0 && out[n-1].CreateRevision == kv.CreateRevision {
+			if bytes.HasSuffix(kv.Key, []byte(shadowSuffix)) {
+				out[n-1] = kv
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // holdID identifies the hold of the owner with dlock.OwnerID ownerID on key in
 // the driver's table. Entry names are
 // reused by later owners, so the driver keeps its records by owner.

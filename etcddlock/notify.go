@@ -399,7 +399,7 @@ func (d *Driver) blocker(ctx context.Context, w waiter) (blocker, error) {
 	if err != nil {
 		return blocker{}, err
 	}
-	return judge(w, resp.Get().Header.Revision, d.own(w.key, resp.Get().Kvs)), nil
+	return judge(w, resp.Get().Header.Revision, merge(d.own(w.key, resp.Get().Kvs))), nil
 }
 
 // waiting returns what keeps r's entry out by kvs, its queue as an Acquire

@@ -14,7 +14,8 @@ import (
 // Refresh implements driver.Driver: it checks that the owner's entry is the
 // same incarnation and still holds the key, proves the session alive with a
 // KeepAliveOnce sent alongside, and moves the entry's local deadline to
-// req.TTL from now.
+// req.TTL from now, with req.LockDelay as the delay its end keeps (zero for
+// Lock.ReleaseAfter's, which ends it without delay).
 func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 	if err := d.check(); err != nil {
 		return err
@@ -51,6 +52,9 @@ func (d *Driver) Refresh(ctx context.Context, req driver.Request) error {
 		}
 		return fmt.Errorf("etcddlock: refresh %q: renewing the session: %w", req.Key, kerr)
 	}
+	if rec.delay != req.LockDelay {
+		d.mark(id, rec, func(r *record) { r.delay = req.LockDelay })
+	}
 	if !d.table.Touch(id, req.TTL) {
 		return notHeld(req.Key, "its lease ran out")
 	}
@@ -65,7 +69,7 @@ func (d *Driver) refreshUnknown(ctx context.Context, req driver.Request) error {
 		return fmt.Errorf("etcddlock: refresh %q: %w", req.Key, err)
 	}
 	var kv *mvccpb.KeyValue
-	for _, h := range holding(d.own(req.Key, resp.Kvs)) {
+	for _, h := range holding(merge(d.own(req.Key, resp.Kvs))) {
 		if ownerOf(h) == req.Owner {
 			kv = h
 		}
@@ -111,12 +115,12 @@ func (d *Driver) Release(ctx context.Context, req driver.Request) error {
 	return d.releaseUnknown(ctx, req)
 }
 
-// remove deletes the entry of rec, which the caller took from the table, if
-// it is still that incarnation, and reports whether it was. If the request
-// fails, the record goes back to the table with its deadline passed, so that
-// expire deletes the entry, retrying.
+// remove deletes the entry of rec, which the caller took from the table, and
+// its shadow, if it is still that incarnation, and reports whether it was.
+// If the request fails, the record goes back to the table with its deadline
+// passed, so that expire deletes the entry, retrying.
 func (d *Driver) remove(ctx context.Context, id string, rec record) (deleted bool, _ error) {
-	resp, _, err := d.txn(ctx, rec.is(), clientv3.OpDelete(rec.name))
+	resp, _, err := d.txn(ctx, rec.is(), rec.end(0)...)
 	if err != nil {
 		rec.released = true
 		d.table.Put(id, rec, 0)
@@ -180,10 +184,25 @@ func (d *Driver) bury(id string, rec record) {
 	d.table.Put(id, record{name: rec.name, rev: rec.rev, sess: rec.sess, lost: true}, tombstoneTTL)
 }
 
+// end returns the operations that end rec's entry: its deletion, and its
+// shadow's, or, given lease, the move of the shadow to lease, whose TTL is
+// the lock delay.
+func (rec record) end(lease clientv3.LeaseID) []clientv3.Op {
+	shadow := shadowOf(rec.name)
+	if lease == 0 {
+		return []clientv3.Op{clientv3.OpDelete(rec.name), clientv3.OpDelete(shadow)}
+	}
+	return []clientv3.Op{clientv3.OpDelete(rec.name), clientv3.OpTxn(isEntry(shadow, rec.rev),
+		[]clientv3.Op{clientv3.OpPut(shadow, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))}, nil)}
+}
+
 // expire runs when an entry's local deadline passed: the owner stopped
 // refreshing (or re-asking, for a queue entry). It deletes the entry, if it is
 // still the same incarnation, retrying until that succeeds, the session ends
-// (which removes the entry) or the driver is closed.
+// (which removes the entry) or the driver is closed. An entry with a lock
+// delay leaves its shadow on a lease of its own, of the delay, which keeps
+// the key (see shadowOf); the entry's slot stays in use for the delay (a
+// creation that finds the shadow's name still taken takes the next slot).
 func (d *Driver) expire(id string, rec record) {
 	if rec.lost {
 		return // a tombstone's time is up
@@ -194,10 +213,20 @@ func (d *Driver) expire(id string, rec record) {
 	delay := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, attemptTimeout)
-		_, err := d.cli.Txn(ctx).If(rec.is()...).Then(clientv3.OpDelete(rec.name)).Commit()
+		g, err := &clientv3.LeaseGrantResponse{}, error(nil)
+		if rec.delay > 0 && !rec.released { // a Release ends the entry without delay
+			g, err = d.cli.Grant(ctx, seconds(rec.delay))
+		}
+		if err == nil {
+			_, err = d.cli.Txn(ctx).If(rec.is()...).Then(rec.end(g.ID)...).Commit()
+		}
 		cancel()
 		if err == nil {
-			rec.slot.free()
+			if g.ID == 0 {
+				rec.slot.free()
+			} else {
+				time.AfterFunc(time.Duration(seconds(rec.delay))*time.Second, rec.slot.free)
+			}
 			return
 		}
 		if rec.sess.ended() || !sleep(d.ctx, delay) {

@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,79 @@ type session struct {
 
 	slotMu sync.Mutex
 	slots  map[string][]uint64 // the slots in use, a bit set per dlock key (see Driver.claim)
+
+	ctx    context.Context       // the keep-alive's, which the delay leases share
+	delays map[int64]*delayLease // by lock delay in whole seconds; guarded by slotMu
+}
+
+// delayLease is a lease that the shadows of a session's entries with one
+// lock delay are attached to (see shadowOf and Driver.delayLease).
+type delayLease struct {
+	ready chan struct{} // closed when the grant has finished
+	id    clientv3.LeaseID
+	err   error
+}
+
+// seconds returns d in whole seconds, rounded up, as etcd leases count.
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// delayLease returns s's lease for the shadows of entries with lock delay
+// delay, granting it on first use. Its TTL is 1.5 times the sum of the
+// session's and the delay, and the client's lessor keeps it alive with the
+// session, every third of its TTL: when the session's keep-alive stops, the
+// shadows stay for at least the delay after the session lease has ended
+// (whichever of the two leases was renewed last), on the store's clock. A
+// session has one per distinct delay, so that each hold keeps its own delay,
+// not the longest one asked.
+func (d *Driver) delayLease(ctx context.Context, s *session, delay time.Duration) (clientv3.LeaseID, error) {
+	secs := seconds(delay)
+	s.slotMu.Lock()
+	l := s.delays[secs]
+	if l == nil {
+		l = &delayLease{ready: make(chan struct{})}
+		if s.delays == nil {
+			s.delays = map[int64]*delayLease{}
+		}
+		s.delays[secs] = l
+		d.wg.Add(1)
+		go d.keepDelay(s, l, secs, (3*(int64(s.ttl/time.Second)+secs)+1)/2)
+	}
+	s.slotMu.Unlock()
+	select {
+	case <-l.ready:
+		return l.id, l.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("starting the lease of a lock delay: %w", ctx.Err())
+	}
+}
+
+// keepDelay grants l, a lease of ttl seconds for the lock delay secs, and
+// keeps it alive until s's keep-alive stops. A grant that fails is
+// forgotten, so that the next acquisition asks again.
+func (d *Driver) keepDelay(s *session, l *delayLease, secs, ttl int64) {
+	defer d.wg.Done()
+	gctx, cancel := context.WithTimeout(s.ctx, backgroundTimeout)
+	g, _, err := retry(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) { return d.cli.Grant(ctx, ttl) })
+	cancel()
+	var ch <-chan *clientv3.LeaseKeepAliveResponse
+	if err == nil {
+		ch, err = d.cli.KeepAlive(s.ctx, g.ID)
+	}
+	if err != nil {
+		l.err = fmt.Errorf("starting the lease of a lock delay: %w", err)
+		s.slotMu.Lock()
+		delete(s.delays, secs)
+		s.slotMu.Unlock()
+		close(l.ready)
+		return
+	}
+	l.id = g.ID
+	d.mu.Lock()
+	d.leases[g.ID] = s
+	d.mu.Unlock()
+	close(l.ready)
+	for range ch {
+	}
 }
 
 // ended reports whether the session is over: its keep-alive stopped (the
@@ -64,11 +138,10 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	s := d.sess
 	if s == nil || s.ended() {
 		s = &session{ready: make(chan struct{}), done: make(chan struct{})}
-		var kctx context.Context
-		kctx, s.cancel = context.WithCancel(d.ctx)
+		s.ctx, s.cancel = context.WithCancel(d.ctx)
 		d.sess = s
 		d.wg.Add(1)
-		go d.runSession(kctx, s)
+		go d.runSession(s.ctx, s)
 	}
 	d.mu.Unlock()
 	select {
@@ -140,7 +213,9 @@ func (d *Driver) runSession(ctx context.Context, s *session) {
 	if !s.lost.Load() {
 		sleep(ctx, s.left(time.Now()))
 	}
-	d.revoke(s)
+	if d.revoke(s) {
+		d.settle(s)
+	}
 }
 
 // stillAlive renews s's lease once, after its keep-alive stopped, and
@@ -169,10 +244,11 @@ func (d *Driver) stillAlive(ctx context.Context, s *session) bool {
 }
 
 // revoke revokes an ended session's lease, so that entries it may still have
-// on the server (if the keep-alive only went unanswered) go at once.
-func (d *Driver) revoke(s *session) {
+// on the server (if the keep-alive only went unanswered) go at once, and
+// reports whether the lease is gone.
+func (d *Driver) revoke(s *session) bool {
 	if d.ctx.Err() != nil {
-		return // Close revokes
+		return false // Close revokes
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
 	defer cancel()
@@ -183,11 +259,53 @@ func (d *Driver) revoke(s *session) {
 		d.mu.Lock()
 		delete(d.leases, s.id)
 		d.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// settle moves the shadows on the delay leases of s, whose lease is gone,
+// each to a new lease of its delay, and revokes the delay leases: a shadow
+// then keeps its key for the delay after the driver saw the session end,
+// rather than until its delay lease, which lasts longer, expires. Shadows
+// that it cannot move stay on their delay leases.
+func (d *Driver) settle(s *session) {
+	s.slotMu.Lock()
+	delays := maps.Clone(s.delays)
+	s.slotMu.Unlock()
+	ctx, cancel := context.WithTimeout(d.ctx, backgroundTimeout)
+	defer cancel()
+	for secs, l := range delays {
+		<-l.ready
+		if l.err != nil {
+			continue
+		}
+		ttl, err := d.cli.TimeToLive(ctx, l.id, clientv3.WithAttachedKeys())
+		if err != nil {
+			continue
+		}
+		g := &clientv3.LeaseGrantResponse{}
+		if len(ttl.Keys) > 0 {
+			g, err = d.cli.Grant(ctx, secs)
+		}
+		for _, k := range ttl.Keys {
+			if err == nil {
+				_, err = d.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(string(k)), "=", l.id)).
+					Then(clientv3.OpPut(string(k), "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID))).Commit()
+			}
+		}
+		if err == nil {
+			if _, err := d.cli.Revoke(ctx, l.id); err == nil || isLeaseNotFound(err) {
+				d.mu.Lock()
+				delete(d.leases, l.id)
+				d.mu.Unlock()
+			}
+		}
 	}
 }
 
-// sessionOf returns the driver's session whose lease is id, or nil if id is
-// not a lease of this driver.
+// sessionOf returns the driver's session whose lease (or delay lease) is id,
+// or nil if id is not a lease of this driver.
 func (d *Driver) sessionOf(id clientv3.LeaseID) *session {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -199,7 +199,7 @@ func (d *Driver) capabilities() driver.Capabilities {
 		c := n.Capabilities()
 		caps.ServerClock = caps.ServerClock && c.ServerClock
 		caps.PortableHolds = caps.PortableHolds && c.PortableHolds
-		caps.LockDelay = caps.LockDelay && c.LockDelay
+		caps.LockDelay = caps.LockDelay && c.LockDelay && !c.SessionLockDelay // the quorum pads the TTL
 		if c.MaxKeyLen == 0 {
 			c.MaxKeyLen = 1024
 		}

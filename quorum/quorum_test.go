@@ -242,6 +242,13 @@ func TestCapabilities(t *testing.T) {
 	if q := newQuorum(t, nodes); q.Capabilities().ServerClock || q.Capabilities().DurableTokens || q.Capabilities().Consensus {
 		t.Errorf("Capabilities = %+v; want ServerClock, DurableTokens and Consensus false", q.Capabilities())
 	}
+	// A node that keeps a lock delay itself is not asked for a padded TTL:
+	// the quorum offers no lock delay over it.
+	_, nodes = memNodes(3)
+	nodes[1] = &capsNode{Driver: nodes[1], caps: driver.Capabilities{LockDelay: true, SessionLockDelay: true}}
+	if q := newQuorum(t, nodes); q.Capabilities().LockDelay || !newQuorum(t, []driver.Driver{memdlock.New(), memdlock.New(), memdlock.New()}).Capabilities().LockDelay {
+		t.Errorf("LockDelay with a node that keeps it itself = %v; want false, and true over TTL nodes", q.Capabilities().LockDelay)
+	}
 }
 
 type capsNode struct {

@@ -13,11 +13,13 @@ import (
 // With a lock delay of one TTL, the holders that the check pauses or cuts
 // off, which otherwise overlap the next holder once their lease has run out,
 // overlap nobody: the next holder waits out the delay, and their late
-// writes land before it starts. A replicated NATS bucket stands for the
-// consensus stores (etcd and ZooKeeper do not take a lock delay yet).
+// writes land before it starts: on stores whose lease includes the delay
+// (Redis, PostgreSQL, a replicated NATS bucket), and on etcd, which keeps it
+// with a shadow key that outlives the holder's session (ZooKeeper does not
+// take a lock delay yet).
 func TestCheckLockDelay(t *testing.T) {
 	for _, s := range stores {
-		if !slices.Contains([]string{"redis", "postgres", "nats-cluster"}, s.name) {
+		if !slices.Contains([]string{"redis", "postgres", "nats-cluster", "etcd"}, s.name) {
 			continue
 		}
 		t.Run(s.name, func(t *testing.T) {
