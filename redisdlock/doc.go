@@ -240,7 +240,11 @@
 // refresh: PEXPIRE if HGET owner matches, else the general form.
 // release: HGET owner; if it matches, DEL and PUBLISH to the lock's
 // channel; else the general form. An uncontended Lock and Release thus run
-// seven commands in two script calls.
+// seven commands in two script calls. In the general form, a release that
+// leaves nobody holding or waiting deletes the lock's keys (eight commands),
+// and one that hands the lock to a waiter alone in the queue writes the
+// simple form for it (fourteen); neither first removes the releaser's hold
+// from the keys it deletes.
 // forcerelease: DEL of the hash, holders and queue, and PUBLISH to the
 // lock's channel and every queued waiter's if something was deleted. The sources are in the scripts directory,
 // embedded with go:embed; scripts/common.lua, the general form's helpers,

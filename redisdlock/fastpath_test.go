@@ -3,6 +3,7 @@ package redisdlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockhq/dlock"
+	"github.com/dlockhq/dlock/driver"
 	"github.com/dlockhq/dlock/internal/testing/testsrv"
 )
 
@@ -151,6 +153,89 @@ func TestRaiseToken(t *testing.T) {
 				t.Errorf("token after raising to %d, %d and %d = %d; want %d", uint64(big), uint64(big+1), uint64(big), res.Token, uint64(big+2))
 			}
 			d.Release(ctx, b)
+		})
+	}
+}
+
+// TestReleaseCommands counts the commands of a release of a lock in the
+// general form (see "Scripts" in the package documentation), scripts'
+// commands included: one that hands the lock to the only waiter, and one
+// that leaves nobody holding or waiting (the waiter gave up). Neither
+// removes a hold that the next step deletes with its keys, nor looks for
+// holders or waiters it knows are not there.
+func TestReleaseCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := testsrv.StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	rdb := newClient(srv.Addr)
+	defer rdb.Close()
+	d := openURL(t, srv.URL)
+	defer d.Close()
+	warm := request("warm-up", time.Minute) // loads the scripts
+	mustAcquire(t, d, queued(warm, driver.Exclusive, 0), true)
+	if err := d.Release(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		giveUp bool // the waiter releases its queue entry first
+		holder string
+		want   map[string]int
+	}{
+		{"handoff", false, "b", map[string]int{
+			"evalsha": 1, "hget": 1, "time": 1,
+			"zrange":        2,             // the holds that end first, the head of the queue
+			"zscore":        2,             // the releaser's queue entry, the head's
+			"zrangebyscore": 1, "hmget": 1, // expired queue entries, the head's fields
+			"incr": 1, "zrem": 1, "del": 1, "hset": 1, "pexpire": 1, "publish": 1,
+		}},
+		{"nobody-left", true, "", map[string]int{
+			"evalsha": 1, "hget": 1, "time": 1,
+			"zrange": 2, "zscore": 1, "zrangebyscore": 1, "del": 1, "publish": 1,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "general-" + c.name
+			a, b := request(key, time.Minute), queued(request(key, time.Minute), driver.Exclusive, 0)
+			a.Owner, b.Owner = "a", "b"
+			mustAcquire(t, d, queued(a, driver.Exclusive, 0), true)
+			mustAcquire(t, d, b, false)
+			if c.giveUp {
+				if err := d.Release(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			commandStats(ctx, t, rdb)
+			if err := d.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			got := commandStats(ctx, t, rdb)
+			for name := range got {
+				if _, ok := c.want[name]; !ok {
+					c.want[name] = 0
+				}
+			}
+			for name, n := range c.want {
+				if got[name] != n {
+					t.Errorf("%s: %d calls, want %d (all: %v)", name, got[name], n, got)
+				}
+			}
+			hs, err := d.List(ctx, key)
+			var owners []string
+			for _, h := range hs {
+				owners = append(owners, h.Owner)
+			}
+			if want := strings.Fields(c.holder); err != nil || !slices.Equal(owners, want) {
+				t.Errorf("the holders after the release: %q, %v; want %q", owners, err, want)
+			}
+			if c.holder != "" {
+				d.Release(ctx, b)
+			}
 		})
 	}
 }

@@ -35,23 +35,29 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- prune drops the expired holders and waiters (keeping the waiters' entries
--- in E) and forgets E's entries that expired more than GONE ago. It returns
--- the number of holders and waiters dropped.
-local function prune()
-  local dead = redis.call('ZRANGEBYSCORE', Z, '-inf', int(now))
+-- prune drops the expired holders (dead: their list, if the caller has
+-- read it) and waiters (keeping the waiters' entries in E) and forgets E's
+-- entries that expired more than GONE ago. It returns the number of
+-- holders and waiters dropped.
+local function prune(dead)
+  dead = dead or redis.call('ZRANGEBYSCORE', Z, '-inf', int(now))
   for _, o in ipairs(dead) do
     redis.call('ZREM', Z, o)
     redis.call('HDEL', H, 't:' .. o, 'i:' .. o, 'm:' .. o)
   end
   local n = #dead
-  redis.call('ZREMRANGEBYSCORE', E, '-inf', int(now - GONE))
-  local gone = redis.call('ZRANGEBYSCORE', E, '-inf', int(now))
-  for _, o in ipairs(gone) do
-    if redis.call('ZREM', W, o) == 1 then
+  local gone, forget = redis.call('ZRANGEBYSCORE', E, '-inf', int(now), 'WITHSCORES'), false
+  for i = 1, #gone, 2 do
+    local o = gone[i]
+    if tonumber(gone[i + 1]) <= now - GONE then
+      forget = true
+    elseif redis.call('ZREM', W, o) == 1 then
       redis.call('HDEL', H, 'w:' .. o, 'c:' .. o, 'i:' .. o)
       n = n + 1
     end
+  end
+  if forget then
+    redis.call('ZREMRANGEBYSCORE', E, '-inf', int(now - GONE))
   end
   return n
 end
