@@ -316,11 +316,16 @@ func (d *Driver) registerAll(req driver.Request, kind inflight.Kind) []*inflight
 }
 
 // acquireOn acquires req on node i within timeout, in its turn (once the
-// calls registered before it have ended); a nil turn fails with
-// inflight.ErrBusy.
+// calls registered before it have ended, waited for at most timeout too); a
+// nil turn fails with inflight.ErrBusy.
 func (d *Driver) acquireOn(ctx context.Context, t *inflight.Turn, i int, req driver.Request, timeout time.Duration) (driver.Result, error) {
 	defer t.End()
-	if err := t.Wait(ctx); err != nil {
+	// The turn may come only after a clean-up that retries on a node that
+	// is down (see cleanupOn): the node then counts as not answering.
+	turn, cancel := context.WithTimeout(ctx, timeout)
+	err := t.Wait(turn)
+	cancel()
+	if err != nil {
 		return driver.Result{}, err
 	}
 	return timed(ctx, timeout, func(ctx context.Context) (driver.Result, error) { return d.nodes[i].Acquire(ctx, req) })

@@ -101,3 +101,36 @@ func TestAcquireContendedKeyAsksLeadFirst(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 }
+
+// A contender refused by a majority leaves a clean-up retrying its release
+// on a node that is down, in the contender's turn there. Its next attempt
+// asks the key's lead first; when the lead is that node, the attempt must
+// count it as not answering within the node timeout and go on to the next
+// node, not wait for the clean-up until the caller's context ends (a waiter
+// re-attempting after a release notification would hang). Twenty keys: the
+// down node leads about a third of them.
+func TestContendedAcquireDoesNotWaitForCleanupOnDownLead(t *testing.T) {
+	stores, live := memNodes(2)
+	for _, s := range stores {
+		t.Cleanup(func() { s.Close() })
+	}
+	q := newQuorum(t, []driver.Driver{live[0], live[1], down()})
+	for range 20 {
+		k := key(t)
+		holder, contender := req(k), req(k)
+		if res, err := q.Acquire(ctx(t), holder); err != nil || !res.Acquired {
+			t.Fatalf("holder: Acquire = %+v, %v", res, err)
+		}
+		for attempt := range 2 {
+			c, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+			res, err := q.Acquire(c, contender)
+			cancel()
+			if err != nil || res.Acquired {
+				t.Fatalf("contender's attempt %d on a held key = %+v, %v; want refused, not an error", attempt+1, res, err)
+			}
+		}
+		if err := q.Release(ctx(t), holder); err != nil {
+			t.Fatalf("holder: Release: %v", err)
+		}
+	}
+}
